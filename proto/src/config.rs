@@ -1,0 +1,323 @@
+//! The cluster configuration (TOML): switches, hosts, trunks, protocol timing and limits.
+//!
+//! Keys are kebab-case and unknown keys are refused. Every error names the file, the line and
+//! column, and the key. The daemons (a later issue) add addresses and transports here; the
+//! simulator builds the same [`ClusterConfig`] in memory.
+
+use crate::topology::{SwitchId, Topology, TopologyError};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::Path;
+use thiserror::Error;
+use toml::Spanned;
+
+/// Protocol timing shared by token managers and SIUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Timing {
+    /// Token timer: when no token was sent for this long, resend the last two (marked repeat).
+    pub token_timeout_us: u64,
+    /// Pulses per signal epoch; the token that ends an epoch carries the epoch's signals.
+    pub epoch_pulses: u32,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            token_timeout_us: 5_000,
+            epoch_pulses: 64,
+        }
+    }
+}
+
+/// Limits on every table a token manager or SIU keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Limits {
+    /// Channels an SIU tracks (requirement 27); an isochron naming another is refused.
+    pub channels: u8,
+    /// Messages one isochron may carry.
+    pub isochron_messages_max: u32,
+    /// How far ahead of the receive clock an arriving message's TS may be.
+    pub pulses_ahead_max: u32,
+    /// Packets an SIU or TM queues towards one peer before refusing more input.
+    pub queue_packets_max: usize,
+    /// An isochron left open by its host longer than this is closed by the SIU.
+    pub isochron_open_us_max: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            channels: 4,
+            isochron_messages_max: 4096,
+            pulses_ahead_max: 64,
+            queue_packets_max: 65_536,
+            isochron_open_us_max: 1_000_000,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct SwitchEntry {
+    name: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct HostEntry {
+    name: Spanned<String>,
+    switch: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct TrunkEntry {
+    between: Spanned<[String; 2]>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawConfig {
+    #[serde(default)]
+    timing: Timing,
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default, rename = "switch")]
+    switches: Vec<SwitchEntry>,
+    #[serde(default, rename = "host")]
+    hosts: Vec<HostEntry>,
+    #[serde(default, rename = "trunk")]
+    trunks: Vec<TrunkEntry>,
+}
+
+/// A configuration error: where and what.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{file}:{line}:{column}: {key}: {message}")]
+pub struct ConfigError {
+    /// The file (or `<memory>`).
+    pub file: String,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// The key at fault (dotted), or `-` when the file as a whole is at fault.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// A validated cluster configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// Switch (token manager) names, by id.
+    pub switch_names: Vec<String>,
+    /// Host names, by id.
+    pub host_names: Vec<String>,
+    /// The topology built from the names.
+    pub topology: Topology,
+    /// Protocol timing.
+    pub timing: Timing,
+    /// Table limits.
+    pub limits: Limits,
+}
+
+impl ClusterConfig {
+    /// A generated cluster: `hosts` hosts round-robin over `switches` switches in a line.
+    pub fn generated(hosts: usize, switches: usize) -> Result<Self, TopologyError> {
+        Ok(Self {
+            switch_names: (0..switches).map(|s| format!("tm{s}")).collect(),
+            host_names: (0..hosts).map(|h| format!("host{h}")).collect(),
+            topology: Topology::line(hosts, switches)?,
+            timing: Timing::default(),
+            limits: Limits::default(),
+        })
+    }
+
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            line: 0,
+            column: 0,
+            key: "-".into(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Self::parse(&text, &file)
+    }
+
+    /// Parses and validates configuration text; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Self, ConfigError> {
+        let err = |span: Option<std::ops::Range<usize>>, key: &str, message: String| {
+            let (line, column) = span.map_or((1, 1), |s| line_column(text, s.start));
+            ConfigError {
+                file: file.to_string(),
+                line,
+                column,
+                key: key.to_string(),
+                message,
+            }
+        };
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let key = key_from_message(e.message());
+            err(e.span(), &key, e.message().to_string())
+        })?;
+        let mut switch_ids: HashMap<&str, SwitchId> = HashMap::new();
+        for (i, s) in raw.switches.iter().enumerate() {
+            if switch_ids.insert(s.name.get_ref(), i as SwitchId).is_some() {
+                return Err(err(
+                    Some(s.name.span()),
+                    "switch.name",
+                    "duplicate switch name".into(),
+                ));
+            }
+        }
+        let mut host_names = HashMap::new();
+        let mut host_switch = Vec::new();
+        for h in &raw.hosts {
+            if host_names.insert(h.name.get_ref().as_str(), ()).is_some() {
+                return Err(err(
+                    Some(h.name.span()),
+                    "host.name",
+                    "duplicate host name".into(),
+                ));
+            }
+            let Some(&s) = switch_ids.get(h.switch.get_ref().as_str()) else {
+                let msg = format!("no switch named `{}`", h.switch.get_ref());
+                return Err(err(Some(h.switch.span()), "host.switch", msg));
+            };
+            host_switch.push(s);
+        }
+        let mut trunks = Vec::new();
+        for t in &raw.trunks {
+            let [a, b] = t.between.get_ref();
+            let ends = (switch_ids.get(a.as_str()), switch_ids.get(b.as_str()));
+            let (Some(&a), Some(&b)) = ends else {
+                let msg = format!("trunk between `{a}` and `{b}` names an unknown switch");
+                return Err(err(Some(t.between.span()), "trunk.between", msg));
+            };
+            trunks.push((a, b));
+        }
+        check_values(&raw).map_err(|(key, msg)| err(None, key, msg))?;
+        let topology = Topology::new(raw.switches.len(), host_switch, trunks)
+            .map_err(|e| err(None, "-", e.to_string()))?;
+        Ok(Self {
+            switch_names: raw
+                .switches
+                .iter()
+                .map(|s| s.name.get_ref().clone())
+                .collect(),
+            host_names: raw.hosts.iter().map(|h| h.name.get_ref().clone()).collect(),
+            topology,
+            timing: raw.timing,
+            limits: raw.limits,
+        })
+    }
+}
+
+fn check_values(raw: &RawConfig) -> Result<(), (&'static str, String)> {
+    if raw.timing.token_timeout_us == 0 {
+        return Err(("timing.token-timeout-us", "must be at least 1".into()));
+    }
+    if raw.timing.epoch_pulses < 2 {
+        return Err(("timing.epoch-pulses", "must be at least 2".into()));
+    }
+    if raw.limits.channels == 0 {
+        return Err(("limits.channels", "must be at least 1".into()));
+    }
+    if raw.limits.isochron_messages_max == 0 || raw.limits.queue_packets_max == 0 {
+        return Err(("limits", "every limit must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rfind('\n')
+        .map_or(before.len(), |nl| before.len() - nl - 1)
+        + 1;
+    (line, column)
+}
+
+/// Pulls a backquoted key name out of a serde message such as "unknown field `foo`".
+fn key_from_message(message: &str) -> String {
+    message
+        .split('`')
+        .nth(1)
+        .map_or_else(|| "-".to_string(), str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[timing]
+token-timeout-us = 2000
+
+[[switch]]
+name = "tm0"
+[[switch]]
+name = "tm1"
+
+[[host]]
+name = "alpha"
+switch = "tm0"
+[[host]]
+name = "beta"
+switch = "tm1"
+
+[[trunk]]
+between = ["tm0", "tm1"]
+"#;
+
+    #[test]
+    fn good_config_builds_a_topology() {
+        let c = ClusterConfig::parse(GOOD, "good.toml").unwrap();
+        assert_eq!(c.host_names, ["alpha", "beta"]);
+        assert_eq!(c.timing.token_timeout_us, 2000);
+        assert_eq!(c.timing.epoch_pulses, Timing::default().epoch_pulses);
+        assert_eq!(c.topology.distance(0, 1), 2);
+    }
+
+    #[test]
+    fn unknown_key_names_file_line_and_key() {
+        let text = GOOD.replace("token-timeout-us", "token-timeout-ms");
+        let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
+        assert_eq!(
+            (e.file.as_str(), e.line, e.key.as_str()),
+            ("c.toml", 3, "token-timeout-ms")
+        );
+        assert!(e.to_string().starts_with("c.toml:3:"), "{e}");
+    }
+
+    #[test]
+    fn unknown_switch_names_the_host_line() {
+        let text = GOOD.replace("switch = \"tm1\"", "switch = \"tm9\"");
+        let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (15, "host.switch"), "{e}");
+        assert!(e.message.contains("tm9"));
+    }
+
+    #[test]
+    fn disconnected_topology_is_refused() {
+        let text = GOOD.replace(
+            "between = [\"tm0\", \"tm1\"]",
+            "between = [\"tm0\", \"tm0\"]",
+        );
+        let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
+        assert!(e.message.contains("trunk"), "{e}");
+    }
+
+    #[test]
+    fn zero_timeout_is_refused() {
+        let text = GOOD.replace("2000", "0");
+        let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
+        assert_eq!(e.key, "timing.token-timeout-us");
+    }
+}

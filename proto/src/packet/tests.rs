@@ -1,0 +1,472 @@
+use super::*;
+use proptest::prelude::*;
+
+fn arb_token() -> impl Strategy<Value = Token> {
+    (
+        0u8..4,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        0u8..4,
+        any::<u8>(),
+        any::<u16>(),
+        any::<u32>(),
+    )
+        .prop_map(
+            |(seq, repeat, reset, end_of_epoch, barrier, signals, source_port, generation)| Token {
+                seq,
+                repeat,
+                reset,
+                end_of_epoch,
+                barrier,
+                signals,
+                source_port,
+                generation,
+            },
+        )
+}
+
+fn arb_soi() -> impl Strategy<Value = StartOfIsochron> {
+    (
+        any::<u32>(),
+        any::<u8>(),
+        0u8..2,
+        any::<bool>(),
+        any::<bool>(),
+        any::<u32>(),
+        any::<u32>(),
+        1u16..,
+    )
+        .prop_map(
+            |(iso_id, channel, seqset, logged, host_gap, gap, send_delta, distance)| {
+                StartOfIsochron {
+                    iso_id,
+                    channel,
+                    seqset,
+                    logged,
+                    host_gap,
+                    gap,
+                    send_delta,
+                    distance,
+                }
+            },
+        )
+}
+
+fn arb_sref() -> impl Strategy<Value = Sref> {
+    let mem = (
+        prop_oneof![
+            Just(SrefOp::Read),
+            Just(SrefOp::Write),
+            Just(SrefOp::Sched),
+            Just(SrefOp::Assign)
+        ],
+        any::<bool>(),
+        any::<u64>(),
+        any::<u64>(),
+        any::<u32>(),
+    )
+        .prop_map(|(op, wide, addr, value, ref_id)| {
+            let width = if wide { Width::W64 } else { Width::W32 };
+            Sref::Mem {
+                op,
+                width,
+                addr,
+                value: value & width.max_value(),
+                ref_id,
+            }
+        });
+    let msg = (
+        any::<u16>(),
+        proptest::collection::vec(any::<u8>(), 0..=MSG_PAYLOAD_MAX),
+    )
+        .prop_map(|(handler, payload)| Sref::Msg { handler, payload });
+    prop_oneof![mem, msg]
+}
+
+fn arb_message() -> impl Strategy<Value = IsotachMessage> {
+    (
+        any::<u64>(),
+        any::<u16>(),
+        any::<u16>(),
+        any::<u64>(),
+        arb_sref(),
+    )
+        .prop_map(|(ts, source, dest, sequum, sref)| IsotachMessage {
+            ts,
+            source,
+            dest,
+            sequum,
+            sref,
+        })
+}
+
+fn arb_eop() -> impl Strategy<Value = EopMarker> {
+    (
+        any::<u64>(),
+        0usize..=SORT_VECTOR_MAX,
+        0u32..1000,
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        any::<u8>(),
+        0u8..4,
+        any::<u32>(),
+        any::<u64>(),
+    )
+        .prop_map(
+            |(
+                ts,
+                len,
+                extra,
+                repeat,
+                reset,
+                end_of_epoch,
+                signals,
+                barrier,
+                token_crc,
+                shuffle,
+            )| {
+                // A permutation of 0..len derived from `shuffle`.
+                let mut sort_vector: Vec<u8> = (0..len as u8).collect();
+                let mut s = shuffle;
+                for i in (1..sort_vector.len()).rev() {
+                    s = s
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    sort_vector.swap(i, (s >> 33) as usize % (i + 1));
+                }
+                EopMarker {
+                    ts,
+                    count: len as u32 + extra,
+                    repeat,
+                    reset,
+                    end_of_epoch,
+                    signals,
+                    barrier,
+                    token_kind: Kind::Token as u8,
+                    token_crc,
+                    sort_vector,
+                }
+            },
+        )
+}
+
+fn arb_packet() -> impl Strategy<Value = Packet> {
+    prop_oneof![
+        arb_token().prop_map(Packet::Token),
+        arb_soi().prop_map(Packet::StartOfIsochron),
+        arb_message().prop_map(Packet::IsotachMessage),
+        any::<u32>().prop_map(|iso_id| Packet::EndOfIsochron(EndOfIsochron { iso_id })),
+        (
+            any::<u32>(),
+            any::<u16>(),
+            any::<u64>(),
+            any::<u64>(),
+            any::<u32>()
+        )
+            .prop_map(
+                |(iso_id, source, ts, sequum, crc_xor)| Packet::IsochronMarker(IsochronMarker {
+                    iso_id,
+                    source,
+                    ts,
+                    sequum,
+                    crc_xor
+                })
+            ),
+        arb_eop().prop_map(Packet::EopMarker),
+        (0u8..4, any::<u32>(), any::<u8>(), any::<bool>()).prop_map(
+            |(barrier, barrier_count, signals, reset)| {
+                Packet::BarrierSignalMarker(BarrierSignalMarker {
+                    barrier,
+                    barrier_count,
+                    signals,
+                    reset,
+                })
+            }
+        ),
+        (
+            any::<u16>(),
+            any::<u16>(),
+            proptest::collection::vec(any::<u8>(), 0..=PLAIN_PAYLOAD_MAX)
+        )
+            .prop_map(|(source, dest, payload)| Packet::Plain(PlainMessage {
+                source,
+                dest,
+                payload
+            })),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn every_kind_round_trips(p in arb_packet()) {
+        let bytes = p.to_vec();
+        prop_assert_eq!(carried_crc(&bytes), crc32(&bytes[..bytes.len() - CRC_LEN]));
+        prop_assert_eq!(Packet::decode(&bytes), Ok(p));
+    }
+
+    #[test]
+    fn any_single_bit_flip_is_rejected(p in arb_packet(), at in any::<prop::sample::Index>(), bit in 0u8..8) {
+        let mut bytes = p.to_vec();
+        let i = at.index(bytes.len());
+        bytes[i] ^= 1 << bit;
+        prop_assert!(Packet::decode(&bytes).is_err());
+    }
+
+    #[test]
+    fn truncation_and_extension_are_rejected(p in arb_packet(), cut in any::<prop::sample::Index>(), tail in any::<u8>()) {
+        let bytes = p.to_vec();
+        let n = cut.index(bytes.len());
+        prop_assert!(Packet::decode(&bytes[..n]).is_err());
+        let mut longer = bytes.clone();
+        longer.push(tail);
+        prop_assert!(Packet::decode(&longer).is_err());
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
+        let _ = Packet::decode(&bytes);
+    }
+
+    #[test]
+    fn stamping_in_place_matches_encoding(m in arb_message(), ts in any::<u64>(), source in any::<u16>(), sequum in any::<u64>()) {
+        let mut bytes = m.to_packet_bytes();
+        let crc = IsotachMessage::stamp_in_place(&mut bytes, ts, source, sequum);
+        let stamped = IsotachMessage { ts, source, sequum, ..m };
+        let mut expect = Vec::new();
+        let expect_crc = stamped.encode(&mut expect);
+        prop_assert_eq!(crc, expect_crc);
+        prop_assert_eq!(&bytes, &expect);
+        prop_assert_eq!(IsotachMessage::peek_stamp(&bytes), Some((ts, source, sequum)));
+        prop_assert_eq!(IsotachMessage::peek_dest(&bytes), Some(stamped.dest));
+    }
+}
+
+impl IsotachMessage {
+    fn to_packet_bytes(&self) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.encode(&mut v);
+        v
+    }
+}
+
+/// Re-seals `bytes` after a field was edited, so the decoder reaches the field check.
+fn reseal(bytes: &mut [u8]) {
+    let at = bytes.len() - CRC_LEN;
+    let crc = crc32(&bytes[..at]);
+    bytes[at..].copy_from_slice(&crc.to_be_bytes());
+}
+
+fn token_bytes() -> Vec<u8> {
+    Token {
+        seq: 1,
+        source_port: 3,
+        generation: 1,
+        ..Token::default()
+    }
+    .to_bytes()
+    .to_vec()
+}
+
+#[test]
+fn short_packet_is_typed() {
+    assert_eq!(
+        Packet::decode(&[]),
+        Err(DecodeError::Short { need: 6, got: 0 })
+    );
+    let b = token_bytes();
+    assert!(matches!(
+        Token::decode(&b[..10]),
+        Err(DecodeError::Short {
+            need: TOKEN_LEN,
+            got: 10
+        })
+    ));
+}
+
+#[test]
+fn long_packet_is_typed() {
+    let mut b = token_bytes();
+    b.extend_from_slice(&[0, 0, 0, 0]);
+    reseal(&mut b);
+    assert!(matches!(
+        Token::decode(&b),
+        Err(DecodeError::Long {
+            max: TOKEN_LEN,
+            got: 20
+        })
+    ));
+}
+
+#[test]
+fn bad_version_is_typed() {
+    let mut b = token_bytes();
+    b[0] = 2;
+    assert_eq!(Packet::decode(&b), Err(DecodeError::BadVersion(2)));
+}
+
+#[test]
+fn unknown_and_wrong_kinds_are_typed() {
+    let mut b = token_bytes();
+    b[1] = 0x7f;
+    assert_eq!(Packet::decode(&b), Err(DecodeError::UnknownKind(0x7f)));
+    let b = token_bytes();
+    assert_eq!(
+        EopMarker::decode(&b),
+        Err(DecodeError::WrongKind {
+            expected: Kind::EopMarker,
+            found: Kind::Token
+        })
+    );
+}
+
+#[test]
+fn bad_crc_is_typed() {
+    let mut b = token_bytes();
+    b[5] ^= 0x40;
+    assert!(matches!(Token::decode(&b), Err(DecodeError::BadCrc { .. })));
+}
+
+#[test]
+fn out_of_range_fields_are_typed() {
+    let cases: Vec<(Vec<u8>, usize, u8, &str)> = vec![
+        (token_bytes(), 2, 0x80, "token.flags"),
+        (token_bytes(), 3, 0x04, "token.barrier"),
+        (token_bytes(), 7, 0x01, "token.reserved"),
+        (
+            Packet::StartOfIsochron(StartOfIsochron {
+                distance: 1,
+                ..Default::default()
+            })
+            .to_vec(),
+            7,
+            2,
+            "soi.seqset",
+        ),
+        (
+            Packet::StartOfIsochron(StartOfIsochron {
+                distance: 1,
+                ..Default::default()
+            })
+            .to_vec(),
+            11,
+            0,
+            "soi.distance",
+        ),
+        (
+            Packet::EndOfIsochron(EndOfIsochron { iso_id: 1 }).to_vec(),
+            6,
+            1,
+            "eoi.reserved",
+        ),
+        (
+            Packet::BarrierSignalMarker(BarrierSignalMarker::default()).to_vec(),
+            4,
+            2,
+            "bsm.flags",
+        ),
+        (
+            Packet::EopMarker(EopMarker::default()).to_vec(),
+            5,
+            33,
+            "eop.sort_len",
+        ),
+    ];
+    for (mut b, at, value, field) in cases {
+        b[at] = value;
+        reseal(&mut b);
+        match Packet::decode(&b) {
+            Err(DecodeError::OutOfRange { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: expected OutOfRange, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn thirty_two_bit_value_must_fit() {
+    let m = IsotachMessage {
+        ts: 1,
+        source: 0,
+        dest: 1,
+        sequum: 0,
+        sref: Sref::Mem {
+            op: SrefOp::Write,
+            width: Width::W32,
+            addr: 0,
+            value: 7,
+            ref_id: 0,
+        },
+    };
+    let mut b = m.to_packet_bytes();
+    b[32] = 1; // high byte of value
+    reseal(&mut b);
+    assert!(matches!(
+        IsotachMessage::decode(&b),
+        Err(DecodeError::OutOfRange {
+            field: "message.value",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn sort_vector_must_be_a_permutation() {
+    let eop = EopMarker {
+        count: 3,
+        sort_vector: vec![0, 1, 2],
+        ..Default::default()
+    };
+    let mut b = Packet::EopMarker(eop).to_vec();
+    b[EOP_LEN_MIN - CRC_LEN + 1] = 0; // [0, 0, 2]: duplicate
+    reseal(&mut b);
+    assert!(matches!(
+        EopMarker::decode(&b),
+        Err(DecodeError::OutOfRange {
+            field: "eop.sort_vector",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn sort_vector_longer_than_count_is_rejected() {
+    let eop = EopMarker {
+        count: 1,
+        sort_vector: vec![0],
+        ..Default::default()
+    };
+    let mut b = Packet::EopMarker(eop).to_vec();
+    b[16..20].copy_from_slice(&0u32.to_be_bytes());
+    reseal(&mut b);
+    assert!(matches!(
+        EopMarker::decode(&b),
+        Err(DecodeError::OutOfRange {
+            field: "eop.sort_len",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn token_layout_is_sixteen_bytes_big_endian() {
+    let t = Token {
+        seq: 2,
+        repeat: true,
+        reset: false,
+        end_of_epoch: true,
+        barrier: 0b11,
+        signals: 0xa5,
+        source_port: 0x1234,
+        generation: 0x0102_0304,
+    };
+    let b = t.to_bytes();
+    assert_eq!(
+        &b[..12],
+        &[1, 0x01, 0b0001_0110, 0b11, 0x12, 0x34, 0xa5, 0, 1, 2, 3, 4]
+    );
+    assert_eq!(
+        u32::from_be_bytes([b[12], b[13], b[14], b[15]]),
+        crc32(&b[..12])
+    );
+}

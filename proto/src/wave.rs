@@ -1,0 +1,92 @@
+//! Token sequence numbers and the lost-token buffer, shared by token managers and SIUs.
+//!
+//! Tokens on a link are numbered 1, 2, 3, … (the *wave number*); the wire carries the number
+//! mod 4, so the first token carries `start` = 1 and a reply to `r` carries `(r + 1) mod 4`.
+//! On any link the sender is at most two tokens ahead of what the receiver has accepted, and
+//! repeats resend only the last two tokens, so the four sequence values are unambiguous: the
+//! next one is in sequence, the two before it are duplicates, the one after it is early.
+
+use crate::packet::Token;
+
+/// Sequence number carried by wave `n`.
+pub fn seq_of(n: u64) -> u8 {
+    (n % 4) as u8
+}
+
+/// How a token relates to what the receiver has accepted so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// The next token: accept it.
+    InSequence,
+    /// One of the last two accepted tokens again (a repeat): ignore it.
+    Duplicate,
+    /// A token from beyond the next one (its predecessor was lost): drop it.
+    Early,
+}
+
+/// Classifies a token with sequence number `seq` when `accepted` tokens were accepted.
+pub fn classify(accepted: u64, seq: u8) -> Arrival {
+    let next = seq_of(accepted + 1);
+    match seq.wrapping_sub(next) & 3 {
+        0 => Arrival::InSequence,
+        1 => Arrival::Early,
+        _ => Arrival::Duplicate,
+    }
+}
+
+/// The last two tokens sent on a link, resent (marked repeat) when the token timer elapses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LastTwo {
+    older: Option<Token>,
+    newer: Option<Token>,
+}
+
+impl LastTwo {
+    /// Remembers a token just sent (repeats are not remembered again).
+    pub fn remember(&mut self, token: Token) {
+        debug_assert!(!token.repeat);
+        self.older = self.newer.replace(token);
+    }
+
+    /// The tokens to resend, oldest first, each marked repeat.
+    pub fn repeats(&self) -> impl Iterator<Item = Token> + '_ {
+        [self.older, self.newer]
+            .into_iter()
+            .flatten()
+            .map(|t| Token { repeat: true, ..t })
+    }
+
+    /// Forgets everything (a reset).
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification_covers_the_four_values() {
+        // Accepted 5 tokens: 6 is next (seq 2); 5 and 4 are duplicates; 7 is early.
+        assert_eq!(classify(5, seq_of(6)), Arrival::InSequence);
+        assert_eq!(classify(5, seq_of(5)), Arrival::Duplicate);
+        assert_eq!(classify(5, seq_of(4)), Arrival::Duplicate);
+        assert_eq!(classify(5, seq_of(7)), Arrival::Early);
+        assert_eq!(classify(0, 1), Arrival::InSequence, "start = 1");
+    }
+
+    #[test]
+    fn last_two_resends_oldest_first_marked_repeat() {
+        let mut l = LastTwo::default();
+        for seq in 1..=3 {
+            l.remember(Token {
+                seq,
+                ..Token::default()
+            });
+        }
+        let r: Vec<_> = l.repeats().collect();
+        assert_eq!(r.iter().map(|t| t.seq).collect::<Vec<_>>(), vec![2, 3]);
+        assert!(r.iter().all(|t| t.repeat));
+    }
+}
