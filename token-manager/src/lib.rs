@@ -1,1 +1,482 @@
-//! Work in progress.
+//! The token manager (TM): a sans-IO state machine of a software isotach switch.
+//!
+//! A TM has one reliable FIFO link per neighbour: the SIUs of the hosts attached to its
+//! switch and the TMs of neighbouring switches. It runs token waves (wave `k + 1` goes out
+//! only after token `k` arrived from every neighbour), barrier rounds, signal epochs, reset
+//! waves and the lost-token timer, and it **forwards isotach traffic**: a message goes onto its
+//! output link the moment it arrives, so it precedes every token the TM sends that link later
+//! (the FIFO guarantee the hardware switch gave for free).
+//!
+//! Like the SIU it owns no sockets, threads, clocks or randomness: input goes in through
+//! [`TokenManager::handle_input`] and [`TokenManager::handle_timeout`], output comes out of
+//! [`TokenManager::poll_transmit`] and [`TokenManager::poll_timeout`].
+//!
+//! Barriers run over a spanning tree of the switches (BFS from switch 0), so they also work
+//! when trunks form cycles: a TM sends round `r` of barrier `b` to a trunk neighbour once every
+//! *other* barrier neighbour reached round `r`, and to a host once *every* barrier neighbour
+//! did. Round `r` from a neighbour therefore means "every host on that side entered round
+//! `r`", and a host hears round `r` only when every host has entered it.
+
+#![warn(missing_docs)]
+
+use isotach_proto::config::{Limits, Timing};
+use isotach_proto::packet::{self, BARRIERS, DecodeError, IsotachMessage, Kind, Token};
+use isotach_proto::topology::{Hop, SwitchId, Topology};
+use isotach_proto::wave::{Arrival, LastTwo, classify, seq_of};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// Index of a link (a neighbour) of a token manager.
+pub type LinkId = usize;
+
+/// Configuration of one token manager.
+#[derive(Debug, Clone)]
+pub struct TmConfig {
+    /// The switch this TM manages.
+    pub switch: SwitchId,
+    /// The cluster topology.
+    pub topology: Arc<Topology>,
+    /// Token timer and epoch length.
+    pub timing: Timing,
+    /// Queue limits.
+    pub limits: Limits,
+}
+
+/// Why the TM refused or dropped an input. It stays usable after every error.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum TmError {
+    /// No such link.
+    #[error("link {0} does not exist")]
+    NoSuchLink(LinkId),
+    /// Undecodable bytes (a token with a bad CRC lands here and is dropped).
+    #[error("undecodable packet on link {link}: {error}")]
+    Decode {
+        /// The link.
+        link: LinkId,
+        /// Why.
+        error: DecodeError,
+    },
+    /// A packet kind a TM never handles (markers belong between a host and its SIU).
+    #[error("a {kind:?} packet is not expected on link {link}")]
+    UnexpectedKind {
+        /// The link.
+        link: LinkId,
+        /// Its kind.
+        kind: Kind,
+    },
+    /// A token whose source port is not the neighbour on that link.
+    #[error("token on link {link} claims port {port:#06x}, expected {expected:#06x}")]
+    ForeignToken {
+        /// The link.
+        link: LinkId,
+        /// The claimed port.
+        port: u16,
+        /// The neighbour's port.
+        expected: u16,
+    },
+    /// A message to a host that does not exist.
+    #[error("message for unknown host {0}")]
+    NoSuchHost(u16),
+    /// The output queue is full; the input was not consumed.
+    #[error("output queue full ({0} packets); input not consumed")]
+    Backpressure(usize),
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TmStats {
+    /// Waves sent (one token to every link each).
+    pub waves: u64,
+    /// In-sequence tokens accepted.
+    pub tokens_accepted: u64,
+    /// Duplicate tokens ignored.
+    pub tokens_duplicate: u64,
+    /// Early tokens dropped.
+    pub tokens_early: u64,
+    /// Tokens dropped for a bad CRC, a foreign port or a stale generation.
+    pub tokens_dropped: u64,
+    /// Repeat tokens sent by the lost-token timer.
+    pub tokens_repeated: u64,
+    /// Isotach and non-isotach messages forwarded.
+    pub messages_forwarded: u64,
+    /// Barrier rounds sent to hosts (barrier waves).
+    pub barrier_rounds: u64,
+    /// Logical-time restarts.
+    pub resets: u64,
+    /// Inputs refused with an error.
+    pub errors: u64,
+}
+
+/// One neighbour.
+#[derive(Debug, Clone)]
+struct Link {
+    peer: Hop,
+    port: u16,
+    /// In-sequence tokens accepted from this neighbour.
+    accepted: u64,
+    last_two: LastTwo,
+    /// Takes part in barriers (hosts and spanning-tree trunks).
+    barrier_link: bool,
+    barrier_recv: [u32; BARRIERS],
+    barrier_sent: [u32; BARRIERS],
+}
+
+/// Signals gathered for one epoch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct EpochSignals {
+    epoch: u64,
+    signals: u8,
+    reset: bool,
+}
+
+/// A token manager. See the crate documentation.
+#[derive(Debug)]
+pub struct TokenManager {
+    cfg: TmConfig,
+    port: u16,
+    links: Vec<Link>,
+    /// `route[host]`: the link towards that host.
+    route: Vec<LinkId>,
+    started: bool,
+    generation: u32,
+    waves: u64,
+    /// Signals for the current epoch and the next (neighbours run at most one wave ahead).
+    epoch_signals: [EpochSignals; 2],
+    token_deadline_us: Option<u64>,
+    out: VecDeque<(LinkId, Vec<u8>)>,
+    stats: TmStats,
+}
+
+impl TokenManager {
+    /// A new TM; it waits for a reset token.
+    pub fn new(cfg: TmConfig) -> Self {
+        let topo = Arc::clone(&cfg.topology);
+        assert!(
+            usize::from(cfg.switch) < topo.switch_count(),
+            "switch not in topology"
+        );
+        let tree = topo.barrier_tree_neighbours(cfg.switch);
+        let mut links: Vec<Link> = topo
+            .hosts_at(cfg.switch)
+            .map(|h| Link::new(Hop::Host(h), Topology::host_port(h), true))
+            .collect();
+        for &s in topo.switch_neighbours(cfg.switch) {
+            let port = Topology::switch_port(s);
+            links.push(Link::new(Hop::Switch(s), port, tree.contains(&s)));
+        }
+        let route = (0..topo.host_count() as u16)
+            .map(|h| {
+                let hop = topo.next_hop(cfg.switch, h);
+                links.iter().position(|l| l.peer == hop).unwrap_or(0)
+            })
+            .collect();
+        Self {
+            port: Topology::switch_port(cfg.switch),
+            links,
+            route,
+            started: false,
+            generation: 0,
+            waves: 0,
+            epoch_signals: [EpochSignals::default(); 2],
+            token_deadline_us: None,
+            out: VecDeque::new(),
+            stats: TmStats::default(),
+            cfg,
+        }
+    }
+
+    /// The neighbours, indexed by [`LinkId`].
+    pub fn links(&self) -> impl Iterator<Item = Hop> + '_ {
+        self.links.iter().map(|l| l.peer)
+    }
+
+    /// The link to a neighbour.
+    pub fn link_to(&self, peer: Hop) -> Option<LinkId> {
+        self.links.iter().position(|l| l.peer == peer)
+    }
+
+    /// Logical time has started.
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
+    /// Current generation.
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+
+    /// Waves sent in this generation.
+    pub fn waves(&self) -> u64 {
+        self.waves
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> TmStats {
+        self.stats
+    }
+
+    /// Packets waiting in the output queue.
+    pub fn queue_depth(&self) -> usize {
+        self.out.len()
+    }
+
+    /// Next packet to send, with the link it goes on.
+    pub fn poll_transmit(&mut self) -> Option<(LinkId, Vec<u8>)> {
+        self.out.pop_front()
+    }
+
+    /// When [`TokenManager::handle_timeout`] wants to run.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.token_deadline_us
+    }
+
+    /// The lost-token timer: when no wave went out for a token timeout, resend every link its
+    /// last two tokens, marked repeat.
+    pub fn handle_timeout(&mut self, now_us: u64) {
+        let Some(deadline) = self.token_deadline_us else {
+            return;
+        };
+        if now_us < deadline {
+            return;
+        }
+        for link in 0..self.links.len() {
+            let repeats: Vec<Token> = self.links[link].last_two.repeats().collect();
+            for t in repeats {
+                self.push_token(link, t);
+                self.stats.tokens_repeated += 1;
+            }
+        }
+        self.token_deadline_us = Some(now_us + self.cfg.timing.token_timeout_us);
+    }
+
+    /// Handles one packet that arrived on `link`.
+    pub fn handle_input(&mut self, now_us: u64, link: LinkId, bytes: &[u8]) -> Result<(), TmError> {
+        let r = self.input(now_us, link, bytes);
+        if r.is_err() {
+            self.stats.errors += 1;
+        }
+        r
+    }
+
+    fn input(&mut self, now_us: u64, link: LinkId, bytes: &[u8]) -> Result<(), TmError> {
+        if link >= self.links.len() {
+            return Err(TmError::NoSuchLink(link));
+        }
+        let limit = self.cfg.limits.queue_packets_max;
+        // A token can trigger a reset wave plus a token wave: two packets per link.
+        if self.out.len() + 2 * self.links.len() > limit {
+            return Err(TmError::Backpressure(limit));
+        }
+        let decode = |error| TmError::Decode { link, error };
+        match packet::peek_kind(bytes).map_err(decode)? {
+            Kind::Token => match Token::decode(bytes) {
+                Ok(t) => self.token(now_us, link, t),
+                Err(e) => {
+                    self.stats.tokens_dropped += 1;
+                    Err(decode(e))
+                }
+            },
+            Kind::IsotachMessage => {
+                let m = IsotachMessage::decode(bytes).map_err(decode)?;
+                self.forward(m.dest, bytes)
+            }
+            Kind::Plain => {
+                let m = packet::PlainMessage::decode(bytes).map_err(decode)?;
+                self.forward(m.dest, bytes)
+            }
+            kind => {
+                packet::Packet::decode(bytes).map_err(decode)?;
+                Err(TmError::UnexpectedKind { link, kind })
+            }
+        }
+    }
+
+    /// Forwards a message now: it leaves before any later token on its output link.
+    fn forward(&mut self, dest: u16, bytes: &[u8]) -> Result<(), TmError> {
+        let Some(&link) = self.route.get(usize::from(dest)) else {
+            return Err(TmError::NoSuchHost(dest));
+        };
+        self.out.push_back((link, bytes.to_vec()));
+        self.stats.messages_forwarded += 1;
+        Ok(())
+    }
+
+    fn token(&mut self, now_us: u64, link: LinkId, t: Token) -> Result<(), TmError> {
+        let expected = self.links[link].port;
+        if t.source_port != expected {
+            self.stats.tokens_dropped += 1;
+            return Err(TmError::ForeignToken {
+                link,
+                port: t.source_port,
+                expected,
+            });
+        }
+        if t.reset && t.generation > self.generation {
+            self.restart(now_us, t.generation);
+            return Ok(());
+        }
+        if !self.started || t.generation != self.generation {
+            self.stats.tokens_dropped += 1;
+            return Ok(());
+        }
+        match classify(self.links[link].accepted, t.seq) {
+            Arrival::InSequence => self.accept(now_us, link, t),
+            Arrival::Duplicate => self.stats.tokens_duplicate += 1,
+            Arrival::Early => self.stats.tokens_early += 1,
+        }
+        Ok(())
+    }
+
+    /// A reset of a newer generation: forget everything, pass the reset wave on to every
+    /// neighbour (each ignores the echo: its generation is no longer newer), start wave 1.
+    fn restart(&mut self, now_us: u64, generation: u32) {
+        if self.started {
+            self.stats.resets += 1;
+        }
+        self.started = true;
+        self.generation = generation;
+        self.waves = 0;
+        self.epoch_signals = [EpochSignals::default(); 2];
+        for l in &mut self.links {
+            l.accepted = 0;
+            l.last_two.clear();
+            l.barrier_recv = [0; BARRIERS];
+            l.barrier_sent = [0; BARRIERS];
+        }
+        let reset = Token {
+            reset: true,
+            source_port: self.port,
+            generation,
+            ..Token::default()
+        };
+        for link in 0..self.links.len() {
+            self.push_token(link, reset);
+        }
+        self.try_send_waves(now_us);
+    }
+
+    fn accept(&mut self, now_us: u64, link: LinkId, t: Token) {
+        self.stats.tokens_accepted += 1;
+        let l = &mut self.links[link];
+        let wave = l.accepted + 1;
+        l.accepted = wave;
+        // The first token's barrier bits are a neighbour TM's initial credit, not a round.
+        if wave > 1 && l.barrier_link {
+            for (b, recv) in l.barrier_recv.iter_mut().enumerate() {
+                if t.barrier & (1 << b) != 0 {
+                    *recv = recv.saturating_add(1);
+                }
+            }
+        }
+        if t.signals != 0 || t.reset {
+            let epoch = self.epoch_of(wave);
+            let slot = self.epoch_slot(epoch);
+            slot.signals |= t.signals;
+            slot.reset |= t.reset;
+        }
+        self.try_send_waves(now_us);
+    }
+
+    fn epoch_of(&self, wave: u64) -> u64 {
+        (wave - 1) / u64::from(self.cfg.timing.epoch_pulses)
+    }
+
+    /// The signal accumulator of `epoch` (current or next).
+    fn epoch_slot(&mut self, epoch: u64) -> &mut EpochSignals {
+        let i = (epoch % 2) as usize;
+        if self.epoch_signals[i].epoch != epoch {
+            self.epoch_signals[i] = EpochSignals {
+                epoch,
+                ..EpochSignals::default()
+            };
+        }
+        &mut self.epoch_signals[i]
+    }
+
+    /// Sends every wave the protocol allows: wave `k + 1` once every neighbour's token `k`
+    /// arrived (wave 1 is free).
+    fn try_send_waves(&mut self, now_us: u64) {
+        while self.started && self.links.iter().all(|l| l.accepted >= self.waves) {
+            self.send_wave(now_us);
+        }
+    }
+
+    fn send_wave(&mut self, now_us: u64) {
+        let wave = self.waves + 1;
+        let epoch = self.epoch_of(wave);
+        let end_of_epoch = wave.is_multiple_of(u64::from(self.cfg.timing.epoch_pulses));
+        let signals = *self.epoch_slot(epoch);
+        let mut barrier_wave = false;
+        for link in 0..self.links.len() {
+            // Wave 1 carries both barrier bits: every neighbour's credit for round 1.
+            let barrier = if wave == 1 {
+                packet::BARRIER_MASK
+            } else {
+                self.barrier_bits(link)
+            };
+            barrier_wave |= barrier != 0 && matches!(self.links[link].peer, Hop::Host(_));
+            let t = Token {
+                seq: seq_of(wave),
+                repeat: false,
+                reset: signals.reset,
+                end_of_epoch,
+                barrier,
+                signals: signals.signals,
+                source_port: self.port,
+                generation: self.generation,
+            };
+            self.push_token(link, t);
+            self.links[link].last_two.remember(t);
+        }
+        if barrier_wave && wave > 1 {
+            self.stats.barrier_rounds += 1;
+        }
+        self.waves = wave;
+        self.stats.waves += 1;
+        self.token_deadline_us = Some(now_us + self.cfg.timing.token_timeout_us);
+    }
+
+    /// Barrier bits for the next token on `link` (see the crate documentation).
+    fn barrier_bits(&mut self, link: LinkId) -> u8 {
+        if !self.links[link].barrier_link {
+            return 0;
+        }
+        let to_host = matches!(self.links[link].peer, Hop::Host(_));
+        let mut bits = 0;
+        for b in 0..BARRIERS {
+            let round = self.links[link].barrier_sent[b] + 1;
+            let ready = self.links.iter().enumerate().all(|(i, l)| {
+                !l.barrier_link || (i == link && !to_host) || l.barrier_recv[b] >= round
+            });
+            if ready {
+                self.links[link].barrier_sent[b] = round;
+                bits |= 1 << b;
+            }
+        }
+        bits
+    }
+
+    fn push_token(&mut self, link: LinkId, t: Token) {
+        let mut v = Vec::with_capacity(packet::TOKEN_LEN);
+        t.encode(&mut v);
+        self.out.push_back((link, v));
+    }
+}
+
+impl Link {
+    fn new(peer: Hop, port: u16, barrier_link: bool) -> Self {
+        Self {
+            peer,
+            port,
+            accepted: 0,
+            last_two: LastTwo::default(),
+            barrier_link,
+            barrier_recv: [0; BARRIERS],
+            barrier_sent: [0; BARRIERS],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,148 @@
+//! Per-pulse bookkeeping on the host side: how many isotach packets (messages and isochron
+//! markers) the SIU handed the host with each TS, and the first [`SORT_VECTOR_MAX`] of them for
+//! the sort vector.
+
+use isotach_proto::packet::SORT_VECTOR_MAX;
+use std::collections::VecDeque;
+
+/// One packet of a pulse as the sort needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    source: u16,
+    sequum: u64,
+    arrival: u8,
+}
+
+/// Packets handed to the host for one TS.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PulseSlot {
+    count: u32,
+    entries: Vec<Entry>,
+}
+
+impl PulseSlot {
+    /// Packets handed to the host with this TS (saturating).
+    pub(crate) fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Arrival indices of the first [`SORT_VECTOR_MAX`] packets, in (source, sequum) order.
+    pub(crate) fn sort_vector(&mut self) -> Vec<u8> {
+        self.entries.sort_unstable_by_key(|e| (e.source, e.sequum));
+        self.entries.iter().map(|e| e.arrival).collect()
+    }
+
+    fn record(&mut self, source: u16, sequum: u64) {
+        if self.entries.len() < SORT_VECTOR_MAX {
+            let arrival = self.entries.len() as u8;
+            self.entries.push(Entry {
+                source,
+                sequum,
+                arrival,
+            });
+        }
+        self.count = self.count.saturating_add(1);
+    }
+}
+
+/// Where a packet's TS falls relative to the open pulses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// Counted in its pulse.
+    Counted,
+    /// Its pulse has already ended (an EOP may have gone out): a protocol violation.
+    Late,
+    /// Further ahead than the window allows.
+    TooFarAhead,
+}
+
+/// The open pulses from the current receive clock on, at most `window` of them.
+#[derive(Debug, Clone)]
+pub(crate) struct PulseLog {
+    /// TS of `slots[0]`: the current pulse (= receive clock).
+    base: u64,
+    window: usize,
+    slots: VecDeque<PulseSlot>,
+}
+
+impl PulseLog {
+    pub(crate) fn new(window: u32) -> Self {
+        Self {
+            base: 0,
+            window: window.max(1) as usize,
+            slots: VecDeque::new(),
+        }
+    }
+
+    /// Counts a packet with timestamp `ts` from `source` with `sequum`.
+    pub(crate) fn record(&mut self, ts: u64, source: u16, sequum: u64) -> Placement {
+        let Some(offset) = ts.checked_sub(self.base) else {
+            return Placement::Late;
+        };
+        if offset >= self.window as u64 {
+            return Placement::TooFarAhead;
+        }
+        let offset = offset as usize;
+        if self.slots.len() <= offset {
+            self.slots.resize_with(offset + 1, PulseSlot::default);
+        }
+        self.slots[offset].record(source, sequum);
+        Placement::Counted
+    }
+
+    /// Ends the current pulse and returns what was counted for it.
+    pub(crate) fn end_pulse(&mut self) -> PulseSlot {
+        self.base += 1;
+        self.slots.pop_front().unwrap_or_default()
+    }
+
+    /// Takes what was counted for the current pulse without ending it (a reset).
+    pub(crate) fn take_current(&mut self) -> PulseSlot {
+        self.slots
+            .front_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Packets counted for pulses not yet ended.
+    pub(crate) fn pending(&self) -> u64 {
+        self.slots.iter().map(|s| u64::from(s.count)).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sort_vector_lists_arrivals_in_source_then_sequum_order() {
+        let mut log = PulseLog::new(8);
+        for (src, seq) in [(3, 1), (1, 9), (1, 2), (2, 0)] {
+            assert_eq!(log.record(0, src, seq), Placement::Counted);
+        }
+        let mut slot = log.end_pulse();
+        assert_eq!(slot.count(), 4);
+        assert_eq!(slot.sort_vector(), vec![2, 1, 3, 0]);
+    }
+
+    #[test]
+    fn count_exceeds_the_vector() {
+        let mut log = PulseLog::new(8);
+        for i in 0..40 {
+            log.record(0, 0, i);
+        }
+        let mut slot = log.end_pulse();
+        assert_eq!(slot.count(), 40);
+        assert_eq!(slot.sort_vector().len(), SORT_VECTOR_MAX);
+    }
+
+    #[test]
+    fn late_and_far_packets_are_refused() {
+        let mut log = PulseLog::new(4);
+        log.end_pulse();
+        assert_eq!(log.record(0, 0, 0), Placement::Late);
+        assert_eq!(log.record(5, 0, 0), Placement::TooFarAhead);
+        assert_eq!(log.record(4, 0, 0), Placement::Counted);
+        assert_eq!(log.pending(), 1);
+    }
+}

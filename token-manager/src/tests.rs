@@ -1,0 +1,261 @@
+use super::*;
+use isotach_proto::packet::{Packet, Sref, SrefOp, Width};
+
+fn tm(hosts: usize, switches: usize, switch: SwitchId) -> TokenManager {
+    let topology = Arc::new(Topology::line(hosts, switches).unwrap());
+    TokenManager::new(TmConfig {
+        switch,
+        topology,
+        timing: Timing {
+            token_timeout_us: 100,
+            epoch_pulses: 8,
+        },
+        limits: Limits::default(),
+    })
+}
+
+fn token(port: u16, wave: u64) -> Token {
+    Token {
+        seq: seq_of(wave),
+        source_port: port,
+        generation: 1,
+        ..Token::default()
+    }
+}
+
+fn reset_token(port: u16) -> Token {
+    Token {
+        reset: true,
+        source_port: port,
+        generation: 1,
+        ..Token::default()
+    }
+}
+
+fn drain(tm: &mut TokenManager) -> Vec<(LinkId, Packet)> {
+    std::iter::from_fn(|| tm.poll_transmit())
+        .map(|(l, b)| (l, Packet::decode(&b).unwrap()))
+        .collect()
+}
+
+fn tokens(out: &[(LinkId, Packet)]) -> Vec<(LinkId, Token)> {
+    out.iter()
+        .filter_map(|(l, p)| match p {
+            Packet::Token(t) => Some((*l, *t)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Starts a single-switch TM over `hosts` hosts; returns it after wave 1.
+fn started(hosts: usize) -> TokenManager {
+    let mut t = tm(hosts, 1, 0);
+    t.handle_input(0, 0, &reset_token(0).to_bytes()).unwrap();
+    let out = tokens(&drain(&mut t));
+    // A reset to every link, then wave 1 with both barrier bits.
+    assert_eq!(out.iter().filter(|(_, t)| t.reset).count(), hosts);
+    let wave1: Vec<_> = out.iter().filter(|(_, t)| !t.reset).collect();
+    assert_eq!(wave1.len(), hosts);
+    assert!(wave1.iter().all(|(_, t)| t.seq == 1 && t.barrier == 0b11));
+    t
+}
+
+#[test]
+fn wave_waits_for_every_neighbour() {
+    let mut t = started(3);
+    t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
+    assert!(drain(&mut t).is_empty(), "host 2 has not answered");
+    t.handle_input(1, 2, &token(2, 1).to_bytes()).unwrap();
+    let out = tokens(&drain(&mut t));
+    assert_eq!(out.len(), 3);
+    assert!(out.iter().all(|(_, t)| t.seq == 2 && t.barrier == 0));
+    assert_eq!(t.waves(), 2);
+}
+
+#[test]
+fn messages_are_forwarded_before_the_next_token() {
+    let mut t = started(2);
+    let m = IsotachMessage {
+        ts: 2,
+        source: 0,
+        dest: 1,
+        sequum: 0,
+        sref: Sref::Mem {
+            op: SrefOp::Write,
+            width: Width::W32,
+            addr: 4,
+            value: 9,
+            ref_id: 0,
+        },
+    };
+    let mut mb = Vec::new();
+    m.encode(&mut mb);
+    t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(1, 0, &mb).unwrap();
+    t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
+    let out = drain(&mut t);
+    let to_host1: Vec<_> = out
+        .iter()
+        .filter(|(l, _)| *l == 1)
+        .map(|(_, p)| p.kind())
+        .collect();
+    assert_eq!(to_host1, vec![Kind::IsotachMessage, Kind::Token]);
+}
+
+#[test]
+fn early_duplicate_bad_and_foreign_tokens_are_dropped() {
+    let mut t = started(1);
+    t.handle_input(1, 0, &token(0, 2).to_bytes()).unwrap(); // early
+    t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap(); // duplicate
+    let mut bad = token(0, 2).to_bytes();
+    bad[6] ^= 1;
+    assert!(matches!(
+        t.handle_input(1, 0, &bad),
+        Err(TmError::Decode { .. })
+    ));
+    assert!(matches!(
+        t.handle_input(1, 0, &token(7, 2).to_bytes()),
+        Err(TmError::ForeignToken { .. })
+    ));
+    let s = t.stats();
+    assert_eq!(
+        (
+            s.tokens_early,
+            s.tokens_duplicate,
+            s.tokens_accepted,
+            s.tokens_dropped
+        ),
+        (1, 1, 1, 2)
+    );
+    assert_eq!(t.waves(), 2);
+}
+
+#[test]
+fn timer_resends_the_last_two_tokens_marked_repeat() {
+    let mut t = started(1);
+    t.handle_input(10, 0, &token(0, 1).to_bytes()).unwrap();
+    drain(&mut t);
+    assert_eq!(t.poll_timeout(), Some(110));
+    t.handle_timeout(109);
+    assert!(drain(&mut t).is_empty());
+    t.handle_timeout(110);
+    let out = tokens(&drain(&mut t));
+    assert_eq!(
+        out.iter()
+            .map(|(_, t)| (t.seq, t.repeat))
+            .collect::<Vec<_>>(),
+        vec![(1, true), (2, true)]
+    );
+}
+
+#[test]
+fn barrier_round_goes_to_hosts_only_when_all_entered() {
+    let mut t = started(2);
+    let mut w = [token(0, 1), token(1, 1)];
+    for (i, tk) in w.iter().enumerate() {
+        t.handle_input(1, i, &tk.to_bytes()).unwrap();
+    }
+    drain(&mut t);
+    // Host 0 enters barrier 0 on its token 2; host 1 does not yet.
+    w = [
+        Token {
+            barrier: 1,
+            ..token(0, 2)
+        },
+        token(1, 2),
+    ];
+    for (i, tk) in w.iter().enumerate() {
+        t.handle_input(1, i, &tk.to_bytes()).unwrap();
+    }
+    assert!(tokens(&drain(&mut t)).iter().all(|(_, t)| t.barrier == 0));
+    w = [
+        token(0, 3),
+        Token {
+            barrier: 1,
+            ..token(1, 3)
+        },
+    ];
+    for (i, tk) in w.iter().enumerate() {
+        t.handle_input(1, i, &tk.to_bytes()).unwrap();
+    }
+    let out = tokens(&drain(&mut t));
+    assert!(
+        out.iter()
+            .all(|(_, t)| t.barrier == 1 && t.seq == seq_of(4))
+    );
+    assert_eq!(t.stats().barrier_rounds, 1);
+}
+
+#[test]
+fn signals_gathered_in_an_epoch_ride_on_its_last_wave() {
+    let mut t = started(1);
+    for wave in 1..=8u64 {
+        let signals = if wave == 2 { 0b100 } else { 0 };
+        t.handle_input(
+            1,
+            0,
+            &Token {
+                signals,
+                ..token(0, wave)
+            }
+            .to_bytes(),
+        )
+        .unwrap();
+        let out = tokens(&drain(&mut t));
+        let sent = out[0].1;
+        let sent_wave = wave + 1;
+        assert_eq!(sent.end_of_epoch, sent_wave == 8, "wave {sent_wave}");
+        if (3..=8).contains(&sent_wave) {
+            assert_eq!(sent.signals, 0b100, "wave {sent_wave}");
+        }
+        if sent_wave > 8 {
+            assert_eq!(sent.signals, 0, "a new epoch starts clean");
+        }
+    }
+}
+
+#[test]
+fn reset_echo_is_ignored_and_stale_generations_dropped() {
+    // Two switches: the reset from switch 1 echoes back.
+    let mut t = tm(2, 2, 0);
+    let host = t.link_to(Hop::Host(0)).unwrap();
+    let trunk = t.link_to(Hop::Switch(1)).unwrap();
+    t.handle_input(0, host, &reset_token(0).to_bytes()).unwrap();
+    let first = drain(&mut t).len();
+    assert_eq!(first, 4, "reset + wave 1 on both links");
+    t.handle_input(0, trunk, &reset_token(Topology::switch_port(1)).to_bytes())
+        .unwrap();
+    assert!(drain(&mut t).is_empty(), "same generation: not a new reset");
+    let old = Token {
+        generation: 0,
+        ..token(0, 1)
+    };
+    t.handle_input(0, host, &old.to_bytes()).unwrap();
+    assert_eq!(t.stats().tokens_dropped, 1);
+}
+
+#[test]
+fn unknown_destination_and_markers_are_refused() {
+    let mut t = started(1);
+    let m = IsotachMessage {
+        ts: 2,
+        source: 0,
+        dest: 5,
+        sequum: 0,
+        sref: Sref::Msg {
+            handler: 1,
+            payload: vec![1, 2],
+        },
+    };
+    let mut mb = Vec::new();
+    m.encode(&mut mb);
+    assert_eq!(t.handle_input(1, 0, &mb), Err(TmError::NoSuchHost(5)));
+    let eop = Packet::EopMarker(isotach_proto::EopMarker::default()).to_vec();
+    assert!(matches!(
+        t.handle_input(1, 0, &eop),
+        Err(TmError::UnexpectedKind { .. })
+    ));
+    assert_eq!(t.handle_input(1, 9, &mb), Err(TmError::NoSuchLink(9)));
+}
