@@ -321,3 +321,23 @@ between = ["tm0", "tm1"]
         assert_eq!(e.key, "timing.token-timeout-us");
     }
 }
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    #[test]
+    fn example_configs_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples");
+        let mut parsed = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let c = ClusterConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                assert!(c.topology.host_count() > 0);
+                parsed += 1;
+            }
+        }
+        assert!(parsed > 0, "no example configs in {}", dir.display());
+    }
+}
