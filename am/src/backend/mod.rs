@@ -1,0 +1,5 @@
+//! Transport backends: drivers around the sans-IO core.
+
+pub mod mem;
+pub mod quic;
+pub mod udp;

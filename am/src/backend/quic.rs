@@ -1,0 +1,1 @@
+//! QUIC backend (placeholder).

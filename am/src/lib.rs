@@ -1,0 +1,34 @@
+//! Active Message transport for Isotach: the Mainwaring–Culler AM API (endpoints, bundles,
+//! handler and translation tables, tags, short/medium/bulk/get messages, return-to-sender)
+//! with exactly-once delivery, per-peer credits and retransmission, over an in-memory
+//! simulator, UDP and QUIC.
+//!
+//! Layering (sans-IO, like `quinn-proto`):
+//! - [`frame`]: the wire format; the decoder validates everything and never panics.
+//! - [`Core`]: the protocol state machine; time and datagrams in, datagrams, handler runs,
+//!   returned messages and timer deadlines out. No sockets, clocks or randomness.
+//! - [`Bundle`]: the API; drives one `Core` over one [`Transport`].
+//! - [`backend`]: transports: [`backend::mem`] (deterministic, virtual time, fault model),
+//!   [`backend::udp`] (tokio + socket2 + batched receive), [`backend::quic`] (quinn, TLS
+//!   from a cluster CA).
+//!
+//! See `docs/am.md` for the semantics and the frame format byte by byte.
+
+pub mod backend;
+pub mod bench;
+mod bundle;
+mod core;
+mod error;
+pub mod frame;
+mod msg;
+pub mod rng;
+pub mod sim;
+mod transport;
+mod types;
+
+pub use crate::bundle::Bundle;
+pub use crate::core::{Config, Core, Dispatch, SendReq, Stats};
+pub use crate::error::AmError;
+pub use crate::msg::{Reply, Request, Returned};
+pub use crate::transport::Transport;
+pub use crate::types::*;

@@ -1,0 +1,40 @@
+//! The one trait every backend implements: move datagrams, tell the time, block.
+
+use std::future::Future;
+
+use crate::error::AmError;
+use crate::types::{NodeAddr, Time};
+
+/// A datagram service plus a clock. Backends are thin drivers: all protocol logic lives in
+/// [`crate::Core`]. Datagrams may be lost, duplicated, reordered or delayed; the core copes.
+pub trait Transport: Send {
+    /// This node's address (what peers put in their translation tables).
+    fn local_addr(&self) -> NodeAddr;
+    /// Largest datagram the transport carries.
+    fn max_datagram(&self) -> usize;
+    /// A suggested incarnation for this node (must grow across restarts).
+    fn incarnation(&self) -> u64;
+    /// The current time on this transport's clock (virtual in the simulator).
+    fn now(&self) -> Time;
+    /// Send one datagram, best effort: a datagram the network cannot take now is dropped
+    /// (and recovered by retransmission). `Err` only for failures of the transport itself.
+    fn send(&mut self, to: NodeAddr, datagram: &[u8]) -> Result<(), AmError>;
+    /// Without blocking, hand up to `max` received datagrams to `sink`; returns how many.
+    fn recv(
+        &mut self,
+        max: usize,
+        sink: &mut dyn FnMut(NodeAddr, &[u8]),
+    ) -> Result<usize, AmError>;
+    /// Is a received datagram waiting (without blocking)?
+    fn has_pending(&mut self) -> bool;
+    /// Block until a datagram is waiting or `deadline` passes (`None`: no deadline). Returns
+    /// whether a datagram is waiting.
+    fn wait(&mut self, deadline: Option<Time>) -> Result<bool, AmError>;
+    /// Let time pass until `t` without watching for datagrams (virtual time: jump).
+    fn sleep_until(&mut self, t: Time);
+    /// The async form of [`Transport::wait`].
+    fn wait_async(
+        &mut self,
+        deadline: Option<Time>,
+    ) -> impl Future<Output = Result<bool, AmError>> + Send;
+}
