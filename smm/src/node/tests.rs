@@ -1,0 +1,399 @@
+//! SMM nodes over real SIU and TM state machines, wired with lossless FIFO queues.
+
+use super::*;
+use crate::oracle;
+use crate::{MemoryMap, SmmConfig, SmmLimits};
+use isotach_proto::config::{Limits, Timing};
+use isotach_proto::topology::Hop;
+use isotach_siu::{Route, Siu, SiuConfig};
+use isotach_tm::{TmConfig, TokenManager};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+enum To {
+    Tm(usize, usize),
+    SiuNet(usize),
+    SiuHost(usize),
+    Node(usize),
+}
+
+struct Cluster {
+    topo: Arc<Topology>,
+    tms: Vec<TokenManager>,
+    sius: Vec<Siu>,
+    nodes: Vec<SmmNode>,
+    queue: VecDeque<(To, Vec<u8>)>,
+}
+
+impl Cluster {
+    fn new(hosts: usize, switches: usize, map: MemoryMap) -> Self {
+        let topo = Arc::new(Topology::line(hosts, switches).unwrap());
+        let timing = Timing {
+            token_timeout_us: 1_000_000,
+            epoch_pulses: 16,
+        };
+        let map = Arc::new(map);
+        let tms = (0..switches)
+            .map(|s| {
+                TokenManager::new(TmConfig {
+                    switch: s as u16,
+                    topology: topo.clone(),
+                    timing,
+                    limits: Limits::default(),
+                })
+            })
+            .collect();
+        let sius = (0..hosts)
+            .map(|h| {
+                Siu::new(SiuConfig {
+                    host: h as u16,
+                    mode: isotach_siu::Mode::Siu,
+                    topology: topo.clone(),
+                    timing,
+                    limits: Limits::default(),
+                    initiates_reset: h == 0,
+                })
+            })
+            .collect();
+        let nodes = (0..hosts)
+            .map(|h| {
+                SmmNode::new(SmmConfig {
+                    host: h as u16,
+                    topology: topo.clone(),
+                    map: map.clone(),
+                    limits: SmmLimits {
+                        slots_per_page: 16,
+                        ..SmmLimits::default()
+                    },
+                    record: true,
+                })
+            })
+            .collect();
+        let mut c = Self {
+            topo,
+            tms,
+            sius,
+            nodes,
+            queue: VecDeque::new(),
+        };
+        c.sius[0].start(0);
+        c.collect();
+        c.run_until(|c| c.sius.iter().all(Siu::started));
+        c
+    }
+
+    /// Moves every output into the queue.
+    fn collect(&mut self) {
+        for s in 0..self.tms.len() {
+            while let Some((link, bytes)) = self.tms[s].poll_transmit() {
+                let peer = self.tms[s].links().nth(link).unwrap();
+                let to = match peer {
+                    Hop::Host(h) => To::SiuNet(usize::from(h)),
+                    Hop::Switch(t) => {
+                        let back = self.tms[usize::from(t)]
+                            .link_to(Hop::Switch(s as u16))
+                            .unwrap();
+                        To::Tm(usize::from(t), back)
+                    }
+                };
+                self.queue.push_back((to, bytes));
+            }
+        }
+        for h in 0..self.sius.len() {
+            while let Some(t) = self.sius[h].poll_net() {
+                let to = match t.route {
+                    Route::Tm => {
+                        let s = self.topo.switch_of(h as u16);
+                        let link = self.tms[usize::from(s)]
+                            .link_to(Hop::Host(h as u16))
+                            .unwrap();
+                        To::Tm(usize::from(s), link)
+                    }
+                    Route::Host(d) => To::SiuNet(usize::from(d)),
+                };
+                self.queue.push_back((to, t.bytes));
+            }
+            while let Some(b) = self.sius[h].poll_host() {
+                self.queue.push_back((To::Node(h), b));
+            }
+            while let Some(b) = self.nodes[h].poll_siu() {
+                self.queue.push_back((To::SiuHost(h), b));
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        let Some((to, bytes)) = self.queue.pop_front() else {
+            return;
+        };
+        match to {
+            To::Tm(s, link) => self.tms[s].handle_input(0, link, &bytes).unwrap(),
+            To::SiuNet(h) => self.sius[h].handle_net(0, &bytes).unwrap(),
+            To::SiuHost(h) => self.sius[h].handle_host(0, &bytes).unwrap(),
+            To::Node(h) => self.nodes[h].handle_siu(&bytes).unwrap(),
+        }
+        self.collect();
+    }
+
+    /// Runs until `done` holds (checked every step); panics after a step budget.
+    fn run_until(&mut self, mut done: impl FnMut(&Self) -> bool) {
+        for _ in 0..200_000 {
+            if done(self) {
+                return;
+            }
+            self.step();
+        }
+        panic!("cluster did not reach the condition");
+    }
+
+    /// Runs until nothing but tokens is in flight and every node has drained everything.
+    fn quiesce(&mut self) {
+        self.run_until(|c| {
+            let nodes_idle = c.nodes.iter().all(|n| {
+                n.hit.is_empty()
+                    && n.buckets.is_empty()
+                    && n.reads.values().all(|r| matches!(r, ReadSlot::Ready(_)))
+            });
+            let sius_idle = c.sius.iter().all(|s| s.pending_pulse_packets() == 0);
+            let only_tokens = c
+                .queue
+                .iter()
+                .all(|(_, b)| packet::peek_kind(b) == Ok(Kind::Token));
+            nodes_idle && sius_idle && only_tokens
+        });
+    }
+
+    fn records(&self) -> Vec<ExecRecord> {
+        self.nodes
+            .iter()
+            .flat_map(|n| n.records().iter().cloned())
+            .collect()
+    }
+}
+
+fn map(text: &str, hosts: usize) -> MemoryMap {
+    let names: Vec<String> = (0..hosts).map(|h| h.to_string()).collect();
+    MemoryMap::parse(text, "test", &names).unwrap()
+}
+
+#[test]
+fn remote_write_then_read_from_the_nearest_copy() {
+    // Page 0 on host 1 only; page 1 replicated on 0 and 1.
+    let mut c = Cluster::new(2, 1, map("0 1\n1 0 1\n", 2));
+    let a = Addr::new(0, 3);
+    let b = Addr::new(1, 2);
+    let mut iso = c.nodes[0].isochron();
+    iso.write(a, Width::W64, 0xdead_beef_0000_0001).unwrap();
+    iso.write(b, Width::W32, 42).unwrap();
+    iso.end().unwrap();
+    c.quiesce();
+    assert_eq!(c.nodes[1].local_value(a), Some(0xdead_beef_0000_0001));
+    assert_eq!(c.nodes[0].local_value(b), Some(42));
+    assert_eq!(c.nodes[1].local_value(b), Some(42));
+    let mut iso = c.nodes[0].isochron();
+    let ra = iso.read(a, Width::W64).unwrap();
+    let rb = iso.read(b, Width::W32).unwrap();
+    iso.end().unwrap();
+    c.quiesce();
+    assert_eq!(c.nodes[0].take_read(ra), Ok(Some(0xdead_beef_0000_0001)));
+    assert_eq!(c.nodes[0].take_read(rb), Ok(Some(42)));
+    assert_eq!(c.nodes[0].take_read(rb), Err(SmmError::UnknownRead));
+    assert!(oracle::check(&c.records()).clean());
+}
+
+#[test]
+fn purely_local_isochron_runs_at_once_when_nothing_is_outstanding() {
+    let mut c = Cluster::new(2, 1, map("0 0\n1 1\n", 2));
+    let a = Addr::new(0, 0);
+    let mut iso = c.nodes[0].isochron();
+    iso.write(a, Width::W64, 9).unwrap();
+    let r = iso.read(a, Width::W64).unwrap();
+    iso.end().unwrap();
+    assert_eq!(
+        c.nodes[0].read_value(r),
+        Some(9),
+        "ran without any logical time"
+    );
+    assert_eq!(c.nodes[0].stats().isochrons_immediate, 1);
+    // With a remote isochron outstanding, a local one waits its turn in the hit buffer.
+    let mut iso = c.nodes[0].isochron();
+    iso.write(Addr::new(1, 0), Width::W64, 1).unwrap();
+    iso.end().unwrap();
+    let mut iso = c.nodes[0].isochron();
+    let r2 = iso.read(a, Width::W64).unwrap();
+    iso.end().unwrap();
+    assert_eq!(c.nodes[0].read_value(r2), None);
+    c.quiesce();
+    assert_eq!(c.nodes[0].read_value(r2), Some(9));
+    let rep = oracle::check(&c.records());
+    assert!(rep.clean(), "{rep:?}");
+}
+
+#[test]
+fn sched_blocks_readers_until_the_schedulers_assign() {
+    let mut c = Cluster::new(3, 1, map("0 0 1 2\n", 3));
+    let fork = Addr::new(0, 1);
+    // Host 1 reads and schedules the fork.
+    let mut iso = c.nodes[1].isochron();
+    let before = iso.read(fork, Width::W32).unwrap();
+    iso.sched(fork).unwrap();
+    iso.end().unwrap();
+    c.quiesce();
+    assert_eq!(c.nodes[1].take_read(before), Ok(Some(0)));
+    // Host 2 reads it: the read waits in read-pending.
+    let mut iso = c.nodes[2].isochron();
+    let waiting = iso.read(fork, Width::W32).unwrap();
+    iso.end().unwrap();
+    c.run_until(|c| c.nodes[2].hit.is_empty());
+    assert_eq!(c.nodes[2].read_value(waiting), None);
+    assert!(c.nodes[2].stats().read_pending >= 1);
+    // Host 0 cannot assign a sched it does not own.
+    let mut iso = c.nodes[0].isochron();
+    iso.assign(fork, Width::W32, 5).unwrap();
+    assert_eq!(iso.end(), Err(SmmError::AssignWithoutSched(fork)));
+    // Host 1 assigns: the reader gets the assigned value.
+    let mut iso = c.nodes[1].isochron();
+    iso.assign(fork, Width::W32, 7).unwrap();
+    iso.end().unwrap();
+    c.quiesce();
+    assert_eq!(c.nodes[2].read_value(waiting), Some(7));
+    let rep = oracle::check(&c.records());
+    assert!(rep.clean(), "{rep:?}");
+}
+
+#[test]
+fn messages_run_their_handler_in_order() {
+    let mut c = Cluster::new(2, 1, map("0 0 1\n", 2));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    c.nodes[1].register_handler(3, move |call| {
+        s.lock().unwrap().push((call.source, call.payload.to_vec()))
+    });
+    for i in 0..3u8 {
+        let mut iso = c.nodes[0].isochron();
+        iso.message(1, 3, &[i]).unwrap();
+        iso.end().unwrap();
+    }
+    let mut iso = c.nodes[0].isochron();
+    iso.message(1, 9, b"nobody").unwrap();
+    iso.end().unwrap();
+    c.quiesce();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![(0, vec![0]), (0, vec![1]), (0, vec![2])]
+    );
+    assert_eq!(c.nodes[1].stats().unhandled_messages, 1);
+}
+
+#[test]
+fn errors_at_the_caller() {
+    let mut c = Cluster::new(2, 1, map("0 0 1\n", 2));
+    let n = &mut c.nodes[0];
+    let mut iso = n.isochron();
+    assert_eq!(
+        iso.read(Addr::new(5, 0), Width::W32),
+        Err(SmmError::Unmapped(Addr::new(5, 0)))
+    );
+    assert_eq!(
+        iso.write(Addr::new(0, 16), Width::W32, 1),
+        Err(SmmError::Unmapped(Addr::new(0, 16)))
+    );
+    assert_eq!(
+        iso.write(Addr::new(0, 0), Width::W32, 1 << 32),
+        Err(SmmError::ValueTooWide {
+            value: 1 << 32,
+            bits: 32
+        })
+    );
+    assert!(matches!(
+        iso.message(0, 1, &[0; 2000]),
+        Err(SmmError::MessageTooLong { .. })
+    ));
+    assert_eq!(iso.message(9, 1, &[]), Err(SmmError::NoSuchHost(9)));
+    drop(iso);
+    assert_eq!(n.isochron().end(), Err(SmmError::EmptyIsochron));
+    let mut iso = n.isochron();
+    let _ = iso.read(Addr::new(0, 0), Width::W32).unwrap();
+    drop(iso);
+    assert_eq!(
+        n.stats().reads_outstanding,
+        0,
+        "an abandoned isochron releases its reads"
+    );
+}
+
+#[test]
+fn read_limit_is_back_pressure() {
+    let topo = Arc::new(Topology::line(1, 1).unwrap());
+    let mut n = SmmNode::new(SmmConfig {
+        host: 0,
+        topology: topo,
+        map: Arc::new(map("0 0\n", 1)),
+        limits: SmmLimits {
+            reads_max: 2,
+            ..SmmLimits::default()
+        },
+        record: false,
+    });
+    let mut iso = n.isochron();
+    iso.read(Addr::new(0, 0), Width::W32).unwrap();
+    iso.read(Addr::new(0, 1), Width::W32).unwrap();
+    assert_eq!(
+        iso.read(Addr::new(0, 2), Width::W32),
+        Err(SmmError::Limit(Table::Reads))
+    );
+}
+
+#[test]
+fn hot_variable_shared_by_all_hosts_across_switches_stays_consistent() {
+    // Four hosts on two switches, one replicated page written and read by everyone.
+    let mut c = Cluster::new(4, 2, map("0 0 1 2 3\n1 1 3\n", 4));
+    let hot = Addr::new(0, 0);
+    let cold = Addr::new(1, 5);
+    for round in 0..6u64 {
+        for h in 0..4 {
+            let mut iso = c.nodes[h].isochron();
+            let _ = iso.read(hot, Width::W64).unwrap();
+            iso.write(hot, Width::W64, round * 10 + h as u64).unwrap();
+            let _ = iso.read(cold, Width::W64).unwrap();
+            iso.write(cold, Width::W64, round).unwrap();
+            iso.end().unwrap();
+        }
+        for _ in 0..50 {
+            c.step();
+        }
+    }
+    c.quiesce();
+    let rep = oracle::check(&c.records());
+    assert!(rep.clean(), "{rep:?}");
+    assert_eq!(rep.reads_checked, 48);
+    let copies: Vec<_> = c.nodes.iter().map(|n| n.local_value(hot)).collect();
+    assert!(
+        copies.windows(2).all(|w| w[0] == w[1]),
+        "copies diverged: {copies:?}"
+    );
+}
+
+#[test]
+fn hybrid_drain_orders_more_than_the_vector_holds() {
+    // 40 writes from two hosts in one pulse to one host's page: count exceeds 32.
+    let mut c = Cluster::new(3, 1, map("0 2\n", 3));
+    for h in 0..2 {
+        let mut iso = c.nodes[h].isochron();
+        for i in 0..20 {
+            iso.write(
+                Addr::new(0, i % 16),
+                Width::W64,
+                (h * 100 + i as usize) as u64,
+            )
+            .unwrap();
+        }
+        iso.end().unwrap();
+    }
+    c.quiesce();
+    let s = c.nodes[2].stats();
+    assert_eq!(s.sorts_hybrid, 1, "{s:?}");
+    // Host 1 sorts after host 0 at the same TS; within a host, program order.
+    assert_eq!(c.nodes[2].local_value(Addr::new(0, 3)), Some(119));
+    assert!(oracle::check(&c.records()).clean());
+}
