@@ -11,11 +11,13 @@
 
 #![warn(missing_docs)]
 
+pub mod driver;
 pub mod map;
 mod memory;
 mod node;
 pub mod oracle;
 
+pub use driver::{LinkError, SharedSmm, SiuLink, Smm, WaitError};
 pub use map::{Addr, LocalMap, MapError, MemoryMap};
 pub use node::{HandlerCall, Isochron, SmmNode};
 

@@ -192,6 +192,11 @@ impl SmmNode {
         }
     }
 
+    /// Packets are waiting for the SIU.
+    pub fn has_output(&self) -> bool {
+        !self.to_siu.is_empty()
+    }
+
     /// Next packet for the SIU.
     pub fn poll_siu(&mut self) -> Option<Vec<u8>> {
         self.to_siu.pop_front()

@@ -1,0 +1,430 @@
+//! Ways to wait for reads and barriers: a blocking [`Smm`] over any [`SiuLink`], and a
+//! runtime-agnostic [`SharedSmm`] whose [`SharedSmm::read`] is a `Future` (works under tokio or
+//! any executor) while a pump task moves packets.
+//!
+//! [`SmmNode::read_value`] is the single-threaded `poll`: it never blocks; a driver calls
+//! [`SmmNode::handle_siu`] and [`SmmNode::poll_siu`] between checks.
+
+use crate::{ReadHandle, SmmError, SmmNode};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// The packet link between an SMM node and its SIU, as a driver provides it.
+pub trait SiuLink {
+    /// Sends one packet to the SIU.
+    fn send(&mut self, packet: Vec<u8>) -> Result<(), LinkError>;
+    /// Receives one packet from the SIU, waiting at most `timeout`; `Ok(None)` on timeout.
+    fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError>;
+}
+
+/// The link to the SIU failed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("SIU link: {0}")]
+pub struct LinkError(pub String);
+
+/// Why a wait ended without a value.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum WaitError {
+    /// The deadline passed first.
+    #[error("timed out after {0:?}")]
+    TimedOut(Duration),
+    /// The link failed.
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    /// The SMM refused something.
+    #[error(transparent)]
+    Smm(#[from] SmmError),
+}
+
+/// An SMM node plus its link: blocking waits for single-threaded applications.
+#[derive(Debug)]
+pub struct Smm<L> {
+    node: SmmNode,
+    link: L,
+}
+
+/// How long one receive waits inside a blocking wait before re-checking the deadline.
+const RECV_SLICE: Duration = Duration::from_millis(5);
+
+impl<L: SiuLink> Smm<L> {
+    /// Wraps a node and its link.
+    pub fn new(node: SmmNode, link: L) -> Self {
+        Self { node, link }
+    }
+
+    /// The node, to build isochrons and register handlers.
+    pub fn node(&mut self) -> &mut SmmNode {
+        &mut self.node
+    }
+
+    /// Sends everything queued for the SIU and handles every packet already received; never
+    /// waits. Returns the packets handled. Bad packets are counted in the node's stats.
+    pub fn poll(&mut self) -> Result<usize, LinkError> {
+        self.flush()?;
+        let mut handled = 0;
+        while let Some(p) = self.link.recv(Duration::ZERO)? {
+            let _ = self.node.handle_siu(&p);
+            handled += 1;
+        }
+        self.flush()?;
+        Ok(handled)
+    }
+
+    fn flush(&mut self) -> Result<(), LinkError> {
+        while let Some(p) = self.node.poll_siu() {
+            self.link.send(p)?;
+        }
+        Ok(())
+    }
+
+    /// Drives the link until `done` holds or `timeout` passes.
+    pub fn wait_until(
+        &mut self,
+        timeout: Duration,
+        mut done: impl FnMut(&SmmNode) -> bool,
+    ) -> Result<(), WaitError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.flush()?;
+            if done(&self.node) {
+                return Ok(());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(WaitError::TimedOut(timeout));
+            }
+            if let Some(p) = self.link.recv(left.min(RECV_SLICE))? {
+                let _ = self.node.handle_siu(&p);
+            }
+        }
+    }
+
+    /// Blocks until the read resolves; takes its value.
+    pub fn wait(&mut self, h: ReadHandle, timeout: Duration) -> Result<u64, WaitError> {
+        self.wait_until(timeout, |n| n.read_value(h).is_some())?;
+        Ok(self.node.take_read(h)?.unwrap_or_default())
+    }
+
+    /// Enters barrier `barrier` for `count` rounds and blocks until it completes.
+    pub fn barrier(
+        &mut self,
+        barrier: usize,
+        count: u32,
+        timeout: Duration,
+    ) -> Result<(), WaitError> {
+        self.node.barrier_start(barrier, count)?;
+        self.wait_until(timeout, |n| n.barrier_done(barrier))
+    }
+}
+
+/// An SMM node shared between application tasks and a pump task. Reads are awaited as futures;
+/// the pump feeds packets with [`SharedSmm::handle_siu`] and sends what [`SharedSmm::poll_siu`]
+/// returns. Works with any executor.
+#[derive(Debug, Clone)]
+pub struct SharedSmm {
+    inner: Arc<Mutex<Shared>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    node: SmmNode,
+    /// Tasks waiting on reads (or on any progress), woken after every input.
+    waiting: Vec<Waker>,
+    /// Wakes the pump when there is output.
+    pump: Option<Waker>,
+}
+
+impl SharedSmm {
+    /// Shares a node.
+    pub fn new(node: SmmNode) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Shared {
+                node,
+                waiting: Vec::new(),
+                pump: None,
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        // A panicking application task must not wedge the pump: keep going with the state.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the node (build isochrons, register handlers) and wakes the pump.
+    pub fn with<R>(&self, f: impl FnOnce(&mut SmmNode) -> R) -> R {
+        let mut s = self.lock();
+        let r = f(&mut s.node);
+        if let Some(w) = s.pump.take() {
+            w.wake();
+        }
+        r
+    }
+
+    /// Pump side: one packet from the SIU. Wakes every waiting reader.
+    pub fn handle_siu(&self, packet: &[u8]) -> Result<(), SmmError> {
+        let mut s = self.lock();
+        let r = s.node.handle_siu(packet);
+        for w in s.waiting.drain(..) {
+            w.wake();
+        }
+        r
+    }
+
+    /// Pump side: the next packet for the SIU.
+    pub fn poll_siu(&self) -> Option<Vec<u8>> {
+        self.lock().node.poll_siu()
+    }
+
+    /// Pump side: a future that completes when there is output for the SIU.
+    pub fn output_ready(&self) -> OutputReady {
+        OutputReady { smm: self.clone() }
+    }
+
+    /// A future resolving to the read's value (taking it).
+    pub fn read(&self, h: ReadHandle) -> ReadFuture {
+        ReadFuture {
+            smm: self.clone(),
+            handle: h,
+        }
+    }
+}
+
+/// Resolves to a read's value. See [`SharedSmm::read`].
+#[derive(Debug)]
+pub struct ReadFuture {
+    smm: SharedSmm,
+    handle: ReadHandle,
+}
+
+impl Future for ReadFuture {
+    type Output = Result<u64, SmmError>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut s = self.smm.lock();
+        match s.node.take_read(self.handle) {
+            Ok(Some(v)) => Poll::Ready(Ok(v)),
+            Ok(None) => {
+                s.waiting.push(cx.waker().clone());
+                Poll::Pending
+            }
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+/// Completes when the node has output for the SIU. See [`SharedSmm::output_ready`].
+#[derive(Debug)]
+pub struct OutputReady {
+    smm: SharedSmm,
+}
+
+impl Future for OutputReady {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut s = self.smm.lock();
+        if s.node.has_output() {
+            Poll::Ready(())
+        } else {
+            s.pump = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Addr, MemoryMap, SmmConfig, SmmLimits};
+    use isotach_proto::config::{Limits, Timing};
+    use isotach_proto::packet::Width;
+    use isotach_proto::topology::{Hop, Topology};
+    use isotach_siu::{Siu, SiuConfig};
+    use isotach_tm::{TmConfig, TokenManager};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+    use std::thread::JoinHandle;
+
+    /// A one-host cluster (TM + SIU) on its own thread, reached over channels.
+    struct Cluster {
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    impl Drop for Cluster {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+            if let Some(t) = self.thread.take() {
+                t.join().unwrap();
+            }
+        }
+    }
+
+    struct ChannelLink {
+        to_siu: Sender<Vec<u8>>,
+        from_siu: Receiver<Vec<u8>>,
+    }
+
+    impl SiuLink for ChannelLink {
+        fn send(&mut self, packet: Vec<u8>) -> Result<(), LinkError> {
+            self.to_siu
+                .send(packet)
+                .map_err(|e| LinkError(e.to_string()))
+        }
+        fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError> {
+            match self.from_siu.recv_timeout(timeout) {
+                Ok(p) => Ok(Some(p)),
+                Err(RecvTimeoutError::Timeout) => Ok(None),
+                Err(e) => Err(LinkError(e.to_string())),
+            }
+        }
+    }
+
+    fn node(topo: &Arc<Topology>) -> SmmNode {
+        let names = vec!["0".to_string()];
+        SmmNode::new(SmmConfig {
+            host: 0,
+            topology: topo.clone(),
+            map: Arc::new(MemoryMap::parse("0 0\n", "m", &names).unwrap()),
+            limits: SmmLimits::default(),
+            record: false,
+        })
+    }
+
+    fn cluster(topo: &Arc<Topology>) -> (Cluster, ChannelLink) {
+        let (to_siu, siu_in) = channel::<Vec<u8>>();
+        let (siu_out, from_siu) = channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let timing = Timing::default();
+        let mut tm = TokenManager::new(TmConfig {
+            switch: 0,
+            topology: topo.clone(),
+            timing,
+            limits: Limits::default(),
+        });
+        let mut siu = Siu::new(SiuConfig {
+            host: 0,
+            mode: isotach_siu::Mode::Siu,
+            topology: topo.clone(),
+            timing,
+            limits: Limits::default(),
+            initiates_reset: true,
+        });
+        let link = tm.link_to(Hop::Host(0)).unwrap();
+        let halt = stop.clone();
+        let thread = std::thread::spawn(move || {
+            siu.start(0);
+            while !halt.load(Ordering::Relaxed) {
+                while let Ok(p) = siu_in.try_recv() {
+                    siu.handle_host(0, &p).unwrap();
+                }
+                while let Some(t) = siu.poll_net() {
+                    tm.handle_input(0, link, &t.bytes).unwrap();
+                }
+                while let Some((_, b)) = tm.poll_transmit() {
+                    siu.handle_net(0, &b).unwrap();
+                }
+                while let Some(b) = siu.poll_host() {
+                    let _ = siu_out.send(b);
+                }
+                std::thread::yield_now();
+            }
+        });
+        (
+            Cluster {
+                stop,
+                thread: Some(thread),
+            },
+            ChannelLink { to_siu, from_siu },
+        )
+    }
+
+    #[test]
+    fn blocking_wait_resolves_a_read_through_a_running_siu() {
+        let topo = Arc::new(Topology::line(1, 1).unwrap());
+        let (_cluster, link) = cluster(&topo);
+        let mut smm = Smm::new(node(&topo), link);
+        // Page 0 is local and nothing is outstanding: this one runs at once.
+        let mut iso = smm.node().isochron();
+        iso.write(Addr::new(0, 1), Width::W64, 77).unwrap();
+        iso.end().unwrap();
+        // A barrier round trip goes through logical time.
+        smm.barrier(0, 1, Duration::from_secs(30)).unwrap();
+        assert_eq!(smm.node().barriers_completed(0), 1);
+        let mut iso = smm.node().isochron();
+        let r = iso.read(Addr::new(0, 1), Width::W64).unwrap();
+        iso.end().unwrap();
+        assert_eq!(smm.wait(r, Duration::from_secs(30)), Ok(77));
+        assert_eq!(smm.poll().map(|_| ()), Ok(()));
+    }
+
+    #[test]
+    fn wait_times_out_on_a_dead_link() {
+        let topo = Arc::new(Topology::line(1, 1).unwrap());
+        let (to_siu, _siu_in) = channel();
+        let (_siu_out, from_siu) = channel();
+        let mut smm = Smm::new(node(&topo), ChannelLink { to_siu, from_siu });
+        assert_eq!(
+            smm.barrier(0, 1, Duration::from_millis(20)),
+            Err(WaitError::TimedOut(Duration::from_millis(20)))
+        );
+    }
+
+    /// A minimal executor: runs one future to completion on this thread.
+    fn block_on<F: Future>(f: F) -> F::Output {
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        let mut f = std::pin::pin!(f);
+        loop {
+            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+                return v;
+            }
+            std::thread::park_timeout(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn async_read_resolves_while_a_pump_moves_packets() {
+        let topo = Arc::new(Topology::line(1, 1).unwrap());
+        let (_cluster, mut link) = cluster(&topo);
+        let smm = SharedSmm::new(node(&topo));
+        // The barrier needs the pump to reach the SIU and back; the local read resolves at once.
+        let r = smm.with(|n| {
+            n.barrier_start(1, 1).unwrap();
+            let mut iso = n.isochron();
+            iso.write(Addr::new(0, 2), Width::W32, 5).unwrap();
+            let r = iso.read(Addr::new(0, 2), Width::W32).unwrap();
+            iso.end().unwrap();
+            r
+        });
+        let pump_smm = smm.clone();
+        let done = Arc::new(AtomicBool::new(false));
+        let pump_done = done.clone();
+        let pump = std::thread::spawn(move || {
+            while !pump_done.load(Ordering::Relaxed) {
+                while let Some(p) = pump_smm.poll_siu() {
+                    link.send(p).unwrap();
+                }
+                if let Some(p) = link.recv(Duration::from_millis(5)).unwrap() {
+                    let _ = pump_smm.handle_siu(&p);
+                }
+            }
+        });
+        assert_eq!(block_on(smm.read(r)), Ok(5));
+        while !smm.with(|n| n.barrier_done(1)) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        done.store(true, Ordering::Relaxed);
+        pump.join().unwrap();
+        assert_eq!(block_on(smm.read(r)), Err(SmmError::UnknownRead));
+    }
+}
