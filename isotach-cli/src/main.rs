@@ -1,1 +1,58 @@
-fn main() {}
+//! `isotach`: one binary for the daemons, the demo, the simulator, benchmarks and tools.
+//!
+//! Every subcommand group lives in its own module and returns an exit code; a
+//! [`UsageError`] (bad flag, bad config) exits with 2, any other error with 1.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+mod sim_cmd;
+
+/// Exit code of a run whose checks failed.
+const EXIT_FAILED: u8 = 1;
+/// Exit code of a usage or configuration error.
+const EXIT_USAGE: u8 = 2;
+
+/// A usage or configuration error: printed as is, exit code 2.
+#[derive(Debug)]
+pub(crate) struct UsageError(pub(crate) String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Isotach over commodity networks: logical time, isochrons and shared memory.
+#[derive(Debug, Parser)]
+#[command(name = "isotach", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the deterministic simulator (virtual clock, seeded network faults).
+    Sim(sim_cmd::SimArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Sim(args) => sim_cmd::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) if e.is::<UsageError>() => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
