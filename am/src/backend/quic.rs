@@ -1,1 +1,508 @@
-//! QUIC backend (placeholder).
+//! QUIC backend (quinn 0.11, rustls with ring): AM frames travel as QUIC DATAGRAM frames, one
+//! connection per node pair, both ends authenticated by certificates a cluster CA issued.
+//! A peer without such a certificate fails the TLS handshake, so its traffic never reaches
+//! the protocol core (its requests come back `Unreachable` at its own end).
+//!
+//! QUIC datagrams are unreliable, so the AM reliability layer (sequence numbers, reply cache,
+//! retransmission, credits) runs unchanged on top; QUIC adds encryption, authentication and
+//! congestion control. Connections are opened lazily on the first send to an address
+//! (datagrams queue meanwhile, at most [`CONNECT_QUEUE`]). A quinn endpoint uses one UDP
+//! socket for both roles, so a peer's connection comes from the address it listens on, which
+//! is its AM node address.
+//!
+//! quinn runs on a private one-worker tokio runtime. Received datagrams cross to the caller's
+//! thread through a bounded channel ([`RX_QUEUE`]); this backend allocates per message (quinn
+//! takes `Bytes`), unlike the UDP fast path.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
+use tokio::sync::mpsc;
+
+use crate::error::AmError;
+use crate::rng::Rng;
+use crate::transport::Transport;
+use crate::types::{NodeAddr, Time};
+
+/// TLS server name every node certificate carries (peers are told apart by address and
+/// certificate, not by SNI).
+pub const SERVER_NAME: &str = "isotach-node";
+/// ALPN protocol id.
+pub const ALPN: &[u8] = b"isotach-am/1";
+/// Datagrams queued per connection while it is being established.
+pub const CONNECT_QUEUE: usize = 256;
+/// Received datagrams waiting for the bundle.
+pub const RX_QUEUE: usize = 8192;
+
+/// A cluster certificate authority (what `isotach cert` would create).
+pub struct CertAuthority {
+    params: CertificateParams,
+    key: KeyPair,
+    cert_der: Vec<u8>,
+}
+
+impl std::fmt::Debug for CertAuthority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertAuthority").finish_non_exhaustive()
+    }
+}
+
+impl CertAuthority {
+    /// The CA certificate (DER), which every node trusts.
+    pub fn cert_der(&self) -> &[u8] {
+        &self.cert_der
+    }
+}
+
+fn tls_err(e: impl std::fmt::Display) -> AmError {
+    AmError::Backend(e.to_string())
+}
+
+/// Make a self-signed cluster CA.
+pub fn make_ca(common_name: &str) -> Result<CertAuthority, AmError> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(tls_err)?;
+    params.distinguished_name.push(DnType::CommonName, common_name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let key = KeyPair::generate().map_err(tls_err)?;
+    let cert = params.self_signed(&key).map_err(tls_err)?;
+    Ok(CertAuthority { cert_der: cert.der().to_vec(), params, key })
+}
+
+/// What a node needs for QUIC: the CA it trusts, its certificate and its private key.
+#[derive(Clone, Debug)]
+pub struct QuicIdentity {
+    /// DER of the cluster CA certificate.
+    pub ca_der: Vec<u8>,
+    /// DER of this node's certificate (signed by the CA).
+    pub cert_der: Vec<u8>,
+    /// PKCS#8 DER of this node's private key.
+    pub key_der: Vec<u8>,
+}
+
+/// Issue a node certificate (SANs: [`SERVER_NAME`] and `node_name`) signed by `ca`.
+pub fn make_node_identity(ca: &CertAuthority, node_name: &str) -> Result<QuicIdentity, AmError> {
+    let mut params =
+        CertificateParams::new(vec![SERVER_NAME.to_string(), node_name.to_string()]).map_err(tls_err)?;
+    params.distinguished_name.push(DnType::CommonName, node_name);
+    let key = KeyPair::generate().map_err(tls_err)?;
+    let issuer = Issuer::from_params(&ca.params, &ca.key);
+    let cert = params.signed_by(&key, &issuer).map_err(tls_err)?;
+    Ok(QuicIdentity { ca_der: ca.cert_der.clone(), cert_der: cert.der().to_vec(), key_der: key.serialize_der() })
+}
+
+/// QUIC backend settings.
+#[derive(Clone, Debug)]
+pub struct QuicConfig {
+    /// Address to bind (and to be known by).
+    pub bind: SocketAddr,
+    /// Certificates.
+    pub identity: QuicIdentity,
+    /// Largest AM frame per QUIC datagram (default 1350, which fits the default
+    /// `initial_mtu` of 1452 with QUIC's overhead).
+    pub max_datagram: usize,
+    /// QUIC initial MTU (default 1452: a 1500-byte Ethernet MTU minus IPv4/UDP headers).
+    pub initial_mtu: u16,
+    /// QUIC idle timeout: a silent peer's connection is closed after this.
+    pub idle_timeout: Duration,
+    /// Test hook: probability that a sent datagram is dropped.
+    pub loss: f64,
+    /// Test hook: probability that a sent datagram is sent twice.
+    pub dup: f64,
+    /// Seed of the fault hooks.
+    pub fault_seed: u64,
+}
+
+impl QuicConfig {
+    /// Defaults for `bind` and `identity`.
+    pub fn new(bind: SocketAddr, identity: QuicIdentity) -> Self {
+        Self {
+            bind,
+            identity,
+            max_datagram: 1350,
+            initial_mtu: 1452,
+            idle_timeout: Duration::from_secs(30),
+            loss: 0.0,
+            dup: 0.0,
+            fault_seed: 0,
+        }
+    }
+}
+
+enum Conn {
+    Connecting(VecDeque<Bytes>),
+    Ready(quinn::Connection),
+    Failed(Instant),
+}
+
+struct Shared {
+    conns: Mutex<HashMap<SocketAddr, Conn>>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, HashMap<SocketAddr, Conn>> {
+        self.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Counters of the QUIC driver.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QuicStats {
+    /// Datagrams handed to quinn.
+    pub sent: u64,
+    /// Datagrams dropped (queue full, connection failed or lost, too large).
+    pub send_dropped: u64,
+    /// Connection attempts started.
+    pub connects: u64,
+    /// Datagrams received.
+    pub received: u64,
+}
+
+/// A quinn endpoint driving one bundle.
+pub struct QuicTransport {
+    rt: Option<Runtime>,
+    endpoint: quinn::Endpoint,
+    shared: Arc<Shared>,
+    rx: mpsc::Receiver<(SocketAddr, Bytes)>,
+    tx: mpsc::Sender<(SocketAddr, Bytes)>,
+    stash: Option<(SocketAddr, Bytes)>,
+    local: SocketAddr,
+    origin: Instant,
+    inc: u64,
+    max_datagram: usize,
+    faults: Option<(Rng, f64, f64)>,
+    stats: QuicStats,
+}
+
+impl std::fmt::Debug for QuicTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuicTransport")
+            .field("local", &self.local)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+fn configs(cfg: &QuicConfig) -> Result<(quinn::ServerConfig, quinn::ClientConfig), AmError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from(cfg.identity.ca_der.clone())).map_err(tls_err)?;
+    let roots = Arc::new(roots);
+    let cert = vec![CertificateDer::from(cfg.identity.cert_der.clone())];
+    let key = || PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cfg.identity.key_der.clone()));
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+        .build()
+        .map_err(tls_err)?;
+    let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(tls_err)?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(cert.clone(), key())
+        .map_err(tls_err)?;
+    server.alpn_protocols = vec![ALPN.to_vec()];
+    let mut client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(tls_err)?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(cert, key())
+        .map_err(tls_err)?;
+    client.alpn_protocols = vec![ALPN.to_vec()];
+
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .initial_mtu(cfg.initial_mtu)
+        .datagram_receive_buffer_size(Some(8 << 20))
+        .datagram_send_buffer_size(8 << 20)
+        .keep_alive_interval(Some(cfg.idle_timeout / 3))
+        .max_idle_timeout(Some(cfg.idle_timeout.try_into().map_err(tls_err)?));
+    let transport = Arc::new(transport);
+    let qs = quinn::crypto::rustls::QuicServerConfig::try_from(server).map_err(tls_err)?;
+    let mut sc = quinn::ServerConfig::with_crypto(Arc::new(qs));
+    sc.transport_config(transport.clone());
+    let qc = quinn::crypto::rustls::QuicClientConfig::try_from(client).map_err(tls_err)?;
+    let mut cc = quinn::ClientConfig::new(Arc::new(qc));
+    cc.transport_config(transport);
+    Ok((sc, cc))
+}
+
+/// Register a ready connection and pump its datagrams into the channel.
+fn adopt(shared: &Arc<Shared>, tx: &mpsc::Sender<(SocketAddr, Bytes)>, conn: quinn::Connection) {
+    let addr = conn.remote_address();
+    {
+        let mut conns = shared.lock();
+        match conns.remove(&addr) {
+            Some(Conn::Ready(old)) if old.close_reason().is_none() => {
+                // Keep the connection we already use; still read from the new one.
+                conns.insert(addr, Conn::Ready(old));
+            }
+            Some(Conn::Connecting(q)) => {
+                for b in q {
+                    let _ = conn.send_datagram(b);
+                }
+                conns.insert(addr, Conn::Ready(conn.clone()));
+            }
+            _ => {
+                conns.insert(addr, Conn::Ready(conn.clone()));
+            }
+        }
+    }
+    let (shared, tx) = (shared.clone(), tx.clone());
+    tokio::spawn(async move {
+        while let Ok(b) = conn.read_datagram().await {
+            if tx.send((addr, b)).await.is_err() {
+                break;
+            }
+        }
+        let mut conns = shared.lock();
+        if let Some(Conn::Ready(c)) = conns.get(&addr)
+            && c.stable_id() == conn.stable_id()
+        {
+            conns.remove(&addr);
+        }
+    });
+}
+
+impl QuicTransport {
+    /// Bind a QUIC endpoint (server and client) with `cfg`.
+    pub fn bind(cfg: QuicConfig) -> Result<Self, AmError> {
+        if !(1200..=1452).contains(&cfg.max_datagram) || usize::from(cfg.initial_mtu) < cfg.max_datagram {
+            return Err(AmError::BadArg("QUIC max_datagram must be in 1200..=1452 and below initial_mtu"));
+        }
+        let (sc, cc) = configs(&cfg)?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("am-quic")
+            .enable_all()
+            .build()?;
+        let mut endpoint = {
+            let _g = rt.enter();
+            quinn::Endpoint::server(sc, cfg.bind)?
+        };
+        endpoint.set_default_client_config(cc);
+        let local = endpoint.local_addr()?;
+        let shared = Arc::new(Shared { conns: Mutex::new(HashMap::new()) });
+        let (tx, rx) = mpsc::channel(RX_QUEUE);
+        {
+            let (ep, shared, tx) = (endpoint.clone(), shared.clone(), tx.clone());
+            rt.spawn(async move {
+                while let Some(incoming) = ep.accept().await {
+                    let (shared, tx) = (shared.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        // A peer without a certificate from our CA fails here.
+                        if let Ok(conn) = incoming.await {
+                            adopt(&shared, &tx, conn);
+                        }
+                    });
+                }
+            });
+        }
+        let inc = SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_micros() as u64).max(1);
+        let faults = (cfg.loss > 0.0 || cfg.dup > 0.0).then(|| (Rng::new(cfg.fault_seed), cfg.loss, cfg.dup));
+        Ok(Self {
+            rt: Some(rt),
+            endpoint,
+            shared,
+            rx,
+            tx,
+            stash: None,
+            local,
+            origin: Instant::now(),
+            inc,
+            max_datagram: cfg.max_datagram,
+            faults,
+            stats: QuicStats::default(),
+        })
+    }
+
+    /// The bound socket address.
+    pub fn socket_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Driver counters.
+    pub fn quic_stats(&self) -> QuicStats {
+        self.stats
+    }
+
+    fn handle(&self) -> &Handle {
+        self.rt.as_ref().map(Runtime::handle).expect("runtime lives until drop")
+    }
+
+    fn send_one(&mut self, to: SocketAddr, b: Bytes) {
+        let mut conns = self.shared.lock();
+        match conns.get_mut(&to) {
+            Some(Conn::Ready(c)) => match c.send_datagram(b) {
+                Ok(()) => self.stats.sent += 1,
+                Err(_) => {
+                    self.stats.send_dropped += 1;
+                    if c.close_reason().is_some() {
+                        conns.remove(&to);
+                    }
+                }
+            },
+            Some(Conn::Connecting(q)) => {
+                if q.len() < CONNECT_QUEUE {
+                    q.push_back(b);
+                } else {
+                    self.stats.send_dropped += 1;
+                }
+            }
+            Some(Conn::Failed(at)) if at.elapsed() < Duration::from_millis(200) => {
+                self.stats.send_dropped += 1;
+            }
+            _ => {
+                conns.insert(to, Conn::Connecting(VecDeque::from([b])));
+                drop(conns);
+                self.stats.connects += 1;
+                let (ep, shared, tx) = (self.endpoint.clone(), self.shared.clone(), self.tx.clone());
+                self.handle().spawn(async move {
+                    let conn = match ep.connect(to, SERVER_NAME) {
+                        Ok(c) => c.await,
+                        Err(_) => {
+                            shared.lock().insert(to, Conn::Failed(Instant::now()));
+                            return;
+                        }
+                    };
+                    match conn {
+                        Ok(c) => adopt(&shared, &tx, c),
+                        Err(_) => {
+                            shared.lock().insert(to, Conn::Failed(Instant::now()));
+                        }
+                    }
+                });
+            }
+        }
+    }
+
+    fn try_stash(&mut self) -> bool {
+        if self.stash.is_none() {
+            self.stash = self.rx.try_recv().ok();
+        }
+        self.stash.is_some()
+    }
+
+    fn tokio_deadline(&self, t: Time) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.origin + Duration::from_nanos(t.0))
+    }
+}
+
+impl Drop for QuicTransport {
+    fn drop(&mut self) {
+        self.endpoint.close(0u32.into(), b"bye");
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Transport for QuicTransport {
+    fn local_addr(&self) -> NodeAddr {
+        NodeAddr::Ip(self.local)
+    }
+    fn max_datagram(&self) -> usize {
+        self.max_datagram
+    }
+    fn incarnation(&self) -> u64 {
+        self.inc
+    }
+    fn now(&self) -> Time {
+        Time(self.origin.elapsed().as_nanos() as u64)
+    }
+    fn send(&mut self, to: NodeAddr, datagram: &[u8]) -> Result<(), AmError> {
+        let NodeAddr::Ip(to) = to else { return Ok(()) };
+        let copies = match &mut self.faults {
+            None => 1,
+            Some((rng, loss, dup)) => {
+                if rng.chance(*loss) {
+                    0
+                } else if rng.chance(*dup) {
+                    2
+                } else {
+                    1
+                }
+            }
+        };
+        for _ in 0..copies {
+            self.send_one(to, Bytes::copy_from_slice(datagram));
+        }
+        Ok(())
+    }
+    fn recv(&mut self, max: usize, sink: &mut dyn FnMut(NodeAddr, &[u8])) -> Result<usize, AmError> {
+        let mut n = 0;
+        while n < max {
+            let item = match self.stash.take() {
+                Some(i) => i,
+                None => match self.rx.try_recv() {
+                    Ok(i) => i,
+                    Err(_) => break,
+                },
+            };
+            sink(NodeAddr::Ip(item.0), &item.1);
+            n += 1;
+        }
+        self.stats.received += n as u64;
+        Ok(n)
+    }
+    fn has_pending(&mut self) -> bool {
+        self.try_stash()
+    }
+    fn wait(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
+        if self.try_stash() {
+            return Ok(true);
+        }
+        let d = deadline.map(|t| self.tokio_deadline(t));
+        let inside = Handle::try_current().ok();
+        if let Some(h) = &inside
+            && h.runtime_flavor() != RuntimeFlavor::MultiThread
+        {
+            // On a current-thread runtime we cannot block: sleep-poll instead.
+            loop {
+                if self.try_stash() {
+                    return Ok(true);
+                }
+                if deadline.is_some_and(|d| self.now() >= d) {
+                    return Ok(false);
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        let rt_handle = self.handle().clone();
+        let rx = &mut self.rx;
+        let fut = async move {
+            match d {
+                Some(d) => tokio::time::timeout_at(d, rx.recv()).await.ok().flatten(),
+                None => rx.recv().await,
+            }
+        };
+        let got = match inside {
+            None => rt_handle.block_on(fut),
+            Some(_) => tokio::task::block_in_place(|| rt_handle.block_on(fut)),
+        };
+        self.stash = got;
+        Ok(self.stash.is_some())
+    }
+    fn sleep_until(&mut self, t: Time) {
+        let now = self.now();
+        if t > now {
+            std::thread::sleep(t.since(now));
+        }
+    }
+    async fn wait_async(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
+        if self.try_stash() {
+            return Ok(true);
+        }
+        let d = deadline.map(|t| self.tokio_deadline(t));
+        let got = match d {
+            Some(d) => tokio::time::timeout_at(d, self.rx.recv()).await.ok().flatten(),
+            None => self.rx.recv().await,
+        };
+        self.stash = got;
+        Ok(self.stash.is_some())
+    }
+}
