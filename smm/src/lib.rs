@@ -16,6 +16,7 @@ pub mod map;
 mod memory;
 mod node;
 pub mod oracle;
+pub mod testkit;
 
 pub use driver::{LinkError, SharedSmm, SiuLink, Smm, WaitError};
 pub use map::{Addr, LocalMap, MapError, MemoryMap};

@@ -444,7 +444,7 @@ impl SmmNode {
         // Hybrid: the vector orders the first 32 arrivals; sort the rest, then merge.
         order.extend(SORT_VECTOR_MAX as u32..n as u32);
         order[SORT_VECTOR_MAX..].sort_unstable_by_key(|&i| bucket[i as usize].sort_key());
-        merge_sorted_halves(order, SORT_VECTOR_MAX, |i| bucket[i as usize].sort_key());
+        merge_sorted_halves(order, |i| bucket[i as usize].sort_key());
         self.stats.sorts_hybrid += 1;
     }
 
@@ -872,17 +872,26 @@ impl SmmNode {
     }
 }
 
-/// Merges `order[..mid]` and `order[mid..]`, each sorted by `key`, in place (stable).
-fn merge_sorted_halves<K: Ord>(order: &mut [u32], mid: usize, key: impl Fn(u32) -> K) {
-    // Insertion merge from the back half; the halves are small relative to a pulse, and this
-    // needs no scratch allocation.
-    for j in mid..order.len() {
-        let mut i = j;
-        while i > 0 && key(order[i - 1]) > key(order[i]) {
-            order.swap(i - 1, i);
-            i -= 1;
+/// Merges `order[..SORT_VECTOR_MAX]` (the vector's order) with `order[SORT_VECTOR_MAX..]`
+/// (sorted in software), both sorted by `key`, in place. The front half is copied to a stack
+/// buffer; writing position `k` never passes the next unread back element, so one pass suffices
+/// and nothing is allocated.
+fn merge_sorted_halves<K: Ord>(order: &mut [u32], key: impl Fn(u32) -> K) {
+    let mid = SORT_VECTOR_MAX.min(order.len());
+    let mut front = [0u32; SORT_VECTOR_MAX];
+    front[..mid].copy_from_slice(&order[..mid]);
+    let (mut i, mut j, mut k) = (0, mid, 0);
+    while i < mid {
+        if j < order.len() && key(order[j]) < key(front[i]) {
+            order[k] = order[j];
+            j += 1;
+        } else {
+            order[k] = front[i];
+            i += 1;
         }
+        k += 1;
     }
+    debug_assert!(k == j, "the rest of the back half is already in place");
 }
 
 impl Isochron<'_> {
