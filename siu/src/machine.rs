@@ -241,13 +241,17 @@ impl Siu {
             error: e,
         };
         let kind = packet::peek_kind(bytes).map_err(decode)?;
-        // A host packet yields at most: one net packet plus one marker (EOI), or a token
-        // forward; check room first so a refusal consumes nothing.
-        self.room(Side::Net, 1)?;
-        self.room(Side::Host, 1)?;
+        // Non-isotach traffic needs room only where it goes: a full host-bound queue must not
+        // hold it up (requirement 20).
         if kind == Kind::Plain {
+            self.room(Side::Net, 1)?;
             return self.plain_from_host(bytes);
         }
+        // An isotach packet yields at most: one net packet, or a marker (EOI) plus the tokens
+        // requirement 26 held back (two at most), or a token forward; check room first so a
+        // refusal consumes nothing.
+        self.room(Side::Net, 2)?;
+        self.room(Side::Host, 1)?;
         if kind == Kind::Token {
             if self.cfg.mode != Mode::Host {
                 return Err(SiuError::WrongMode {
@@ -294,6 +298,14 @@ impl Siu {
             Ok(k) => k,
             Err(e) => return Err(decode(e)),
         };
+        // Non-isotach traffic needs room only on the host side (requirement 20).
+        if kind == Kind::Plain {
+            self.room(Side::Host, 1)?;
+            PlainMessage::decode(bytes).map_err(decode)?;
+            self.stats.plain_to_host += 1;
+            self.to_host.push_back(bytes.to_vec());
+            return Ok(());
+        }
         // A token may yield a token to the net, an EOP and (on reset) one more EOP.
         self.room(Side::Net, 1)?;
         self.room(Side::Host, 2)?;
@@ -306,12 +318,6 @@ impl Siu {
                 }
             },
             Kind::IsotachMessage => self.message_from_net(bytes),
-            Kind::Plain => {
-                PlainMessage::decode(bytes).map_err(decode)?;
-                self.stats.plain_to_host += 1;
-                self.to_host.push_back(bytes.to_vec());
-                Ok(())
-            }
             _ => {
                 packet::Packet::decode(bytes).map_err(decode)?;
                 Err(SiuError::UnexpectedKind {
@@ -492,21 +498,28 @@ impl Siu {
         self.stats.eops_sent += 1;
     }
 
-    /// SIU mode: sends the next token if the protocol allows (requirements 2-4, 26, 36).
+    /// SIU mode: sends every token the protocol allows (requirements 2-4, 26, 36). After a
+    /// token held back by requirement 26 that can be two: the token manager may have sent its
+    /// next wave meanwhile (requirement 3).
     fn try_send_token(&mut self, now_us: u64) {
+        while self.try_send_one_token(now_us) {}
+    }
+
+    /// Sends the next token if the protocol allows; returns whether it did.
+    fn try_send_one_token(&mut self, now_us: u64) -> bool {
         if !self.started || self.cfg.mode != Mode::Siu {
-            return;
+            return false;
         }
         // Token w + 1 goes out only after token w arrived (the first one is free).
         if self.recvclock < self.sendclock {
-            return;
+            return false;
         }
         // Requirement 26: while an isochron is open, the sendclock may advance only while
         // sendclock + distance stays within its TS.
         if let Some(open) = self.open
             && self.sendclock + 1 + u64::from(open.distance) > open.ts
         {
-            return;
+            return false;
         }
         let wave = self.sendclock + 1;
         let token = Token {
@@ -525,6 +538,7 @@ impl Siu {
         self.sendclock = wave;
         self.stats.tokens_sent += 1;
         self.token_deadline_us = Some(now_us + self.cfg.timing.token_timeout_us);
+        true
     }
 
     fn ends_epoch(&self, wave: u64) -> bool {
@@ -595,12 +609,14 @@ impl Siu {
             return Ok(());
         }
         match classify(self.sendclock, t.seq) {
-            Arrival::InSequence if !t.repeat => {
+            // A repeat can be in sequence: the host resends a token this SIU dropped (bad CRC,
+            // requirement 7). It is the next token to the network; dropping it would stall.
+            Arrival::InSequence => {
                 self.sendclock += 1;
                 self.stats.tokens_sent += 1;
             }
             Arrival::Duplicate if t.repeat => self.stats.tokens_repeated += 1,
-            Arrival::InSequence | Arrival::Early => {
+            Arrival::Early => {
                 self.stats.tokens_early += 1;
                 return Ok(());
             }
