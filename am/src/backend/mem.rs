@@ -105,6 +105,7 @@ struct Net {
     flight: BinaryHeap<Flight>,
     nodes: Vec<Node>,
     cut: Vec<(u32, u32)>,
+    slow: Vec<(u32, u32, Duration)>,
     dropped: u64,
     delivered: u64,
 }
@@ -140,6 +141,9 @@ impl Net {
             if self.rng.chance(self.faults.reorder) {
                 d += self.faults.reorder_extra;
             }
+            if let Some(&(_, _, extra)) = self.slow.iter().find(|&&(a, b, _)| (a, b) == (from, to)) {
+                d += extra;
+            }
             self.seq += 1;
             self.flight.push(Flight { at: self.now.plus(d), seq: self.seq, from, to, bytes: bytes.to_vec() });
         }
@@ -170,6 +174,7 @@ impl MemNet {
             flight: BinaryHeap::new(),
             nodes: Vec::new(),
             cut: Vec::new(),
+            slow: Vec::new(),
             dropped: 0,
             delivered: 0,
         };
@@ -214,6 +219,15 @@ impl MemNet {
         n.cut.retain(|&(x, y)| (x, y) != (a, b) && (x, y) != (b, a));
         if !up {
             n.cut.push((a, b));
+        }
+    }
+
+    /// Add `extra` one-way delay to datagrams from `from` to `to` (zero removes it).
+    pub fn set_link_delay(&self, from: u32, to: u32, extra: Duration) {
+        let mut n = self.lock();
+        n.slow.retain(|&(a, b, _)| (a, b) != (from, to));
+        if !extra.is_zero() {
+            n.slow.push((from, to, extra));
         }
     }
 
