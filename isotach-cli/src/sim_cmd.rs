@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use isotach_proto::config::{ClusterConfig, Timing};
 use isotach_proto::topology::{HOSTS_MAX, SWITCHES_MAX};
 use isotach_sim::waves::{self, WavesLoad, WavesOptions, WavesReport};
-use isotach_sim::{Faults, Pauses, RangeUs};
+use isotach_sim::{Faults, Pauses, RangeUs, Tamper};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -103,6 +103,10 @@ struct WavesArgs {
     /// from the token timer and pauses, at least one second).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     stall_us: Option<u64>,
+    /// Test only: damage the SIU→host stream to prove the oracle fails
+    /// (hold-back-message, swap-sort-vector).
+    #[arg(long, hide = true, value_parser = parse_tamper)]
+    tamper: Option<Tamper>,
     /// Print one JSON object on stdout (progress goes to stderr).
     #[arg(long)]
     json: bool,
@@ -204,6 +208,7 @@ fn waves_options(a: &WavesArgs) -> anyhow::Result<WavesOptions> {
         send_delta_max: a.send_delta_max,
     };
     opts.stall_us = a.stall_us;
+    opts.tamper = a.tamper.unwrap_or_default();
     opts.validate().map_err(|e| UsageError(e.to_string()))?;
     Ok(opts)
 }
@@ -244,6 +249,18 @@ fn print_summary(r: &WavesReport) {
         r.datagrams, r.retransmissions, r.reordered, r.duplicates_absorbed, r.pauses
     );
     println!("  trace_hash {}", r.trace_hash);
+}
+
+/// A test-only tamper mode.
+fn parse_tamper(s: &str) -> Result<Tamper, String> {
+    match s {
+        "none" => Ok(Tamper::None),
+        "hold-back-message" => Ok(Tamper::HoldBackMessage),
+        "swap-sort-vector" => Ok(Tamper::SwapSortVector),
+        _ => Err(format!(
+            "`{s}` is not a tamper mode (none, hold-back-message, swap-sort-vector)"
+        )),
+    }
 }
 
 /// A seed: decimal or `0x`-prefixed hex.

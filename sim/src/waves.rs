@@ -309,12 +309,46 @@ pub fn run_with_progress(
         });
     };
     let completed = end == RunEnd::Stopped;
+    let stall = (!completed).then(|| diagnose_stall(&sim, end));
     // Let every EOP already queued reach its host, then check the pulses that ended.
     let recvclocks: Vec<u64> = sim.sius().map(|s| s.recvclock()).collect();
     let pulses = sim.min_recvclock();
     sim.run_for(opts.faults.host_latency_us + 1);
     sim.observer_mut().finish(&recvclocks);
-    Ok(report(opts, &sim, pulses, completed, wall.elapsed()))
+    let mut r = report(opts, &sim, pulses, completed, wall.elapsed());
+    r.problems.extend(stall);
+    Ok(r)
+}
+
+/// Describes where a run that did not complete got stuck.
+fn diagnose_stall(sim: &Sim<WavesHost, PulseOracle>, end: RunEnd) -> String {
+    let min = sim.min_recvclock();
+    let sius_not_started: Vec<usize> = sim
+        .sius()
+        .enumerate()
+        .filter(|(_, s)| !s.started())
+        .map(|(h, _)| h)
+        .collect();
+    let tms_not_started: Vec<usize> = sim
+        .tms()
+        .enumerate()
+        .filter(|(_, t)| !t.started())
+        .map(|(s, _)| s)
+        .collect();
+    let behind: Vec<usize> = sim
+        .sius()
+        .enumerate()
+        .filter(|(_, s)| s.recvclock() == min)
+        .map(|(h, _)| h)
+        .collect();
+    let waves: Vec<u64> = sim.tms().map(|t| t.waves()).collect();
+    format!(
+        "{end:?} at t={}us: pulse {min} since t={}us; SIUs at pulse {min}: {behind:?}; \
+         SIUs not started: {sius_not_started:?}; TMs not started: {tms_not_started:?}; \
+         TM waves: {waves:?}",
+        sim.now_us(),
+        sim.progress_at_us()
+    )
 }
 
 fn report(
@@ -395,8 +429,6 @@ fn report(
 // ---------------------------------------------------------------------------------------------
 // The waves host
 
-/// Wake-up token: time to send the next isochron.
-const WAKE_SEND: u64 = 1;
 /// Delay before retrying an isochron the SIU refused because logical time had not started.
 const RETRY_US: u64 = 500;
 /// Most bytes of a random `msg` payload.
@@ -431,7 +463,9 @@ pub struct WavesHost {
     in_flight: u32,
     /// TS of returned markers whose EOP has not arrived.
     awaiting_eop: VecDeque<u64>,
+    /// A wake-up is planned; only the one carrying `wake_seq` counts.
     wake_pending: bool,
+    wake_seq: u64,
     /// The isochron the SIU refused at its start; its remaining packets are refused too.
     refused_iso: Option<u32>,
     plain_next_to: Vec<u64>,
@@ -455,6 +489,7 @@ impl WavesHost {
             in_flight: 0,
             awaiting_eop: VecDeque::new(),
             wake_pending: false,
+            wake_seq: 0,
             refused_iso: None,
             plain_next_to: vec![0; hosts],
             plain_next_from: vec![0; hosts],
@@ -472,8 +507,14 @@ impl WavesHost {
             return;
         }
         let think = self.think_us.draw(ctx.rng());
-        ctx.wake_at(ctx.now_us() + think, WAKE_SEND);
+        self.wake(ctx, think);
+    }
+
+    /// Plans the next send `after_us` from now, replacing any planned one.
+    fn wake(&mut self, ctx: &mut HostCtx<'_>, after_us: u64) {
+        self.wake_seq += 1;
         self.wake_pending = true;
+        ctx.wake_at(ctx.now_us() + after_us, self.wake_seq);
     }
 
     fn send_isochron(&mut self, ctx: &mut HostCtx<'_>) {
@@ -636,8 +677,8 @@ impl Host for WavesHost {
     }
 
     fn on_wake(&mut self, ctx: &mut HostCtx<'_>, token: u64) {
-        if token != WAKE_SEND {
-            return;
+        if !self.wake_pending || token != self.wake_seq {
+            return; // replaced by a later plan
         }
         self.wake_pending = false;
         if self.outstanding() < self.outstanding_max {
@@ -656,8 +697,7 @@ impl Host for WavesHost {
                 // Logical time has not reached this SIU yet: try again later.
                 self.refused_iso = StartOfIsochron::decode(bytes).ok().map(|s| s.iso_id);
                 self.in_flight = self.in_flight.saturating_sub(1);
-                self.wake_pending = true;
-                ctx.wake_at(ctx.now_us() + RETRY_US, WAKE_SEND);
+                self.wake(ctx, RETRY_US);
             }
             (Some(Ok(Kind::IsotachMessage)), SiuError::NotStarted | SiuError::NoIsochron)
                 if self.refused_iso.is_some() => {}

@@ -1,0 +1,159 @@
+//! `isotach sim waves` through the built binary: JSON keys, exit codes, flag validation.
+
+use std::process::{Command, Output};
+
+fn isotach(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_isotach"))
+        .args(args)
+        .env_remove("ISOTACH_SEED")
+        .output()
+        .expect("run the isotach binary")
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8(out.stdout.clone()).expect("utf-8 stdout");
+    assert_eq!(stdout.lines().count(), 1, "one JSON object: {stdout}");
+    serde_json::from_str(&stdout).expect("stdout is JSON")
+}
+
+const SMALL: &[&str] = &[
+    "sim",
+    "waves",
+    "--hosts",
+    "4",
+    "--switches",
+    "2",
+    "--pulses",
+    "100",
+    "--seed",
+    "7",
+];
+
+#[test]
+fn a_clean_run_prints_the_report_and_exits_0() {
+    let mut args = SMALL.to_vec();
+    args.extend([
+        "--loss",
+        "0.05",
+        "--dup",
+        "0.02",
+        "--reorder",
+        "0.1",
+        "--json",
+    ]);
+    let out = isotach(&args);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v = json(&out);
+    for key in [
+        "pulses",
+        "isochrons",
+        "messages_delivered",
+        "eop_violations",
+        "order_violations",
+        "trace_hash",
+        "completed",
+        "seed",
+        "virtual_time_us",
+        "wall_time_ms",
+        "tokens_repeated",
+        "tokens_dropped_bad_crc",
+        "duplicates_absorbed",
+        "pauses",
+    ] {
+        assert!(v.get(key).is_some(), "missing key {key}: {v}");
+    }
+    assert_eq!(v["eop_violations"], 0);
+    assert_eq!(v["order_violations"], 0);
+    assert_eq!(v["completed"], true);
+    assert_eq!(v["seed"], 7);
+    assert!(v["pulses"].as_u64().unwrap() >= 100);
+    let hash = v["trace_hash"].as_str().unwrap();
+    assert_eq!(hash.len(), 16);
+
+    let again = json(&isotach(&args));
+    assert_eq!(
+        again["trace_hash"], v["trace_hash"],
+        "same seed, same trace"
+    );
+}
+
+#[test]
+fn the_human_summary_names_the_verdict() {
+    let out = isotach(SMALL);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("sim waves ok"), "{stdout}");
+    assert!(stdout.contains("trace_hash"), "{stdout}");
+}
+
+#[test]
+fn a_failed_check_exits_1_and_names_the_seed() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--tamper", "swap-sort-vector", "--json"]);
+    let out = isotach(&args);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(json(&out)["order_violations"].as_u64().unwrap() > 0);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--seed 7"), "{stderr}");
+}
+
+#[test]
+fn bad_flags_exit_2_with_a_clear_error() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--loss", "1.0"], "probability"),
+        (&["--dup=-0.1"], "probability"),
+        (&["--token-corrupt", "x"], "number"),
+        (&["--jitter-us", "9..3"], "empty"),
+        (&["--latency-us", "a..3"], "whole number"),
+        (&["--hosts", "0"], "hosts"),
+        (&["--switches", "0"], "switches"),
+        (
+            &["--hosts", "2", "--switches", "3"],
+            "every switch needs a host",
+        ),
+        (&["--pulses", "0"], "pulses"),
+        (&["--token-timeout-us", "0"], "token-timeout-us"),
+        (&["--no-such-flag"], "no-such-flag"),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["sim", "waves"];
+        args.extend_from_slice(extra);
+        let out = isotach(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing on stdout");
+    }
+}
+
+#[test]
+fn a_missing_config_file_exits_2_naming_it() {
+    let out = isotach(&["sim", "waves", "--config", "/no/such/cluster.toml"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/cluster.toml"));
+}
+
+#[test]
+fn every_subcommand_has_help() {
+    for args in [
+        &["--help"][..],
+        &["sim", "--help"],
+        &["sim", "waves", "--help"],
+    ] {
+        let out = isotach(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("Usage"));
+    }
+    let help = isotach(&["sim", "waves", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    for flag in [
+        "--loss",
+        "--token-corrupt",
+        "--pause-every-us",
+        "--jitter-us",
+        "--json",
+    ] {
+        assert!(text.contains(flag), "{flag} missing from help");
+    }
+    assert!(!text.contains("--tamper"), "test-only flag stays hidden");
+}

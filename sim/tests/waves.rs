@@ -1,0 +1,121 @@
+//! The simulator end to end: determinism, faults, multi-switch, and the oracle's own failure.
+//! Runs are small so the debug build finishes each in well under a few seconds; nothing here
+//! asserts on time.
+
+use isotach_sim::waves::{self, WavesOptions, WavesReport};
+use isotach_sim::{Pauses, RangeUs, Tamper};
+
+fn options(hosts: usize, switches: usize, pulses: u64, seed: u64) -> WavesOptions {
+    WavesOptions::new(hosts, switches, pulses, seed).expect("valid options")
+}
+
+/// Every fault the simulator models, at rates high enough to fire many times in a short run.
+fn all_faults(mut o: WavesOptions) -> WavesOptions {
+    o.faults.loss = 0.05;
+    o.faults.dup = 0.02;
+    o.faults.reorder = 0.1;
+    o.faults.token_corrupt = 0.01;
+    o.faults.jitter_us = RangeUs::new(0, 50);
+    o.pauses = Some(Pauses {
+        every_us: 2_000,
+        duration_us: RangeUs::new(50, 3_000),
+    });
+    o.token_timeout_us(1_000)
+}
+
+fn run(o: &WavesOptions) -> WavesReport {
+    waves::run(o).expect("run")
+}
+
+fn assert_clean(r: &WavesReport) {
+    assert!(
+        r.ok && r.completed && r.eop_violations == 0 && r.order_violations == 0,
+        "seed {}: {r:#?}",
+        r.seed
+    );
+    assert_eq!(r.unexpected_errors, 0, "{:?}", r.problems);
+    assert_eq!(r.messages_late, 0);
+    assert!(r.pulses >= r.pulses_target);
+}
+
+#[test]
+fn same_seed_same_trace_different_seed_different_trace() {
+    let a = run(&all_faults(options(6, 2, 150, 11)));
+    let b = run(&all_faults(options(6, 2, 150, 11)));
+    let c = run(&all_faults(options(6, 2, 150, 12)));
+    assert_eq!(a.trace_hash, b.trace_hash);
+    assert_eq!(a.events, b.events);
+    assert_eq!(a.virtual_time_us, b.virtual_time_us);
+    assert_ne!(a.trace_hash, c.trace_hash);
+    assert_eq!(a.trace_hash.len(), 16, "16 hex digits");
+}
+
+#[test]
+fn every_fault_at_once_completes_without_violations() {
+    // Seed chosen so no reset token is corrupted; see `lost_reset_token_*` in known_bugs.rs.
+    let r = run(&all_faults(options(8, 2, 400, 3)));
+    assert_clean(&r);
+    assert!(r.retransmissions > 0, "loss");
+    assert!(r.duplicates_absorbed > 0, "dup");
+    assert!(r.reordered > 0, "reorder");
+    assert!(r.tokens_corrupted > 0, "token corruption");
+    assert_eq!(
+        r.tokens_dropped_bad_crc, r.tokens_corrupted,
+        "every corrupt token dropped"
+    );
+    assert!(r.tokens_repeated > 0, "the lost-token algorithm ran");
+    assert!(r.pauses > 0, "pauses");
+    assert!(r.messages_delivered > 0 && r.isochrons > 0);
+    assert!(r.plain_delivered > 0);
+}
+
+#[test]
+fn three_switches_with_bursts_over_the_sort_vector() {
+    let mut o = options(9, 3, 300, 5);
+    o.load.burst = 0.1;
+    o.faults.reorder = 0.1;
+    let r = run(&o);
+    assert_clean(&r);
+    assert_eq!(r.switches, 3);
+    assert!(r.eops_over_32 > 0, "counts above 32 were checked");
+}
+
+#[test]
+fn a_single_host_on_a_single_switch_works() {
+    let r = run(&options(1, 1, 200, 1));
+    assert_clean(&r);
+    assert!(r.messages_delivered > 0, "a host's messages to itself");
+}
+
+#[test]
+fn oracle_catches_a_message_held_back_past_its_eop() {
+    let mut o = options(4, 2, 100, 1);
+    o.tamper = Tamper::HoldBackMessage;
+    let r = run(&o);
+    assert!(r.completed);
+    assert!(r.eop_violations > 0, "{r:#?}");
+    assert!(!r.ok);
+}
+
+#[test]
+fn oracle_catches_a_swapped_sort_vector() {
+    let mut o = options(4, 2, 100, 1);
+    o.tamper = Tamper::SwapSortVector;
+    let r = run(&o);
+    assert!(r.completed);
+    assert!(r.order_violations > 0, "{r:#?}");
+    assert_eq!(r.eop_violations, 0, "only the order was damaged");
+    assert!(!r.ok);
+}
+
+#[test]
+fn bad_options_are_refused() {
+    let mut o = options(2, 1, 10, 1);
+    o.faults.loss = 1.0;
+    assert!(waves::run(&o).is_err());
+    let mut o = options(2, 1, 10, 1);
+    o.faults.jitter_us = RangeUs { lo: 9, hi: 1 };
+    assert!(waves::run(&o).is_err());
+    assert!(waves::run(&options(2, 1, 10, 1).token_timeout_us(0)).is_err());
+    assert!(WavesOptions::new(0, 1, 10, 1).is_err());
+}
