@@ -154,6 +154,20 @@ pub enum SiuError {
         /// The limit.
         max: u32,
     },
+    /// An isochron whose TS would be `window` or more pulses ahead of a destination's receive
+    /// clock (a large send delta or gap); refused, nothing consumed. Destinations refuse such
+    /// messages ([`SiuError::TooFarAhead`]), so stamping it would break the isochron.
+    #[error(
+        "isochron TS {ts} at sendclock {sendclock} would reach beyond the {window}-pulse window"
+    )]
+    BeyondWindow {
+        /// The TS it would get.
+        ts: u64,
+        /// The sendclock.
+        sendclock: u64,
+        /// `limits.pulses_ahead_max`.
+        window: u32,
+    },
     /// A barrier marker whose count is not the next round of that barrier, or that enters a
     /// barrier already in progress.
     #[error("barrier {barrier}: marker count {got}, expected round {expected}")]
@@ -225,7 +239,8 @@ pub struct SiuStats {
     pub messages_sent: u64,
     /// Isotach messages delivered to the host.
     pub messages_delivered: u64,
-    /// Messages that arrived after their pulse ended (must stay 0).
+    /// Messages that arrived, or isochron markers that were closed (host mode), after their
+    /// pulse ended (must stay 0).
     pub messages_late: u64,
     /// Messages dropped as too far ahead or misrouted.
     pub messages_refused: u64,

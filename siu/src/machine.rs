@@ -653,6 +653,17 @@ impl Siu {
         let set = usize::from(soi.seqset & 1);
         let earliest = self.sendclock + u64::from(soi.distance) + u64::from(soi.send_delta);
         let ts = earliest.max(self.latest_ts[ch][1 - set]);
+        // A destination's receive clock is at most `distance` behind this sendclock when a
+        // message arrives, and this SIU's own at most one: a TS this far ahead could land
+        // outside their windows (the message refused, the marker uncounted). Refuse it here.
+        let window = self.cfg.limits.pulses_ahead_max;
+        if ts - self.sendclock + u64::from(soi.distance) >= u64::from(window) {
+            return Err(SiuError::BeyondWindow {
+                ts,
+                sendclock: self.sendclock,
+                window,
+            });
+        }
         if soi.logged {
             let latest = &mut self.latest_ts[ch][set];
             *latest = if soi.host_gap {
@@ -743,12 +754,12 @@ impl Siu {
             sequum: open.first_sequum,
             crc_xor: open.crc_xor,
         };
-        let placement = self.pulses.record(open.ts, self.port, open.first_sequum);
-        debug_assert_eq!(
-            placement,
-            Placement::Counted,
-            "a marker's TS is never behind"
-        );
+        // In SIU mode the hold rule (requirement 26) and the window check at the start keep the
+        // marker's pulse open. In host mode the host sends the tokens, and a host that lets
+        // logical time pass an open isochron's TS gets its marker flagged late.
+        if self.pulses.record(open.ts, self.port, open.first_sequum) != Placement::Counted {
+            self.stats.messages_late += 1;
+        }
         let mut out = Vec::with_capacity(packet::CHR_LEN);
         marker.encode(&mut out);
         self.to_host.push_back(out);
