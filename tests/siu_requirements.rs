@@ -783,6 +783,41 @@ fn req_09_token_timer_resends_last_two() {
         .map(|t| (t.seq, t.repeat))
         .collect();
     assert_eq!(seqs, vec![(seq_of(6), true), (seq_of(7), true)]);
+
+    // The SIU that starts logical time sent a reset and token 1: those are its last two tokens
+    // until the token manager answers, so a lost reset is resent too and time still starts.
+    let mut cfg = siu_config(HOST, Mode::Siu);
+    cfg.initiates_reset = true;
+    let mut rig = Rig::new(cfg);
+    rig.siu.start(0);
+    let lost = rig.siu.poll_net().expect("the reset token");
+    let reset = Token::decode(&lost.bytes).unwrap();
+    assert!(reset.reset);
+    rig.pump();
+    assert_eq!(rig.bouncer.generation(), 0, "token 1 alone starts nothing");
+    rig.advance_us(1_000);
+    let resent: Vec<Token> = rig
+        .bouncer
+        .tokens_received()
+        .skip(1)
+        .take(2)
+        .copied()
+        .collect();
+    assert_eq!(
+        resent[0],
+        Token {
+            repeat: true,
+            ..reset
+        }
+    );
+    assert_eq!((resent[1].seq, resent[1].repeat), (1, true));
+    assert_eq!(
+        rig.bouncer.generation(),
+        1,
+        "the resent reset started the token manager"
+    );
+    assert_eq!(rig.siu.recvclock(), 1);
+    assert_eq!(rig.sendclock_on_wire(), 2, "and logical time runs");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -181,7 +181,7 @@ impl Siu {
             ..Token::default()
         };
         self.push_net_token(reset);
-        self.restart(now_us, generation);
+        self.restart(now_us, generation, Some(reset));
     }
 
     /// Runs timers: the token timer (resend the last two tokens, marked repeat: requirement 9)
@@ -352,7 +352,8 @@ impl Siu {
     // Logical time
 
     /// Restarts logical time in `generation`: clocks to zero, tables cleared, first token out.
-    fn restart(&mut self, now_us: u64, generation: u32) {
+    /// `sent_reset` is the reset token this SIU just sent when it initiates the restart.
+    fn restart(&mut self, now_us: u64, generation: u32, sent_reset: Option<Token>) {
         if self.started {
             self.stats.resets += 1;
         }
@@ -361,6 +362,11 @@ impl Siu {
         self.sendclock = 0;
         self.recvclock = 0;
         self.last_two.clear();
+        if let Some(reset) = sent_reset {
+            // The reset is one of the last two tokens sent until token 2 goes out (after the
+            // token manager answered): the token timer resends a lost reset too.
+            self.last_two.remember(reset);
+        }
         self.token_deadline_us = None;
         self.open = None;
         self.latest_ts.iter_mut().for_each(|l| *l = [0; 2]);
@@ -422,7 +428,7 @@ impl Siu {
             let slot = self.pulses.take_current();
             self.push_eop(self.recvclock, &t, bytes, slot, 0);
         }
-        self.restart(now_us, t.generation);
+        self.restart(now_us, t.generation, None);
         Ok(())
     }
 
@@ -601,7 +607,7 @@ impl Siu {
                 route: Route::Tm,
                 bytes: bytes.to_vec(),
             });
-            self.restart(now_us, t.generation);
+            self.restart(now_us, t.generation, None);
             return Ok(());
         }
         if !self.started || t.generation != self.generation {
