@@ -1942,11 +1942,13 @@ fn req_35_sort_vector_source_then_sequum() {
 // 3.2.8 Signals and barriers
 
 /// Req 36: a token carrying a barrier/signal marker's bits leaves only after every message of
-/// every isochron the host sent before the marker, and it is the first token the SIU sends
-/// after the marker (never its first token).
+/// every isochron the host sent before the marker. Barrier bits ride on the first token the SIU
+/// sends after the marker (never its first token); signal bits may wait for an epoch window but
+/// obey the same order. Checked on the order of the FIFO link to the token manager.
 #[test]
 fn req_36_barrier_bit_after_prior_isochrons() {
     let mut rounds_checked = 0;
+    let mut signals_checked = 0;
     for seed in seeds(30) {
         let _guard = SeedGuard { seed };
         let mut rng = XorShift::new(seed);
@@ -1955,6 +1957,8 @@ fn req_36_barrier_bit_after_prior_isochrons() {
         let mut sent_values: Vec<u64> = Vec::new();
         // Per marker: (barrier bit, messages sent before it, trace length when it was handed in).
         let mut markers: Vec<(u8, usize, usize)> = Vec::new();
+        // Per marker with signals: (signals, messages sent before it, trace length).
+        let mut signal_markers: Vec<(u8, usize, usize)> = Vec::new();
         let mut round = [0u32; 2];
         let mut open: Option<u32> = None;
         let mut iso_id = 0;
@@ -1968,17 +1972,20 @@ fn req_36_barrier_bit_after_prior_isochrons() {
                         .iter()
                         .filter(|e| e.barrier & (1 << b) != 0)
                         .count();
+                    let signals = rng.below(256) as u8;
+                    let mut m = BarrierSignalMarker {
+                        signals,
+                        ..BarrierSignalMarker::default()
+                    };
                     if done == round[b] as usize {
                         round[b] += 1;
-                        let m = rig.host.barrier_marker(BarrierSignalMarker {
-                            barrier: 1 << b,
-                            barrier_count: round[b],
-                            signals: rng.below(256) as u8,
-                            reset: false,
-                        });
+                        m.barrier = 1 << b;
+                        m.barrier_count = round[b];
                         markers.push((1 << b, sent_values.len(), rig.trace.len()));
-                        rig.host_send(&m).unwrap();
                     }
+                    signal_markers.push((signals, sent_values.len(), rig.trace.len()));
+                    let m = rig.host.barrier_marker(m);
+                    rig.host_send(&m).unwrap();
                 }
                 1 if open.is_none() => {
                     iso_id += 1;
@@ -2031,8 +2038,27 @@ fn req_36_barrier_bit_after_prior_isochrons() {
                 rounds_checked += 1;
             }
         }
+        // Signals may wait for an epoch window, but a token carrying a signal bit leaves after
+        // the messages sent before the last marker that raised the bit.
+        for (pos, wave, t) in waves.iter().filter(|w| w.2.signals != 0) {
+            let raised = signal_markers
+                .iter()
+                .rev()
+                .find(|(sig, _, handed_at)| handed_at <= pos && sig & t.signals != 0);
+            let Some((_, before, _)) = raised else {
+                panic!(
+                    "token {wave} carries signals {:#x} no marker raised",
+                    t.signals
+                );
+            };
+            for (v, at) in msg_pos.iter().enumerate().take(*before) {
+                assert!(at < pos, "message {v} left after signal token {wave}");
+            }
+            signals_checked += 1;
+        }
     }
     assert!(rounds_checked > 200, "{rounds_checked}");
+    assert!(signals_checked > 200, "{signals_checked}");
 }
 
 /// Req 37: in SIU mode the EOP signal field is zero except on the end-of-epoch token (signals
