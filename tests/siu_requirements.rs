@@ -711,6 +711,15 @@ fn req_08_host_mode_early_host_token_dropped() {
         let t = rig.host.host_token(TokenBits::default());
         rig.host_send(&t).unwrap();
     }
+    // A plain duplicate (the previous token resent without the repeat bit) is dropped too.
+    let heard = rig.bouncer.tokens_received().count();
+    let again = rig.host.resend_previous().unwrap();
+    rig.host_send(&again).unwrap();
+    assert_eq!(
+        rig.bouncer.tokens_received().count(),
+        heard,
+        "duplicate forwarded"
+    );
     assert_eq!(rig.bouncer.early(), 0);
     assert_eq!(
         rig.sendclock_on_wire(),
