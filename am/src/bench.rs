@@ -1,1 +1,778 @@
-//! bench placeholder
+//! `isotach bench am`: AM round trips, message rate and bulk bandwidth over UDP and QUIC,
+//! against raw UDP ping-pong, TCP_NODELAY ping-pong and raw UDP streaming measured in the
+//! same run between the same two processes.
+//!
+//! [`run_bench`] re-executes the current executable with [`BenchOptions::peer_args`] (the
+//! CLI must route that hidden subcommand to [`bench_peer_main`]); the peer serves every
+//! baseline and AM service at once and is driven over its stdin/stdout. With
+//! [`BenchOptions::in_process`] the peer runs on a thread of this process instead (used by
+//! tests; the report says `"mode": "threads"`).
+//!
+//! Wait mode: every side blocks in the kernel between messages (raw sockets in `recv`, AM
+//! bundles in `epoll` through [`Bundle::wait`]); nobody busy-polls.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::backend::quic::{QuicConfig, QuicIdentity, QuicTransport, make_ca, make_node_identity};
+use crate::backend::udp::{UdpConfig, UdpTransport};
+use crate::{
+    AmError, Bundle, Config, EndpointName, EpId, HandlerId, NodeAddr, Tag, TransIdx, Transport,
+};
+
+const TAG: Tag = Tag(0xBE7C_0000_0000_0001);
+const EP: EpId = EpId(0);
+const PEER: TransIdx = TransIdx(0);
+const H_ECHO: HandlerId = HandlerId(1);
+const H_DONE: HandlerId = HandlerId(2);
+/// Segment each AM endpoint exposes in the benchmark.
+const BENCH_SEG: usize = 1 << 20;
+/// Payload of the raw ping-pongs: the wire size of an AM short frame with one argument.
+const RAW_PING_BYTES: usize = crate::frame::overhead(1);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Arguments that make the executable run [`bench_peer_main`] (the CLI's hidden subcommand).
+    pub peer_args: Vec<String>,
+    /// Executable to start as the peer; `None` = `std::env::current_exe()`.
+    pub peer_exe: Option<PathBuf>,
+    /// Run the peer on a thread of this process instead of a second process.
+    pub in_process: bool,
+    /// Round trips per small-message series.
+    pub rtt_iters: usize,
+    /// Round trips of the 64 KiB bulk series.
+    pub bulk_rtt_iters: usize,
+    /// Requests of the message-rate run.
+    pub rate_msgs: usize,
+    /// 64 KiB transfers of the bandwidth run (the raw stream sends as many bytes).
+    pub bulk_msgs: usize,
+    /// UDP datagram size for AM frames and the raw stream.
+    pub datagram_bytes: usize,
+    /// Also measure QUIC.
+    pub quic: bool,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        Self {
+            peer_args: vec!["__am-bench-peer".to_string()],
+            peer_exe: None,
+            in_process: false,
+            rtt_iters: 5000,
+            bulk_rtt_iters: 300,
+            rate_msgs: 50_000,
+            bulk_msgs: 2000,
+            datagram_bytes: 1472,
+            quic: true,
+        }
+    }
+}
+
+impl BenchOptions {
+    /// Small counts for smoke tests.
+    pub fn quick() -> Self {
+        Self {
+            rtt_iters: 200,
+            bulk_rtt_iters: 20,
+            rate_msgs: 2000,
+            bulk_msgs: 50,
+            ..Self::default()
+        }
+    }
+}
+
+/// Results; every key carries its unit. Ratios are AM / baseline (lower is better for round
+/// trips, higher for bandwidth).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BenchReport {
+    /// `"two_processes"` or `"threads"`.
+    pub mode: String,
+    /// UDP datagram size used by AM and the raw stream.
+    pub datagram_bytes: usize,
+    /// Raw UDP ping-pong, 84-byte payload.
+    pub raw_udp_rtt_p50_us: f64,
+    /// 99th percentile of the same.
+    pub raw_udp_rtt_p99_us: f64,
+    /// TCP_NODELAY ping-pong, 84-byte payload.
+    pub raw_tcp_rtt_p50_us: f64,
+    /// 99th percentile of the same.
+    pub raw_tcp_rtt_p99_us: f64,
+    /// AM over UDP: short request (1 word) and short reply.
+    pub am_udp_rtt_p50_us: f64,
+    /// 99th percentile of the same.
+    pub am_udp_rtt_p99_us: f64,
+    /// AM over UDP: 1 KiB medium request, short reply.
+    pub am_udp_medium_1k_rtt_p50_us: f64,
+    /// 99th percentile of the same.
+    pub am_udp_medium_1k_rtt_p99_us: f64,
+    /// AM over UDP: 64 KiB bulk request, short reply.
+    pub am_udp_bulk_64k_rtt_p50_us: f64,
+    /// 99th percentile of the same.
+    pub am_udp_bulk_64k_rtt_p99_us: f64,
+    /// `am_udp_rtt_p50_us / raw_udp_rtt_p50_us`.
+    pub rtt_ratio_udp: f64,
+    /// `am_udp_rtt_p50_us / raw_tcp_rtt_p50_us`.
+    pub rtt_ratio_udp_vs_tcp: f64,
+    /// Short requests per second with full credits (one peer).
+    pub am_udp_msgs_per_s: f64,
+    /// 64 KiB bulk transfers with full credits, payload MB/s (10^6 bytes).
+    pub am_udp_bulk_mb_per_s: f64,
+    /// Raw UDP streaming of the same bytes in the same datagram size, received MB/s.
+    pub raw_udp_stream_mb_per_s: f64,
+    /// Fraction of raw stream datagrams the receiver got.
+    pub raw_udp_stream_delivered_ratio: f64,
+    /// `am_udp_bulk_mb_per_s / raw_udp_stream_mb_per_s`.
+    pub bulk_ratio_udp: f64,
+    /// Whole-message retransmissions during the AM/UDP runs.
+    pub am_udp_retransmits: u64,
+    /// AM over QUIC (datagrams): short round trip.
+    pub am_quic_rtt_p50_us: f64,
+    /// 99th percentile of the same.
+    pub am_quic_rtt_p99_us: f64,
+    /// AM over QUIC: 1 KiB medium round trip.
+    pub am_quic_medium_1k_rtt_p50_us: f64,
+    /// 99th percentile of the same.
+    pub am_quic_medium_1k_rtt_p99_us: f64,
+    /// AM over QUIC: 64 KiB bulk round trip.
+    pub am_quic_bulk_64k_rtt_p50_us: f64,
+    /// 99th percentile of the same.
+    pub am_quic_bulk_64k_rtt_p99_us: f64,
+    /// `am_quic_rtt_p50_us / raw_udp_rtt_p50_us`.
+    pub rtt_ratio_quic: f64,
+    /// Short requests per second over QUIC with full credits.
+    pub am_quic_msgs_per_s: f64,
+    /// 64 KiB bulk over QUIC with full credits, MB/s.
+    pub am_quic_bulk_mb_per_s: f64,
+    /// Wall time of the whole benchmark.
+    pub elapsed_s: f64,
+}
+
+/// Why the benchmark failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    /// Socket, pipe or process I/O failed.
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    /// The AM layer failed.
+    #[error("AM: {0}")]
+    Am(#[from] AmError),
+    /// The peer misbehaved or died.
+    #[error("bench peer: {0}")]
+    Peer(String),
+    /// A message did not complete (returned to handler 0).
+    #[error("message returned during the benchmark: {0}")]
+    Returned(String),
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Result<Vec<u8>, BenchError> {
+    if !s.len().is_multiple_of(2) {
+        return Err(BenchError::Peer("odd hex length".into()));
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| BenchError::Peer("bad hex".into()))
+        })
+        .collect()
+}
+
+fn us(h: &Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64 / 1000.0
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static histogram bounds")
+}
+
+fn record(h: &mut Histogram<u64>, d: Duration) {
+    let _ = h.record((d.as_nanos() as u64).max(1));
+}
+
+// ------------------------------------------------------------------ the peer
+
+#[derive(Default)]
+struct StreamStats {
+    bytes: u64,
+    datagrams: u64,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+fn am_server<T: Transport + 'static>(
+    mut b: Bundle<T>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), BenchError> {
+    let ep = b.alloc_endpoint()?;
+    b.set_tag(ep, TAG)?;
+    b.set_segment(ep, BENCH_SEG)?;
+    b.set_request_handler(ep, H_ECHO, |req| {
+        let n = req.data().len() as u64;
+        let _ = req.reply_short(H_DONE, &[n]);
+    })?;
+    b.set_return_handler(ep, |_r| {})?;
+    while !stop.load(Ordering::Relaxed) {
+        if b.poll()? == 0 {
+            b.wait(Duration::from_millis(50))?;
+        }
+    }
+    Ok(())
+}
+
+fn udp_bundle(datagram_bytes: usize, cfg: &Config) -> Result<Bundle<UdpTransport>, BenchError> {
+    let mut c = UdpConfig::new("127.0.0.1:0".parse().expect("literal address"));
+    c.max_datagram = datagram_bytes;
+    Ok(Bundle::new(UdpTransport::with_config(c)?, cfg.clone())?)
+}
+
+fn quic_bundle(id: QuicIdentity, cfg: &Config) -> Result<Bundle<QuicTransport>, BenchError> {
+    let q = QuicConfig::new("127.0.0.1:0".parse().expect("literal address"), id);
+    Ok(Bundle::new(QuicTransport::bind(q)?, cfg.clone())?)
+}
+
+fn port(a: NodeAddr) -> u16 {
+    match a {
+        NodeAddr::Ip(s) => s.port(),
+        NodeAddr::Mem(_) => 0,
+    }
+}
+
+/// The peer side. Reads `<datagram_bytes> <ca_hex> <cert_hex> <key_hex>` from `input`,
+/// prints `READY <raw_udp> <raw_stream> <tcp> <am_udp> <am_quic>` (ports), then answers
+/// `STREAM` with `<bytes> <datagrams> <span_ns>` until `QUIT` or end of input.
+pub fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), BenchError> {
+    let mut input = BufReader::new(input);
+    let mut line = String::new();
+    input.read_line(&mut line)?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    if f.len() != 4 {
+        return Err(BenchError::Peer(format!("bad setup line: {line:?}")));
+    }
+    let datagram_bytes: usize = f[0]
+        .parse()
+        .map_err(|_| BenchError::Peer("bad datagram size".into()))?;
+    let id = QuicIdentity {
+        ca_der: unhex(f[1])?,
+        cert_der: unhex(f[2])?,
+        key_der: unhex(f[3])?,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+
+    // Raw UDP echo.
+    let echo = UdpSocket::bind("127.0.0.1:0")?;
+    echo.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let echo_port = echo.local_addr()?.port();
+    let st = stop.clone();
+    threads.push(std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while !st.load(Ordering::Relaxed) {
+            if let Ok((n, from)) = echo.recv_from(&mut buf) {
+                let _ = echo.send_to(&buf[..n], from);
+            }
+        }
+        Ok(())
+    }));
+
+    // Raw UDP stream sink.
+    let sink = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+    let _ = sink.set_recv_buffer_size(4 << 20);
+    sink.bind(
+        &"127.0.0.1:0"
+            .parse::<SocketAddr>()
+            .expect("literal address")
+            .into(),
+    )?;
+    let sink: UdpSocket = sink.into();
+    sink.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let sink_port = sink.local_addr()?.port();
+    let stats = Arc::new(Mutex::new(StreamStats::default()));
+    let (st, ss) = (stop.clone(), stats.clone());
+    threads.push(std::thread::spawn(move || {
+        let mut buf = vec![0u8; 65_536];
+        while !st.load(Ordering::Relaxed) {
+            if let Ok(n) = sink.recv(&mut buf) {
+                let now = Instant::now();
+                let mut s = ss.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                s.bytes += n as u64;
+                s.datagrams += 1;
+                s.first.get_or_insert(now);
+                s.last = Some(now);
+            }
+        }
+        Ok(())
+    }));
+
+    // TCP echo (one connection at a time).
+    let tcp = TcpListener::bind("127.0.0.1:0")?;
+    tcp.set_nonblocking(true)?;
+    let tcp_port = tcp.local_addr()?.port();
+    let st = stop.clone();
+    threads.push(std::thread::spawn(move || {
+        while !st.load(Ordering::Relaxed) {
+            match tcp.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false)?;
+                    s.set_nodelay(true)?;
+                    s.set_read_timeout(Some(Duration::from_millis(200)))?;
+                    let mut buf = [0u8; RAW_PING_BYTES];
+                    while !st.load(Ordering::Relaxed) {
+                        match s.read_exact(&mut buf) {
+                            Ok(()) => s.write_all(&buf)?,
+                            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                            Err(_) => {}
+                        }
+                    }
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        Ok(())
+    }));
+
+    // AM servers.
+    let cfg = Config::default();
+    let ub = udp_bundle(datagram_bytes, &cfg)?;
+    let am_udp_port = port(ub.local_addr());
+    let st = stop.clone();
+    threads.push(std::thread::spawn(move || am_server(ub, st)));
+    let qb = quic_bundle(id, &cfg)?;
+    let am_quic_port = port(qb.local_addr());
+    let st = stop.clone();
+    threads.push(std::thread::spawn(move || am_server(qb, st)));
+
+    writeln!(
+        output,
+        "READY {echo_port} {sink_port} {tcp_port} {am_udp_port} {am_quic_port}"
+    )?;
+    output.flush()?;
+    loop {
+        line.clear();
+        if input.read_line(&mut line)? == 0 {
+            break;
+        }
+        match line.trim() {
+            "STREAM" => {
+                let mut s = stats
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let span = match (s.first, s.last) {
+                    (Some(a), Some(b)) => b.duration_since(a).as_nanos(),
+                    _ => 0,
+                };
+                writeln!(output, "{} {} {span}", s.bytes, s.datagrams)?;
+                output.flush()?;
+                *s = StreamStats::default();
+            }
+            "QUIT" => break,
+            other => return Err(BenchError::Peer(format!("unknown command {other:?}"))),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join()
+            .map_err(|_| BenchError::Peer("peer thread panicked".into()))??;
+    }
+    Ok(())
+}
+
+/// Entry point of the hidden peer subcommand: `args` are ignored (everything comes over
+/// stdin). Runs [`run_peer`] on stdin/stdout.
+pub fn bench_peer_main(_args: &[String]) -> Result<(), BenchError> {
+    run_peer(std::io::stdin(), std::io::stdout())
+}
+
+// ------------------------------------------------------------------ the driver
+
+struct PeerLink {
+    out: Box<dyn Write + Send>,
+    inp: BufReader<Box<dyn Read + Send>>,
+    child: Option<std::process::Child>,
+    thread: Option<std::thread::JoinHandle<Result<(), BenchError>>>,
+}
+
+impl PeerLink {
+    fn line(&mut self) -> Result<String, BenchError> {
+        let mut l = String::new();
+        if self.inp.read_line(&mut l)? == 0 {
+            return Err(BenchError::Peer("peer closed its output".into()));
+        }
+        Ok(l)
+    }
+    fn finish(mut self) -> Result<(), BenchError> {
+        let _ = writeln!(self.out, "QUIT");
+        let _ = self.out.flush();
+        drop(self.out);
+        if let Some(mut c) = self.child.take() {
+            let st = c.wait()?;
+            if !st.success() {
+                return Err(BenchError::Peer(format!("peer exited with {st}")));
+            }
+        }
+        if let Some(t) = self.thread.take() {
+            t.join()
+                .map_err(|_| BenchError::Peer("peer thread panicked".into()))??;
+        }
+        Ok(())
+    }
+}
+
+fn start_peer(opts: &BenchOptions) -> Result<PeerLink, BenchError> {
+    if opts.in_process {
+        let (r1, w1) = std::io::pipe()?;
+        let (r2, w2) = std::io::pipe()?;
+        let thread = std::thread::spawn(move || run_peer(r1, w2));
+        return Ok(PeerLink {
+            out: Box::new(w1),
+            inp: BufReader::new(Box::new(r2)),
+            child: None,
+            thread: Some(thread),
+        });
+    }
+    let exe = match &opts.peer_exe {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?,
+    };
+    let mut child = Command::new(exe)
+        .args(&opts.peer_args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let out = child
+        .stdin
+        .take()
+        .ok_or_else(|| BenchError::Peer("no stdin".into()))?;
+    let inp = child
+        .stdout
+        .take()
+        .ok_or_else(|| BenchError::Peer("no stdout".into()))?;
+    Ok(PeerLink {
+        out: Box::new(out),
+        inp: BufReader::new(Box::new(inp)),
+        child: Some(child),
+        thread: None,
+    })
+}
+
+fn raw_udp_pingpong(peer: SocketAddr, iters: usize) -> Result<Histogram<u64>, BenchError> {
+    let s = UdpSocket::bind("127.0.0.1:0")?;
+    s.connect(peer)?;
+    s.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let msg = [0x5Au8; RAW_PING_BYTES];
+    let mut buf = [0u8; 2048];
+    let mut h = hist();
+    let mut lost = 0;
+    for i in 0..iters + iters / 10 {
+        let t0 = Instant::now();
+        s.send(&msg)?;
+        match s.recv(&mut buf) {
+            Ok(_) if i >= iters / 10 => record(&mut h, t0.elapsed()),
+            Ok(_) => {}
+            Err(_) => lost += 1,
+        }
+        if lost > 100 {
+            return Err(BenchError::Peer(
+                "raw UDP echo lost too many packets".into(),
+            ));
+        }
+    }
+    Ok(h)
+}
+
+fn raw_tcp_pingpong(peer: SocketAddr, iters: usize) -> Result<Histogram<u64>, BenchError> {
+    let mut s = TcpStream::connect(peer)?;
+    s.set_nodelay(true)?;
+    let msg = [0x5Au8; RAW_PING_BYTES];
+    let mut buf = [0u8; RAW_PING_BYTES];
+    let mut h = hist();
+    for i in 0..iters + iters / 10 {
+        let t0 = Instant::now();
+        s.write_all(&msg)?;
+        s.read_exact(&mut buf)?;
+        if i >= iters / 10 {
+            record(&mut h, t0.elapsed());
+        }
+    }
+    Ok(h)
+}
+
+struct Client<T: Transport> {
+    b: Bundle<T>,
+    done: Arc<AtomicU64>,
+    returned: Arc<Mutex<Option<String>>>,
+}
+
+impl<T: Transport + 'static> Client<T> {
+    fn new(mut b: Bundle<T>, server: SocketAddr) -> Result<Self, BenchError> {
+        let ep = b.alloc_endpoint()?;
+        b.set_tag(ep, TAG)?;
+        b.set_segment(ep, BENCH_SEG)?;
+        b.map(
+            ep,
+            PEER,
+            EndpointName {
+                node: NodeAddr::Ip(server),
+                ep: EP,
+            },
+            TAG,
+        )?;
+        let done = Arc::new(AtomicU64::new(0));
+        let d = done.clone();
+        b.set_reply_handler(ep, H_DONE, move |_r| {
+            d.fetch_add(1, Ordering::Relaxed);
+        })?;
+        let returned: Arc<Mutex<Option<String>>> = Arc::default();
+        let r = returned.clone();
+        b.set_return_handler(ep, move |m| {
+            *r.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(format!("{m:?}"));
+        })?;
+        Ok(Self { b, done, returned })
+    }
+
+    fn check(&self) -> Result<(), BenchError> {
+        match self
+            .returned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            Some(m) => Err(BenchError::Returned(m)),
+            None => Ok(()),
+        }
+    }
+
+    fn wait_done(&mut self, want: u64) -> Result<(), BenchError> {
+        while self.done.load(Ordering::Relaxed) < want {
+            if self.b.poll()? == 0 {
+                self.check()?;
+                self.b.wait(Duration::from_millis(100))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Round trips of `kind` (0 short, 1 medium 1 KiB, 2 bulk 64 KiB).
+    fn rtt(&mut self, kind: u8, iters: usize) -> Result<Histogram<u64>, BenchError> {
+        let data = vec![0xA5u8; if kind == 1 { 1024 } else { 64 * 1024 }];
+        let mut h = hist();
+        let warm = iters / 10;
+        for i in 0..iters + warm {
+            let want = self.done.load(Ordering::Relaxed) + 1;
+            let t0 = Instant::now();
+            match kind {
+                0 => self.b.request_short(EP, PEER, H_ECHO, &[i as u64])?,
+                1 => self
+                    .b
+                    .request_medium(EP, PEER, H_ECHO, &data, &[i as u64])?,
+                _ => self
+                    .b
+                    .request_xfer(EP, PEER, 0, H_ECHO, &data, &[i as u64])?,
+            }
+            self.wait_done(want)?;
+            if i >= warm {
+                record(&mut h, t0.elapsed());
+            }
+        }
+        Ok(h)
+    }
+
+    /// Keep every credit busy until `n` requests completed; returns the elapsed time.
+    fn flood(&mut self, bulk: bool, n: u64) -> Result<Duration, BenchError> {
+        let data = vec![0x3Cu8; 64 * 1024];
+        let base = self.done.load(Ordering::Relaxed);
+        let t0 = Instant::now();
+        let mut sent = 0;
+        while self.done.load(Ordering::Relaxed) < base + n {
+            while sent < n {
+                let r = if bulk {
+                    self.b.request_xfer_async(
+                        EP,
+                        PEER,
+                        (sent % 8 * 65_536) as u32,
+                        H_ECHO,
+                        &data,
+                        &[],
+                    )
+                } else {
+                    self.b.try_request_short(EP, PEER, H_ECHO, &[sent])
+                };
+                match r {
+                    Ok(()) => sent += 1,
+                    Err(AmError::WouldBlock) => break,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if self.b.poll()? == 0 {
+                self.check()?;
+                self.b.wait(Duration::from_millis(100))?;
+            }
+        }
+        Ok(t0.elapsed())
+    }
+}
+
+fn raw_stream(
+    link: &mut PeerLink,
+    peer: SocketAddr,
+    bytes: usize,
+    dgram: usize,
+) -> Result<(f64, f64), BenchError> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+    let _ = s.set_send_buffer_size(4 << 20);
+    let s: UdpSocket = s.into();
+    s.connect(peer)?;
+    let buf = vec![0x77u8; dgram];
+    let n = bytes.div_ceil(dgram);
+    for _ in 0..n {
+        let _ = s.send(&buf);
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    writeln!(link.out, "STREAM")?;
+    link.out.flush()?;
+    let l = link.line()?;
+    let f: Vec<u128> = l
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let [got, dgrams, span_ns] = f[..] else {
+        return Err(BenchError::Peer(format!("bad STREAM answer {l:?}")));
+    };
+    if span_ns == 0 {
+        return Err(BenchError::Peer("raw stream: nothing arrived".into()));
+    }
+    let mbps = got as f64 / (span_ns as f64 / 1e9) / 1e6;
+    Ok((mbps, dgrams as f64 / n as f64))
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
+/// Run the whole benchmark (see the module docs).
+pub fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
+    let start = Instant::now();
+    let ca = make_ca("isotach bench CA")?;
+    let mine = make_node_identity(&ca, "bench-driver")?;
+    let theirs = make_node_identity(&ca, "bench-peer")?;
+    let mut link = start_peer(&opts)?;
+    writeln!(
+        link.out,
+        "{} {} {} {}",
+        opts.datagram_bytes,
+        hex(&theirs.ca_der),
+        hex(&theirs.cert_der),
+        hex(&theirs.key_der)
+    )?;
+    link.out.flush()?;
+    let ready = link.line()?;
+    let ports: Vec<u16> = ready
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    if !ready.starts_with("READY") || ports.len() != 5 {
+        return Err(BenchError::Peer(format!("bad READY line {ready:?}")));
+    }
+    let at = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+    let mut r = BenchReport {
+        mode: if opts.in_process {
+            "threads"
+        } else {
+            "two_processes"
+        }
+        .to_string(),
+        datagram_bytes: opts.datagram_bytes,
+        ..BenchReport::default()
+    };
+
+    let h = raw_udp_pingpong(at(ports[0]), opts.rtt_iters)?;
+    (r.raw_udp_rtt_p50_us, r.raw_udp_rtt_p99_us) = (us(&h, 0.5), us(&h, 0.99));
+    let h = raw_tcp_pingpong(at(ports[2]), opts.rtt_iters)?;
+    (r.raw_tcp_rtt_p50_us, r.raw_tcp_rtt_p99_us) = (us(&h, 0.5), us(&h, 0.99));
+
+    let cfg = Config::default();
+    let mut c = Client::new(udp_bundle(opts.datagram_bytes, &cfg)?, at(ports[3]))?;
+    let h = c.rtt(0, opts.rtt_iters)?;
+    (r.am_udp_rtt_p50_us, r.am_udp_rtt_p99_us) = (us(&h, 0.5), us(&h, 0.99));
+    let h = c.rtt(1, opts.rtt_iters / 2)?;
+    (r.am_udp_medium_1k_rtt_p50_us, r.am_udp_medium_1k_rtt_p99_us) = (us(&h, 0.5), us(&h, 0.99));
+    let h = c.rtt(2, opts.bulk_rtt_iters)?;
+    (r.am_udp_bulk_64k_rtt_p50_us, r.am_udp_bulk_64k_rtt_p99_us) = (us(&h, 0.5), us(&h, 0.99));
+    let d = c.flood(false, opts.rate_msgs as u64)?;
+    r.am_udp_msgs_per_s = opts.rate_msgs as f64 / d.as_secs_f64();
+    let d = c.flood(true, opts.bulk_msgs as u64)?;
+    let bulk_bytes = opts.bulk_msgs * 64 * 1024;
+    r.am_udp_bulk_mb_per_s = bulk_bytes as f64 / d.as_secs_f64() / 1e6;
+    r.am_udp_retransmits = c.b.stats().retransmits;
+    drop(c);
+    (r.raw_udp_stream_mb_per_s, r.raw_udp_stream_delivered_ratio) =
+        raw_stream(&mut link, at(ports[1]), bulk_bytes, opts.datagram_bytes)?;
+    r.rtt_ratio_udp = ratio(r.am_udp_rtt_p50_us, r.raw_udp_rtt_p50_us);
+    r.rtt_ratio_udp_vs_tcp = ratio(r.am_udp_rtt_p50_us, r.raw_tcp_rtt_p50_us);
+    r.bulk_ratio_udp = ratio(r.am_udp_bulk_mb_per_s, r.raw_udp_stream_mb_per_s);
+
+    if opts.quic {
+        let mut c = Client::new(quic_bundle(mine, &cfg)?, at(ports[4]))?;
+        let h = c.rtt(0, opts.rtt_iters / 2)?;
+        (r.am_quic_rtt_p50_us, r.am_quic_rtt_p99_us) = (us(&h, 0.5), us(&h, 0.99));
+        let h = c.rtt(1, opts.rtt_iters / 4)?;
+        (
+            r.am_quic_medium_1k_rtt_p50_us,
+            r.am_quic_medium_1k_rtt_p99_us,
+        ) = (us(&h, 0.5), us(&h, 0.99));
+        let h = c.rtt(2, opts.bulk_rtt_iters / 2)?;
+        (r.am_quic_bulk_64k_rtt_p50_us, r.am_quic_bulk_64k_rtt_p99_us) =
+            (us(&h, 0.5), us(&h, 0.99));
+        let d = c.flood(false, opts.rate_msgs as u64 / 2)?;
+        r.am_quic_msgs_per_s = (opts.rate_msgs / 2) as f64 / d.as_secs_f64();
+        let n = (opts.bulk_msgs / 4).max(1);
+        let d = c.flood(true, n as u64)?;
+        r.am_quic_bulk_mb_per_s = (n * 64 * 1024) as f64 / d.as_secs_f64() / 1e6;
+        r.rtt_ratio_quic = ratio(r.am_quic_rtt_p50_us, r.raw_udp_rtt_p50_us);
+    }
+    link.finish()?;
+    r.elapsed_s = start.elapsed().as_secs_f64();
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_runs_in_process_quick() {
+        let opts = BenchOptions {
+            in_process: true,
+            ..BenchOptions::quick()
+        };
+        let r = run_bench(opts).unwrap();
+        let v = serde_json::to_value(&r).unwrap();
+        for k in [
+            "am_udp_rtt_p50_us",
+            "raw_udp_rtt_p50_us",
+            "rtt_ratio_udp",
+            "am_quic_rtt_p50_us",
+            "raw_tcp_rtt_p50_us",
+            "am_udp_msgs_per_s",
+            "am_udp_bulk_mb_per_s",
+            "raw_udp_stream_mb_per_s",
+            "bulk_ratio_udp",
+        ] {
+            assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k} = {}", v[k]);
+        }
+    }
+}

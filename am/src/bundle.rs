@@ -10,8 +10,8 @@ use crate::error::AmError;
 use crate::msg::{Reply, Request, Returned};
 use crate::transport::Transport;
 use crate::types::{
-    Class, DEFAULT_HANDLERS, EndpointName, EpId, EventMask, HandlerId, HandlerKind,
-    MAX_HANDLERS, NodeAddr, Tag, TransIdx,
+    Class, DEFAULT_HANDLERS, EndpointName, EpId, EventMask, HandlerId, HandlerKind, MAX_HANDLERS,
+    NodeAddr, Tag, TransIdx,
 };
 
 type ReqFn = Box<dyn FnMut(Request<'_>) + Send>;
@@ -36,7 +36,10 @@ impl Tables {
         self.0.get(usize::from(ep.0)).and_then(Option::as_ref)
     }
     fn table_mut(&mut self, ep: EpId) -> Result<&mut Table, AmError> {
-        self.0.get_mut(usize::from(ep.0)).and_then(Option::as_mut).ok_or(AmError::BadEndpoint(ep))
+        self.0
+            .get_mut(usize::from(ep.0))
+            .and_then(Option::as_mut)
+            .ok_or(AmError::BadEndpoint(ep))
     }
 }
 
@@ -121,7 +124,10 @@ impl<T: Transport> Bundle<T> {
     }
     /// Global name of a local endpoint.
     pub fn name(&self, ep: EpId) -> EndpointName {
-        EndpointName { node: self.local, ep }
+        EndpointName {
+            node: self.local,
+            ep,
+        }
     }
     /// Protocol counters.
     pub fn stats(&self) -> Stats {
@@ -201,12 +207,18 @@ impl<T: Transport> Bundle<T> {
         if !(DEFAULT_HANDLERS..=MAX_HANDLERS).contains(&n) {
             return Err(AmError::BadArg("handler table size out of range"));
         }
-        self.tables.table_mut(ep)?.entries.resize_with(n, || Entry::Unset);
+        self.tables
+            .table_mut(ep)?
+            .entries
+            .resize_with(n, || Entry::Unset);
         Ok(())
     }
     /// Size of the handler table.
     pub fn num_handlers(&self, ep: EpId) -> Result<usize, AmError> {
-        self.tables.table(ep).map(|t| t.entries.len()).ok_or(AmError::BadEndpoint(ep))
+        self.tables
+            .table(ep)
+            .map(|t| t.entries.len())
+            .ok_or(AmError::BadEndpoint(ep))
     }
     /// Resize the translation table (`AM_SetNumTranslations`).
     pub fn set_num_translations(&mut self, ep: EpId, n: usize) -> Result<(), AmError> {
@@ -222,7 +234,10 @@ impl<T: Transport> Bundle<T> {
         if h == HandlerId::RETURN {
             return Err(AmError::BadHandler(h));
         }
-        let slot = t.entries.get_mut(usize::from(h.0)).ok_or(AmError::BadHandler(h))?;
+        let slot = t
+            .entries
+            .get_mut(usize::from(h.0))
+            .ok_or(AmError::BadHandler(h))?;
         *slot = e;
         Ok(())
     }
@@ -261,7 +276,13 @@ impl<T: Transport> Bundle<T> {
     }
 
     /// Bind a translation (`AM_Map`); mapping our own endpoints (loopback) is allowed.
-    pub fn map(&mut self, ep: EpId, idx: TransIdx, name: EndpointName, tag: Tag) -> Result<(), AmError> {
+    pub fn map(
+        &mut self,
+        ep: EpId,
+        idx: TransIdx,
+        name: EndpointName,
+        tag: Tag,
+    ) -> Result<(), AmError> {
         self.core.map(ep, idx, name, tag)
     }
     /// Bind the first free translation (`AM_MapAny`).
@@ -330,11 +351,23 @@ impl<T: Transport> Bundle<T> {
 
     /// Send a short request (`AM_RequestM`), polling (and so running handlers) while there
     /// is no credit towards the destination.
-    pub fn request_short(&mut self, ep: EpId, idx: TransIdx, h: HandlerId, args: &[u64]) -> Result<(), AmError> {
+    pub fn request_short(
+        &mut self,
+        ep: EpId,
+        idx: TransIdx,
+        h: HandlerId,
+        args: &[u64],
+    ) -> Result<(), AmError> {
         self.send_blocking(Self::short(ep, idx, h, args))
     }
     /// Send a short request, or fail with [`AmError::WouldBlock`] if there is no credit.
-    pub fn try_request_short(&mut self, ep: EpId, idx: TransIdx, h: HandlerId, args: &[u64]) -> Result<(), AmError> {
+    pub fn try_request_short(
+        &mut self,
+        ep: EpId,
+        idx: TransIdx,
+        h: HandlerId,
+        args: &[u64],
+    ) -> Result<(), AmError> {
         self.try_send(Self::short(ep, idx, h, args))
     }
     /// The async form of [`Bundle::request_short`].
@@ -348,8 +381,18 @@ impl<T: Transport> Bundle<T> {
         self.send_async(Self::short(ep, idx, h, args)).await
     }
 
-    fn medium<'a>(ep: EpId, idx: TransIdx, h: HandlerId, data: &'a [u8], args: &'a [u64]) -> SendReq<'a> {
-        SendReq { class: Class::Medium, payload: data, ..Self::short(ep, idx, h, args) }
+    fn medium<'a>(
+        ep: EpId,
+        idx: TransIdx,
+        h: HandlerId,
+        data: &'a [u8],
+        args: &'a [u64],
+    ) -> SendReq<'a> {
+        SendReq {
+            class: Class::Medium,
+            payload: data,
+            ..Self::short(ep, idx, h, args)
+        }
     }
 
     /// Send a medium request (`AM_RequestIM`): `data` (at most `MAX_MEDIUM_BYTES`) reaches
@@ -384,7 +427,12 @@ impl<T: Transport> Bundle<T> {
         data: &'a [u8],
         args: &'a [u64],
     ) -> SendReq<'a> {
-        SendReq { class: Class::Xfer, payload: data, dest_offset, ..Self::short(ep, idx, h, args) }
+        SendReq {
+            class: Class::Xfer,
+            payload: data,
+            dest_offset,
+            ..Self::short(ep, idx, h, args)
+        }
     }
 
     /// Bulk transfer (`AM_RequestXferM`): `data` is written into the destination segment at
@@ -453,17 +501,20 @@ impl<T: Transport> Bundle<T> {
         self.core.handle_timeout(now);
         let mut n = 0;
         while n < self.batch {
-            let Some(buf) = self.loopq.pop_front() else { break };
-            self.core.handle_datagram(now, self.local, &buf, &mut self.tables);
+            let Some(buf) = self.loopq.pop_front() else {
+                break;
+            };
+            self.core
+                .handle_datagram(now, self.local, &buf, &mut self.tables);
             self.loop_free.push(buf);
             n += 1;
         }
         if n < self.batch {
             let core = &mut self.core;
             let tables = &mut self.tables;
-            n += self
-                .transport
-                .recv(self.batch - n, &mut |from, bytes| core.handle_datagram(now, from, bytes, tables))?;
+            n += self.transport.recv(self.batch - n, &mut |from, bytes| {
+                core.handle_datagram(now, from, bytes, tables)
+            })?;
         }
         n += self.run_returned();
         self.flush()?;
@@ -475,7 +526,12 @@ impl<T: Transport> Bundle<T> {
         while let Some(r) = self.core.poll_returned() {
             n += 1;
             let live = self.core.endpoint_live(r.ep);
-            match self.tables.table_mut(r.ep).ok().and_then(|t| t.ret.as_mut()) {
+            match self
+                .tables
+                .table_mut(r.ep)
+                .ok()
+                .and_then(|t| t.ret.as_mut())
+            {
                 Some(f) => f(&r),
                 None if live => panic!(
                     "message returned to endpoint {:?} with no handler 0 bound: {r:?}",
@@ -536,7 +592,10 @@ impl<T: Transport> Bundle<T> {
             if self.core.has_returned() {
                 return Ok(true);
             }
-            let until = self.core.poll_timeout().map_or(deadline, |t| t.min(deadline));
+            let until = self
+                .core
+                .poll_timeout()
+                .map_or(deadline, |t| t.min(deadline));
             if self.transport.wait(Some(until))? {
                 return Ok(true);
             }
@@ -559,7 +618,10 @@ impl<T: Transport> Bundle<T> {
             if self.core.has_returned() {
                 return Ok(true);
             }
-            let until = self.core.poll_timeout().map_or(deadline, |t| t.min(deadline));
+            let until = self
+                .core
+                .poll_timeout()
+                .map_or(deadline, |t| t.min(deadline));
             if self.transport.wait_async(Some(until)).await? {
                 return Ok(true);
             }
@@ -599,7 +661,10 @@ impl<T: Transport> Bundle<T> {
             }
             self.core.handle_timeout(now);
             self.flush()?;
-            let until = self.core.poll_timeout().map_or(deadline, |t| t.min(deadline));
+            let until = self
+                .core
+                .poll_timeout()
+                .map_or(deadline, |t| t.min(deadline));
             if self.mask == EventMask::NoEvents || self.pool_nonempty() {
                 self.transport.sleep_until(until);
             } else {

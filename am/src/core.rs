@@ -252,10 +252,27 @@ struct Peer {
 
 #[derive(Clone, Copy, Debug)]
 enum Tx {
-    Req { peer: u32, slot: u16, seq: u32, frag: u32 },
-    Resp { peer: u32, slot: u16, seq: u32, frag: u32 },
-    ReplyNack { peer: u32, slot: u16, seq: u32 },
-    Ctl { to: NodeAddr, h: Header },
+    Req {
+        peer: u32,
+        slot: u16,
+        seq: u32,
+        frag: u32,
+    },
+    Resp {
+        peer: u32,
+        slot: u16,
+        seq: u32,
+        frag: u32,
+    },
+    ReplyNack {
+        peer: u32,
+        slot: u16,
+        seq: u32,
+    },
+    Ctl {
+        to: NodeAddr,
+        h: Header,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -318,11 +335,18 @@ fn seg_check(seg_len: usize, offset: u32, len: u32) -> Result<(), Status> {
 
 impl Core {
     /// A core for node `local` with incarnation `inc` (must grow across restarts of a node).
-    pub fn new(cfg: Config, local: NodeAddr, inc: u64, max_datagram: usize) -> Result<Self, AmError> {
+    pub fn new(
+        cfg: Config,
+        local: NodeAddr,
+        inc: u64,
+        max_datagram: usize,
+    ) -> Result<Self, AmError> {
         cfg.validate()?;
         let max_datagram = cfg.max_datagram.unwrap_or(max_datagram).min(65_507);
         if max_datagram < frame::overhead(MAX_ARGS) + MAX_MEDIUM_BYTES {
-            return Err(AmError::BadArg("max_datagram too small for a full medium message"));
+            return Err(AmError::BadArg(
+                "max_datagram too small for a full medium message",
+            ));
         }
         if inc == 0 {
             return Err(AmError::BadArg("incarnation 0 is reserved"));
@@ -396,10 +420,16 @@ impl Core {
     }
 
     fn ep(&self, ep: EpId) -> Result<&EpState, AmError> {
-        self.eps.get(usize::from(ep.0)).filter(|e| e.live).ok_or(AmError::BadEndpoint(ep))
+        self.eps
+            .get(usize::from(ep.0))
+            .filter(|e| e.live)
+            .ok_or(AmError::BadEndpoint(ep))
     }
     fn ep_mut(&mut self, ep: EpId) -> Result<&mut EpState, AmError> {
-        self.eps.get_mut(usize::from(ep.0)).filter(|e| e.live).ok_or(AmError::BadEndpoint(ep))
+        self.eps
+            .get_mut(usize::from(ep.0))
+            .filter(|e| e.live)
+            .ok_or(AmError::BadEndpoint(ep))
     }
 
     /// Is `ep` allocated?
@@ -444,9 +474,18 @@ impl Core {
         Ok(self.ep(ep)?.trans.len())
     }
     /// Bind translation `idx` (`AM_Map`); an active entry must be unmapped first.
-    pub fn map(&mut self, ep: EpId, idx: TransIdx, name: EndpointName, tag: Tag) -> Result<(), AmError> {
+    pub fn map(
+        &mut self,
+        ep: EpId,
+        idx: TransIdx,
+        name: EndpointName,
+        tag: Tag,
+    ) -> Result<(), AmError> {
         let e = self.ep_mut(ep)?;
-        let slot = e.trans.get_mut(usize::from(idx.0)).ok_or(AmError::BadEntry(idx))?;
+        let slot = e
+            .trans
+            .get_mut(usize::from(idx.0))
+            .ok_or(AmError::BadEntry(idx))?;
         if slot.is_some() {
             return Err(AmError::InUse);
         }
@@ -456,14 +495,21 @@ impl Core {
     /// Bind the first free translation (`AM_MapAny`).
     pub fn map_any(&mut self, ep: EpId, name: EndpointName, tag: Tag) -> Result<TransIdx, AmError> {
         let e = self.ep_mut(ep)?;
-        let i = e.trans.iter().position(Option::is_none).ok_or(AmError::Resource("translations"))?;
+        let i = e
+            .trans
+            .iter()
+            .position(Option::is_none)
+            .ok_or(AmError::Resource("translations"))?;
         e.trans[i] = Some((name, tag));
         Ok(TransIdx(i as u16))
     }
     /// Unbind a translation (`AM_Unmap`).
     pub fn unmap(&mut self, ep: EpId, idx: TransIdx) -> Result<(), AmError> {
         let e = self.ep_mut(ep)?;
-        let slot = e.trans.get_mut(usize::from(idx.0)).ok_or(AmError::BadEntry(idx))?;
+        let slot = e
+            .trans
+            .get_mut(usize::from(idx.0))
+            .ok_or(AmError::BadEntry(idx))?;
         if slot.take().is_none() {
             return Err(AmError::BadEntry(idx));
         }
@@ -471,7 +517,12 @@ impl Core {
     }
     /// A translation (`AM_GetTranslationName` / `Tag`).
     pub fn translation(&self, ep: EpId, idx: TransIdx) -> Result<(EndpointName, Tag), AmError> {
-        self.ep(ep)?.trans.get(usize::from(idx.0)).copied().flatten().ok_or(AmError::BadEntry(idx))
+        self.ep(ep)?
+            .trans
+            .get(usize::from(idx.0))
+            .copied()
+            .flatten()
+            .ok_or(AmError::BadEntry(idx))
     }
 
     // ---------------------------------------------------------------- peers
@@ -489,7 +540,10 @@ impl Core {
                 seq: 0,
                 next_seq: self.cfg.initial_seq,
                 msg: OutMsg::default(),
-                dest: EndpointName { node: addr, ep: EpId(0) },
+                dest: EndpointName {
+                    node: addr,
+                    ep: EpId(0),
+                },
                 next_retx: Time(0),
                 rto: self.cfg.rto_initial,
                 give_up_at: Time(0),
@@ -527,7 +581,11 @@ impl Core {
     /// Free request slots towards `node`.
     pub fn credits_available(&self, node: NodeAddr) -> usize {
         match self.index.get(&node) {
-            Some(&i) => self.peers[i as usize].ss.iter().filter(|s| s.state == SendState::Free).count(),
+            Some(&i) => self.peers[i as usize]
+                .ss
+                .iter()
+                .filter(|s| s.state == SendState::Free)
+                .count(),
             None => self.cfg.credits,
         }
     }
@@ -548,7 +606,9 @@ impl Core {
         match r.class {
             Class::Short => {}
             Class::Medium if r.payload.len() > MAX_MEDIUM_BYTES => {
-                return Err(AmError::BadArg("medium payload larger than MAX_MEDIUM_BYTES"));
+                return Err(AmError::BadArg(
+                    "medium payload larger than MAX_MEDIUM_BYTES",
+                ));
             }
             Class::Medium => {}
             Class::Xfer if r.payload.len() > MAX_LONG_BYTES => {
@@ -576,9 +636,14 @@ impl Core {
             .copied()
             .flatten()
             .ok_or(AmError::BadEntry(r.idx))?;
-        let pi = self.peer_index(dest.node).ok_or(AmError::Resource("peers"))?;
+        let pi = self
+            .peer_index(dest.node)
+            .ok_or(AmError::Resource("peers"))?;
         let p = &mut self.peers[pi as usize];
-        let si = p.ss.iter().position(|s| s.state == SendState::Free).ok_or(AmError::WouldBlock)?;
+        let si =
+            p.ss.iter()
+                .position(|s| s.state == SendState::Free)
+                .ok_or(AmError::WouldBlock)?;
         let fifo = if p.fifo {
             let f = p.fifo_tx;
             p.fifo_tx = p.fifo_tx.wrapping_add(1);
@@ -611,7 +676,12 @@ impl Core {
         s.reasm.active = false;
         let seq = s.seq;
         p.busy += 1;
-        self.push_tx(Tx::Req { peer: pi, slot: si as u16, seq, frag: 0 });
+        self.push_tx(Tx::Req {
+            peer: pi,
+            slot: si as u16,
+            seq,
+            frag: 0,
+        });
         Ok(())
     }
 
@@ -647,7 +717,12 @@ impl Core {
                 frame::encode(&h, &[], &[], &mut self.scratch);
                 Some(to)
             }
-            Tx::Req { peer, slot, seq, frag } => {
+            Tx::Req {
+                peer,
+                slot,
+                seq,
+                frag,
+            } => {
                 let p = &self.peers[peer as usize];
                 let s = &p.ss[usize::from(slot)];
                 if s.state != SendState::AwaitReply || s.seq != seq {
@@ -661,11 +736,21 @@ impl Core {
                 h.dst_inc = p.known_inc;
                 let more = self.encode_msg(h, peer, slot, frag, true);
                 if more {
-                    self.cur = Some(Tx::Req { peer, slot, seq, frag: frag + 1 });
+                    self.cur = Some(Tx::Req {
+                        peer,
+                        slot,
+                        seq,
+                        frag: frag + 1,
+                    });
                 }
                 Some(self.peers[peer as usize].addr)
             }
-            Tx::Resp { peer, slot, seq, frag } => {
+            Tx::Resp {
+                peer,
+                slot,
+                seq,
+                frag,
+            } => {
                 let p = &self.peers[peer as usize];
                 let rs = p.rs.get(usize::from(slot))?;
                 if rs.state != RecvState::Done || rs.seq != seq {
@@ -691,7 +776,12 @@ impl Core {
                 h.dst_inc = p.r_inc;
                 if kind == Kind::Reply {
                     if self.encode_msg(h, peer, slot, frag, false) {
-                        self.cur = Some(Tx::Resp { peer, slot, seq, frag: frag + 1 });
+                        self.cur = Some(Tx::Resp {
+                            peer,
+                            slot,
+                            seq,
+                            frag: frag + 1,
+                        });
                     }
                 } else {
                     frame::encode(&h, &[], &[], &mut self.scratch);
@@ -720,10 +810,21 @@ impl Core {
     }
 
     /// Encode fragment `frag` of a stored message; true if more fragments follow.
-    fn encode_msg(&mut self, mut h: Header, peer: u32, slot: u16, frag: u32, request: bool) -> bool {
+    fn encode_msg(
+        &mut self,
+        mut h: Header,
+        peer: u32,
+        slot: u16,
+        frag: u32,
+        request: bool,
+    ) -> bool {
         let chunk = self.chunk_for(h.nargs);
         let p = &self.peers[peer as usize];
-        let m = if request { &p.ss[usize::from(slot)].msg } else { &p.rs[usize::from(slot)].resp_msg };
+        let m = if request {
+            &p.ss[usize::from(slot)].msg
+        } else {
+            &p.rs[usize::from(slot)].resp_msg
+        };
         let args = &m.args[..usize::from(m.nargs)];
         if m.class != Class::Xfer {
             h.frag_len = m.payload.len() as u16;
@@ -776,7 +877,12 @@ impl Core {
                     s.next_retx = now.plus(s.rto);
                     let (peer, slot, seq) = (pi as u32, si as u16, s.seq);
                     retx[si] = Some(if s.state == SendState::AwaitReply {
-                        Tx::Req { peer, slot, seq, frag: 0 }
+                        Tx::Req {
+                            peer,
+                            slot,
+                            seq,
+                            frag: 0,
+                        }
                     } else {
                         Tx::ReplyNack { peer, slot, seq }
                     });
@@ -849,7 +955,13 @@ impl Core {
     // ---------------------------------------------------------------- receiving
 
     /// Process one received datagram, running handlers through `d`.
-    pub fn handle_datagram(&mut self, now: Time, from: NodeAddr, bytes: &[u8], d: &mut dyn Dispatch) {
+    pub fn handle_datagram(
+        &mut self,
+        now: Time,
+        from: NodeAddr,
+        bytes: &[u8],
+        d: &mut dyn Dispatch,
+    ) {
         let Ok(f) = frame::decode(bytes) else {
             self.stats.bad_frames += 1;
             return;
@@ -891,7 +1003,8 @@ impl Core {
             return;
         };
         let p = &mut self.peers[pi as usize];
-        let newer = !p.r_seen || h.src_inc > p.r_inc || (h.src_inc == p.r_inc && h.epoch > p.r_epoch);
+        let newer =
+            !p.r_seen || h.src_inc > p.r_inc || (h.src_inc == p.r_inc && h.epoch > p.r_epoch);
         if newer {
             p.r_seen = true;
             p.r_inc = h.src_inc;
@@ -914,7 +1027,12 @@ impl Core {
                 match rs.state {
                     RecvState::Done => {
                         self.stats.dup_requests += 1;
-                        self.push_tx(Tx::Resp { peer: pi, slot: h.slot, seq: h.seq, frag: 0 });
+                        self.push_tx(Tx::Resp {
+                            peer: pi,
+                            slot: h.slot,
+                            seq: h.seq,
+                            frag: 0,
+                        });
                     }
                     RecvState::Assembling => self.absorb(pi, si, f, d),
                     RecvState::Waiting | RecvState::Empty => {}
@@ -1012,10 +1130,9 @@ impl Core {
             let p = &mut self.peers[pi as usize];
             p.fifo_rx = p.fifo_rx.wrapping_add(1);
             let next = p.fifo_rx;
-            let Some(si) = p
-                .rs
-                .iter()
-                .position(|r| r.state == RecvState::Waiting && r.req.fifo == Some(next))
+            let Some(si) =
+                p.rs.iter()
+                    .position(|r| r.state == RecvState::Waiting && r.req.fifo == Some(next))
             else {
                 return;
             };
@@ -1054,10 +1171,16 @@ impl Core {
                 let data = match req.class {
                     Class::Short | Class::Get => Data::None,
                     Class::Medium => Data::Medium(payload.unwrap_or(&buf)),
-                    Class::Xfer => Data::Xfer { offset: req.dest_offset as usize, len: req.total_len as usize },
+                    Class::Xfer => Data::Xfer {
+                        offset: req.dest_offset as usize,
+                        len: req.total_len as usize,
+                    },
                 };
                 let info = MsgInfo {
-                    source: EndpointName { node: peer_addr, ep: EpId(req.src_ep) },
+                    source: EndpointName {
+                        node: peer_addr,
+                        ep: EpId(req.src_ep),
+                    },
                     ep,
                     handler: HandlerId(req.handler),
                     tag: Tag(req.tag),
@@ -1067,7 +1190,12 @@ impl Core {
                 };
                 self.sink.replied = false;
                 let seg = &mut self.eps[usize::from(ep.0)].seg;
-                d.on_request(Request { info, data, seg, sink: &mut self.sink });
+                d.on_request(Request {
+                    info,
+                    data,
+                    seg,
+                    sink: &mut self.sink,
+                });
                 self.stats.requests_handled += 1;
                 buf.clear();
                 rs.req.payload = buf;
@@ -1083,7 +1211,12 @@ impl Core {
         rs.resp = resp;
         rs.state = RecvState::Done;
         let seq = rs.seq;
-        self.push_tx(Tx::Resp { peer: pi, slot: si as u16, seq, frag: 0 });
+        self.push_tx(Tx::Resp {
+            peer: pi,
+            slot: si as u16,
+            seq,
+            frag: 0,
+        });
     }
 
     fn on_response(&mut self, now: Time, from: NodeAddr, f: &Frame<'_>, d: &mut dyn Dispatch) {
@@ -1106,7 +1239,10 @@ impl Core {
             }
             return;
         }
-        let Some(s) = p.ss.get_mut(si).filter(|s| s.state == SendState::AwaitReply && s.seq == h.seq) else {
+        let Some(s) =
+            p.ss.get_mut(si)
+                .filter(|s| s.state == SendState::AwaitReply && s.seq == h.seq)
+        else {
             self.stats.dup_responses += 1;
             return;
         };
@@ -1150,7 +1286,9 @@ impl Core {
                 Some(_) if d.handler_kind(ep, HandlerId(h.handler)) != HandlerKind::Reply => {
                     Err(Status::BadHandler)
                 }
-                Some(e) if h.class == Class::Xfer => seg_check(e.seg.len(), h.dest_offset, h.total_len),
+                Some(e) if h.class == Class::Xfer => {
+                    seg_check(e.seg.len(), h.dest_offset, h.total_len)
+                }
                 Some(_) => Ok(()),
             }
         };
@@ -1177,16 +1315,26 @@ impl Core {
             s.next_retx = now.plus(s.rto);
             s.give_up_at = now.plus(self.cfg.give_up);
             let seq = s.seq;
-            self.push_tx(Tx::ReplyNack { peer: pi, slot: si as u16, seq });
+            self.push_tx(Tx::ReplyNack {
+                peer: pi,
+                slot: si as u16,
+                seq,
+            });
             return;
         }
         let data = match h.class {
             Class::Short | Class::Get => Data::None,
             Class::Medium => Data::Medium(f.payload),
-            Class::Xfer => Data::Xfer { offset: h.dest_offset as usize, len: h.total_len as usize },
+            Class::Xfer => Data::Xfer {
+                offset: h.dest_offset as usize,
+                len: h.total_len as usize,
+            },
         };
         let info = MsgInfo {
-            source: EndpointName { node: addr, ep: EpId(h.src_ep) },
+            source: EndpointName {
+                node: addr,
+                ep: EpId(h.src_ep),
+            },
             ep,
             handler: HandlerId(h.handler),
             tag: Tag(h.tag),
@@ -1216,7 +1364,10 @@ impl Core {
                     && !rs.resp_returned;
                 if fresh {
                     rs.resp_returned = true;
-                    let dest = EndpointName { node: p.addr, ep: EpId(rs.req.src_ep) };
+                    let dest = EndpointName {
+                        node: p.addr,
+                        ep: EpId(rs.req.src_ep),
+                    };
                     let status = h.status.unwrap_or(Status::ReplyRejected);
                     let r = returned_of(&rs.resp_msg, dest, status, false);
                     self.push_returned(RetEntry { r, slot: None });
@@ -1228,12 +1379,16 @@ impl Core {
 
     fn on_reply_nack_ack(&mut self, from: NodeAddr, f: &Frame<'_>) {
         let h = f.h;
-        let Some(&pi) = self.index.get(&from) else { return };
+        let Some(&pi) = self.index.get(&from) else {
+            return;
+        };
         let p = &self.peers[pi as usize];
         let si = usize::from(h.slot);
         let ok = h.dst_inc == self.inc
             && h.epoch == p.epoch
-            && p.ss.get(si).is_some_and(|s| s.state == SendState::AwaitNackAck && s.seq == h.seq);
+            && p.ss
+                .get(si)
+                .is_some_and(|s| s.state == SendState::AwaitNackAck && s.seq == h.seq);
         if ok {
             self.free_slot(pi, si);
         } else {
@@ -1244,7 +1399,10 @@ impl Core {
 
 fn validate_request(eps: &[EpState], req: &OutMsg, d: &dyn Dispatch) -> Result<(), Status> {
     let ep = EpId(req.dst_ep);
-    let e = eps.get(usize::from(ep.0)).filter(|e| e.live).ok_or(Status::BadEndpoint)?;
+    let e = eps
+        .get(usize::from(ep.0))
+        .filter(|e| e.live)
+        .ok_or(Status::BadEndpoint)?;
     if !Tag(req.tag).admits(e.tag) {
         return Err(Status::BadTag);
     }

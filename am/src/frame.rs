@@ -288,7 +288,10 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, FrameError> {
     let args_len = 8 * usize::from(nargs);
     let expected = HEADER_LEN + args_len + usize::from(h.frag_len) + TRAILER_LEN;
     if expected != b.len() {
-        return Err(FrameError::LengthMismatch { expected, actual: b.len() });
+        return Err(FrameError::LengthMismatch {
+            expected,
+            actual: b.len(),
+        });
     }
     let body_end = b.len() - TRAILER_LEN;
     if crc32fast::hash(&b[..body_end]) != u32_at(b, body_end) {
@@ -299,7 +302,11 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, FrameError> {
     for (i, a) in args.iter_mut().take(usize::from(nargs)).enumerate() {
         *a = u64_at(b, HEADER_LEN + 8 * i);
     }
-    Ok(Frame { h, args, payload: &b[HEADER_LEN + args_len..body_end] })
+    Ok(Frame {
+        h,
+        args,
+        payload: &b[HEADER_LEN + args_len..body_end],
+    })
 }
 
 fn check_geometry(h: &Header) -> Result<(), FrameError> {
@@ -307,7 +314,11 @@ fn check_geometry(h: &Header) -> Result<(), FrameError> {
     let flen = usize::from(h.frag_len);
     let carries_msg = matches!(h.kind, Kind::Request | Kind::Reply);
     if !carries_msg {
-        return if flen == 0 { Ok(()) } else { Err(FrameError::BadGeometry) };
+        return if flen == 0 {
+            Ok(())
+        } else {
+            Err(FrameError::BadGeometry)
+        };
     }
     let ok = match h.class {
         Class::Short => total == 0 && flen == 0 && h.frag_offset == 0,
@@ -328,7 +339,11 @@ fn check_geometry(h: &Header) -> Result<(), FrameError> {
                     || (off < total && flen == chunk.min(total - off)))
         }
     };
-    if ok { Ok(()) } else { Err(FrameError::BadGeometry) }
+    if ok {
+        Ok(())
+    } else {
+        Err(FrameError::BadGeometry)
+    }
 }
 
 #[cfg(test)]

@@ -200,7 +200,9 @@ impl Request<'_> {
         args: &[u64],
     ) -> Result<(), AmError> {
         if data.len() > MAX_MEDIUM_BYTES {
-            return Err(AmError::BadArg("medium payload larger than MAX_MEDIUM_BYTES"));
+            return Err(AmError::BadArg(
+                "medium payload larger than MAX_MEDIUM_BYTES",
+            ));
         }
         self.prepare(Class::Medium, handler, args)?;
         self.sink.msg.set_payload(data);

@@ -28,6 +28,10 @@ impl Rng {
     }
     /// A value in `lo..=hi`.
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        if hi <= lo { lo } else { lo + self.next_u64() % (hi - lo + 1) }
+        if hi <= lo {
+            lo
+        } else {
+            lo + self.next_u64() % (hi - lo + 1)
+        }
     }
 }

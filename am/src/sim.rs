@@ -27,7 +27,9 @@ impl Sim {
     /// `n` bundles with configuration `cfg` on a network with `faults`, seeded with `seed`.
     pub fn new(seed: u64, faults: FaultModel, n: usize, cfg: &Config) -> Result<Self, AmError> {
         let net = MemNet::new(seed, faults);
-        let nodes = (0..n).map(|_| Bundle::new(net.node(), cfg.clone())).collect::<Result<_, _>>()?;
+        let nodes = (0..n)
+            .map(|_| Bundle::new(net.node(), cfg.clone()))
+            .collect::<Result<_, _>>()?;
         Ok(Self { net, nodes, seed })
     }
 
@@ -47,7 +49,12 @@ impl Sim {
             return Ok(true);
         }
         let now = self.net.now();
-        let next = self.nodes.iter().filter_map(Bundle::next_deadline).chain(self.net.next_delivery()).min();
+        let next = self
+            .nodes
+            .iter()
+            .filter_map(Bundle::next_deadline)
+            .chain(self.net.next_delivery())
+            .min();
         match next {
             None => Ok(false),
             Some(t) => {

@@ -20,11 +20,8 @@ pub trait Transport: Send {
     /// (and recovered by retransmission). `Err` only for failures of the transport itself.
     fn send(&mut self, to: NodeAddr, datagram: &[u8]) -> Result<(), AmError>;
     /// Without blocking, hand up to `max` received datagrams to `sink`; returns how many.
-    fn recv(
-        &mut self,
-        max: usize,
-        sink: &mut dyn FnMut(NodeAddr, &[u8]),
-    ) -> Result<usize, AmError>;
+    fn recv(&mut self, max: usize, sink: &mut dyn FnMut(NodeAddr, &[u8]))
+    -> Result<usize, AmError>;
     /// Is a received datagram waiting (without blocking)?
     fn has_pending(&mut self) -> bool;
     /// Block until a datagram is waiting or `deadline` passes (`None`: no deadline). Returns

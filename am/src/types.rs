@@ -205,7 +205,10 @@ pub struct Time(pub u64);
 impl Time {
     /// `self + d`, saturating.
     pub fn plus(self, d: Duration) -> Self {
-        Self(self.0.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)))
+        Self(
+            self.0
+                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
     }
 
     /// Time elapsed from `earlier` to `self` (zero if `earlier` is later).

@@ -14,7 +14,7 @@ use isotach_am::backend::mem::FaultModel;
 use isotach_am::{
     AmError, Bundle, Config, DEFAULT_HANDLERS, DEFAULT_TRANSLATIONS, EndpointName, EpId, EventMask,
     HandlerId, MAX_ARGS, MAX_HANDLERS, MAX_LONG_BYTES, MAX_MEDIUM_BYTES, MAX_TRANSLATIONS, Opcode,
-    Status, Tag, Transport, TransIdx,
+    Status, Tag, TransIdx, Transport,
 };
 
 const ECHO: HandlerId = HandlerId(1);
@@ -26,7 +26,9 @@ const XFER_SUM: HandlerId = HandlerId(6);
 const GOT: HandlerId = HandlerId(7);
 
 fn fnv(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn bind_echo<T: Transport>(b: &mut Bundle<T>) {
@@ -51,7 +53,14 @@ fn short_args<T: Transport>(mut h: H<T>) {
     h.setup(0);
     bind_echo(&mut h.nodes[1]);
     let got = reply_recorder(&mut h.nodes[0], REPLY);
-    let patterns = [0u64, u64::MAX, 0xAAAA_AAAA_AAAA_AAAA, 0x5555_5555_5555_5555, 1, 1 << 63];
+    let patterns = [
+        0u64,
+        u64::MAX,
+        0xAAAA_AAAA_AAAA_AAAA,
+        0x5555_5555_5555_5555,
+        1,
+        1 << 63,
+    ];
     let mut sent = Vec::new();
     for n in 0..=MAX_ARGS {
         for p in patterns {
@@ -78,7 +87,10 @@ fn short_args<T: Transport>(mut h: H<T>) {
     sent.sort();
     assert_eq!(g, sent);
     assert_eq!(
-        h.nodes[0].try_request_short(EP, t(1), ECHO, &[0; MAX_ARGS + 1]).unwrap_err().to_string(),
+        h.nodes[0]
+            .try_request_short(EP, t(1), ECHO, &[0; MAX_ARGS + 1])
+            .unwrap_err()
+            .to_string(),
         AmError::BadArg("more than MAX_ARGS argument words").to_string()
     );
 }
@@ -109,14 +121,21 @@ fn medium_sizes<T: Transport>(mut h: H<T>) {
         .unwrap();
     let got = reply_recorder(&mut h.nodes[0], REPLY);
     let sizes = [0usize, 1, 7, 512, MAX_MEDIUM_BYTES];
-    let payloads: Vec<Vec<u8>> =
-        sizes.iter().map(|&n| (0..n).map(|i| (i * 31 + n) as u8).collect()).collect();
+    let payloads: Vec<Vec<u8>> = sizes
+        .iter()
+        .map(|&n| (0..n).map(|i| (i * 31 + n) as u8).collect())
+        .collect();
     for p in &payloads {
-        h.nodes[0].request_medium(EP, t(1), MEDIUM_SUM, p, &[9]).unwrap();
+        h.nodes[0]
+            .request_medium(EP, t(1), MEDIUM_SUM, p, &[9])
+            .unwrap();
     }
     let n = payloads.len();
     h.run("medium", |_| got.lock().unwrap().len() == n);
-    let mut want: Vec<Vec<u64>> = payloads.iter().map(|p| vec![p.len() as u64, fnv(p)]).collect();
+    let mut want: Vec<Vec<u64>> = payloads
+        .iter()
+        .map(|p| vec![p.len() as u64, fnv(p)])
+        .collect();
     let mut g = got.lock().unwrap().clone();
     want.sort();
     g.sort();
@@ -150,13 +169,23 @@ fn bulk_edges<T: Transport>(mut h: H<T>) {
     h.nodes[1]
         .set_request_handler(EP, XFER_SUM, |req| {
             // The copy is complete before the handler runs.
-            let r = [req.xfer_offset().unwrap() as u64, req.data().len() as u64, fnv(req.data())];
+            let r = [
+                req.xfer_offset().unwrap() as u64,
+                req.data().len() as u64,
+                fnv(req.data()),
+            ];
             req.reply_short(REPLY, &r).unwrap();
         })
         .unwrap();
     let got = reply_recorder(&mut h.nodes[0], REPLY);
-    let good: Vec<(usize, usize)> =
-        vec![(0, 64 * 1024), (SEG - 1, 1), (SEG, 0), (7, 3001), (SEG - 5000, 5000), (65_531, 1)];
+    let good: Vec<(usize, usize)> = vec![
+        (0, 64 * 1024),
+        (SEG - 1, 1),
+        (SEG, 0),
+        (7, 3001),
+        (SEG - 5000, 5000),
+        (65_531, 1),
+    ];
     let bad: Vec<(usize, usize, Status)> = vec![
         (SEG - 100, 101, Status::BadLength),
         (SEG + 1, 0, Status::BadSegOffset),
@@ -169,30 +198,45 @@ fn bulk_edges<T: Transport>(mut h: H<T>) {
         let data: Vec<u8> = (0..len).map(|i| (i * 7 + k * 13 + 1) as u8).collect();
         want.push(vec![off as u64, len as u64, fnv(&data)]);
         expect_seg[off..off + len].copy_from_slice(&data);
-        h.nodes[0].request_xfer(EP, t(1), off as u32, XFER_SUM, &data, &[k as u64]).unwrap();
+        h.nodes[0]
+            .request_xfer(EP, t(1), off as u32, XFER_SUM, &data, &[k as u64])
+            .unwrap();
         let n = want.len();
         h.run("bulk", |_| got.lock().unwrap().len() == n);
     }
     for &(off, len, _) in &bad {
         let data = vec![0xEEu8; len];
-        h.nodes[0].request_xfer(EP, t(1), off as u32, XFER_SUM, &data, &[off as u64]).unwrap();
+        h.nodes[0]
+            .request_xfer(EP, t(1), off as u32, XFER_SUM, &data, &[off as u64])
+            .unwrap();
     }
     let nbad = bad.len();
     h.run("bulk errors", |h| h.returned(0).len() == nbad);
     assert_eq!(*got.lock().unwrap(), want);
-    assert_eq!(h.nodes[1].segment(EP).unwrap(), &expect_seg[..], "bad transfers must not write");
-    let mut statuses: Vec<(u64, Status, Opcode)> =
-        h.returned(0).iter().map(|r| (r.args()[0], r.status, r.opcode)).collect();
+    assert_eq!(
+        h.nodes[1].segment(EP).unwrap(),
+        &expect_seg[..],
+        "bad transfers must not write"
+    );
+    let mut statuses: Vec<(u64, Status, Opcode)> = h
+        .returned(0)
+        .iter()
+        .map(|r| (r.args()[0], r.status, r.opcode))
+        .collect();
     statuses.sort_by_key(|s| s.0);
-    let mut exp: Vec<(u64, Status, Opcode)> =
-        bad.iter().map(|&(o, _, s)| (o as u64, s, Opcode::RequestXfer)).collect();
+    let mut exp: Vec<(u64, Status, Opcode)> = bad
+        .iter()
+        .map(|&(o, _, s)| (o as u64, s, Opcode::RequestXfer))
+        .collect();
     exp.sort_by_key(|s| s.0);
     assert_eq!(statuses, exp);
     assert!(matches!(
-        h.nodes[0].try_request_short(EP, t(1), ECHO, &[]).and_then(|()| {
-            let big = vec![0u8; MAX_LONG_BYTES + 1];
-            h.nodes[0].request_xfer_async(EP, t(1), 0, XFER_SUM, &big, &[])
-        }),
+        h.nodes[0]
+            .try_request_short(EP, t(1), ECHO, &[])
+            .and_then(|()| {
+                let big = vec![0u8; MAX_LONG_BYTES + 1];
+                h.nodes[0].request_xfer_async(EP, t(1), 0, XFER_SUM, &big, &[])
+            }),
         Err(AmError::BadArg(_))
     ));
 }
@@ -227,11 +271,22 @@ fn conf_bulk_under_loss_lands_intact_mem() {
     let data: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
     let part = 12 * 1024;
     for k in 0..8u32 {
-        h.nodes[0].request_xfer_async(EP, t(1), k * part as u32, XFER_SUM, &data[..part], &[]).unwrap();
+        h.nodes[0]
+            .request_xfer_async(EP, t(1), k * part as u32, XFER_SUM, &data[..part], &[])
+            .unwrap();
     }
     h.run("lossy bulk", |_| got.lock().unwrap().len() == 8);
-    assert_eq!(hits.load(Ordering::SeqCst), 8, "each bulk handler ran exactly once");
-    assert!(got.lock().unwrap().iter().all(|r| r[0] == fnv(&data[..part])));
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        8,
+        "each bulk handler ran exactly once"
+    );
+    assert!(
+        got.lock()
+            .unwrap()
+            .iter()
+            .all(|r| r[0] == fnv(&data[..part]))
+    );
     assert!(matches!(
         h.nodes[0].request_xfer_async(EP, t(1), 0, XFER_SUM, &data, &[]),
         Ok(())
@@ -245,34 +300,53 @@ fn get_xfer<T: Transport>(mut h: H<T>) {
     for (i, b) in h.nodes[1].segment_mut(EP).unwrap().iter_mut().enumerate() {
         *b = (i * 11 % 256) as u8;
     }
-    let done: Arc<Mutex<Vec<(usize, usize, Vec<u64>)>>> = Arc::default();
+    type Done = Vec<(usize, usize, Vec<u64>)>;
+    let done: Arc<Mutex<Done>> = Arc::default();
     let d = done.clone();
     h.nodes[0]
         .set_reply_handler(EP, GOT, move |r| {
-            d.lock().unwrap().push((r.xfer_offset().unwrap(), r.data().len(), r.args().to_vec()));
+            d.lock()
+                .unwrap()
+                .push((r.xfer_offset().unwrap(), r.data().len(), r.args().to_vec()));
         })
         .unwrap();
-    h.nodes[0].get_xfer(EP, t(1), 100, GOT, 10, 5000, &[42]).unwrap();
-    h.nodes[0].get_xfer(EP, t(1), 0, GOT, 20_000, 64 * 1024, &[43]).unwrap();
+    h.nodes[0]
+        .get_xfer(EP, t(1), 100, GOT, 10, 5000, &[42])
+        .unwrap();
+    h.nodes[0]
+        .get_xfer(EP, t(1), 0, GOT, 20_000, 64 * 1024, &[43])
+        .unwrap();
     h.run("get", |_| done.lock().unwrap().len() == 2);
     let remote = h.nodes[1].segment(EP).unwrap().to_vec();
     let local = h.nodes[0].segment(EP).unwrap();
     assert_eq!(&local[10..5010], &remote[100..5100]);
     assert_eq!(&local[20_000..20_000 + 65_536], &remote[..65_536]);
-    assert_eq!(h.nodes[1].stats().requests_handled, 0, "no handler runs at the replier");
+    assert_eq!(
+        h.nodes[1].stats().requests_handled,
+        0,
+        "no handler runs at the replier"
+    );
     let mut d = done.lock().unwrap().clone();
     d.sort();
     assert_eq!(d, vec![(10, 5000, vec![42]), (20_000, 65_536, vec![43])]);
     // Out of range at the remote end comes back; at the local end fails at the call.
-    h.nodes[0].get_xfer(EP, t(1), (SEG - 10) as u32, GOT, 0, 11, &[44]).unwrap();
+    h.nodes[0]
+        .get_xfer(EP, t(1), (SEG - 10) as u32, GOT, 0, 11, &[44])
+        .unwrap();
     h.run("get error", |h| h.returned(0).len() == 1);
     let r = h.returned(0)[0];
-    assert_eq!((r.status, r.opcode, r.args()), (Status::BadLength, Opcode::RequestGet, &[44][..]));
+    assert_eq!(
+        (r.status, r.opcode, r.args()),
+        (Status::BadLength, Opcode::RequestGet, &[44][..])
+    );
     assert!(matches!(
         h.nodes[0].get_xfer(EP, t(1), 0, GOT, (SEG - 1) as u32, 2, &[]),
         Err(AmError::BadSegment { .. })
     ));
-    assert!(matches!(h.nodes[0].get_xfer(EP, t(1), 0, ECHO, 0, 2, &[]), Err(AmError::BadHandler(_))));
+    assert!(matches!(
+        h.nodes[0].get_xfer(EP, t(1), 0, ECHO, 0, 2, &[]),
+        Err(AmError::BadHandler(_))
+    ));
 }
 
 #[test]
@@ -298,7 +372,9 @@ fn fetch_add<T: Transport>(mut h: H<T>, per_client: u64) {
         })
         .unwrap();
     let clients = h.nodes.len() - 1;
-    let logs: Vec<_> = (1..=clients).map(|i| reply_recorder(&mut h.nodes[i], REPLY)).collect();
+    let logs: Vec<_> = (1..=clients)
+        .map(|i| reply_recorder(&mut h.nodes[i], REPLY))
+        .collect();
     let mut left = vec![per_client; clients + 1];
     let total = per_client * clients as u64;
     h.run("fetch-and-add", |h| {
@@ -311,13 +387,24 @@ fn fetch_add<T: Transport>(mut h: H<T>, per_client: u64) {
                 }
             }
         }
-        logs.iter().map(|l| l.lock().unwrap().len() as u64).sum::<u64>() == total
+        logs.iter()
+            .map(|l| l.lock().unwrap().len() as u64)
+            .sum::<u64>()
+            == total
     });
     let counter = u64::from_le_bytes(h.nodes[0].segment(EP).unwrap()[..8].try_into().unwrap());
     assert_eq!(counter, total, "counter exact (seed {})", h.seed);
-    let mut olds: Vec<u64> = logs.iter().flat_map(|l| l.lock().unwrap().iter().map(|r| r[0]).collect::<Vec<_>>()).collect();
+    let mut olds: Vec<u64> = logs
+        .iter()
+        .flat_map(|l| l.lock().unwrap().iter().map(|r| r[0]).collect::<Vec<_>>())
+        .collect();
     olds.sort_unstable();
-    assert_eq!(olds, (0..total).collect::<Vec<_>>(), "every old value seen once (seed {})", h.seed);
+    assert_eq!(
+        olds,
+        (0..total).collect::<Vec<_>>(),
+        "every old value seen once (seed {})",
+        h.seed
+    );
     assert!(h.returned.iter().all(|r| r.lock().unwrap().is_empty()));
 }
 
@@ -346,7 +433,10 @@ fn conf_fetch_add_exact_under_loss_dup_quic() {
 
 #[test]
 fn conf_duplicate_request_replays_cached_reply_mem() {
-    let f = FaultModel { dup: 1.0, ..FaultModel::none() };
+    let f = FaultModel {
+        dup: 1.0,
+        ..FaultModel::none()
+    };
     let mut h = mem(2, f, &mem_cfg(), seed(8));
     h.setup(0);
     let runs = Arc::new(AtomicUsize::new(0));
@@ -366,20 +456,38 @@ fn conf_duplicate_request_replays_cached_reply_mem() {
         got.lock().unwrap().len() == 20 && h.net.as_ref().unwrap().in_flight() == 0
     });
     assert_eq!(runs.load(Ordering::SeqCst), 20, "handler never reruns");
-    assert_eq!(got.lock().unwrap().len(), 20, "reply handler runs once per request");
-    assert!(h.nodes[1].stats().dup_requests >= 20, "duplicates answered from the reply cache");
-    assert!(h.nodes[0].stats().dup_responses >= 20, "duplicate replies dropped");
+    assert_eq!(
+        got.lock().unwrap().len(),
+        20,
+        "reply handler runs once per request"
+    );
+    assert!(
+        h.nodes[1].stats().dup_requests >= 20,
+        "duplicates answered from the reply cache"
+    );
+    assert!(
+        h.nodes[0].stats().dup_responses >= 20,
+        "duplicate replies dropped"
+    );
 }
 
 #[test]
 fn conf_sequence_wrap_mem() {
-    let cfg = Config { credits: 1, initial_seq: u32::MAX - 5, ..Config::default() };
+    let cfg = Config {
+        credits: 1,
+        initial_seq: u32::MAX - 5,
+        ..Config::default()
+    };
     let mut h = mem(2, FaultModel::lossy(0.1), &cfg, seed(9));
     fetch_add_single(&mut h, 40);
 }
 #[test]
 fn conf_sequence_wrap_udp() {
-    let cfg = Config { credits: 1, initial_seq: u32::MAX - 5, ..udp_cfg() };
+    let cfg = Config {
+        credits: 1,
+        initial_seq: u32::MAX - 5,
+        ..udp_cfg()
+    };
     let mut h = udp(2, &cfg, 0.05, 0.05, seed(10));
     fetch_add_single(&mut h, 40);
 }
@@ -397,14 +505,22 @@ fn fetch_add_single<T: Transport>(h: &mut H<T>, n: u64) {
     let got = reply_recorder(&mut h.nodes[0], REPLY);
     let mut sent = 0;
     h.run("wrap", |h| {
-        if sent < n && h.nodes[0].try_request_short(EP, t(1), FETCH_ADD, &[]).is_ok() {
+        if sent < n
+            && h.nodes[0]
+                .try_request_short(EP, t(1), FETCH_ADD, &[])
+                .is_ok()
+        {
             sent += 1;
         }
         got.lock().unwrap().len() as u64 == n
     });
     assert_eq!(runs.load(Ordering::SeqCst), n);
     let olds: Vec<u64> = got.lock().unwrap().iter().map(|r| r[0]).collect();
-    assert_eq!(olds, (0..n).collect::<Vec<_>>(), "one slot: in order, each exactly once");
+    assert_eq!(
+        olds,
+        (0..n).collect::<Vec<_>>(),
+        "one slot: in order, each exactly once"
+    );
 }
 
 // ------------------------------------------------------------------ credits and storms
@@ -420,6 +536,7 @@ fn storm<T: Transport>(mut h: H<T>, per_pair: usize) {
         .collect();
     let mut left: Vec<Vec<usize>> = vec![vec![per_pair; n]; n];
     let want = per_pair * (n - 1);
+    #[allow(clippy::needless_range_loop)]
     h.run("storm", |h| {
         for i in 0..n {
             for j in 0..n {
@@ -457,7 +574,10 @@ fn conf_all_to_all_storm_full_credits_udp() {
 fn conf_all_to_all_storm_blocking_threads_udp() {
     let n = 4;
     let per_pair = 300u64;
-    let cfg = Config { credits: 1, ..udp_cfg() };
+    let cfg = Config {
+        credits: 1,
+        ..udp_cfg()
+    };
     let h = udp(n, &cfg, 0.0, 0.0, seed(13));
     let mut h = h;
     h.setup(0);
@@ -506,7 +626,10 @@ fn credits_bounded<T: Transport>(mut h: H<T>) {
     for _ in 0..credits {
         h.nodes[0].try_request_short(EP, t(1), ECHO, &[1]).unwrap();
     }
-    assert!(matches!(h.nodes[0].try_request_short(EP, t(1), ECHO, &[1]), Err(AmError::WouldBlock)));
+    assert!(matches!(
+        h.nodes[0].try_request_short(EP, t(1), ECHO, &[1]),
+        Err(AmError::WouldBlock)
+    ));
     assert_eq!(h.nodes[0].outstanding(), credits);
     assert_eq!(h.nodes[0].credits_available(h.addr(1)), 0);
     // Other peers are unaffected.
@@ -518,11 +641,28 @@ fn credits_bounded<T: Transport>(mut h: H<T>) {
 
 #[test]
 fn conf_credits_bounded_try_would_block_mem() {
-    credits_bounded(mem(3, FaultModel::none(), &Config { credits: 3, ..Config::default() }, seed(14)));
+    credits_bounded(mem(
+        3,
+        FaultModel::none(),
+        &Config {
+            credits: 3,
+            ..Config::default()
+        },
+        seed(14),
+    ));
 }
 #[test]
 fn conf_credits_bounded_try_would_block_udp() {
-    credits_bounded(udp(3, &Config { credits: 8, ..udp_cfg() }, 0.0, 0.0, seed(14)));
+    credits_bounded(udp(
+        3,
+        &Config {
+            credits: 8,
+            ..udp_cfg()
+        },
+        0.0,
+        0.0,
+        seed(14),
+    ));
 }
 
 // ------------------------------------------------------------------ tags and protection
@@ -541,7 +681,11 @@ fn tag_mismatch<T: Transport>(mut h: H<T>) {
     assert_eq!(r.args(), &[5, 6]);
     assert_eq!(r.dest, wrong);
     assert_eq!(r.handler, ECHO);
-    assert_eq!(h.nodes[1].stats().requests_handled, 0, "no event at the destination");
+    assert_eq!(
+        h.nodes[1].stats().requests_handled,
+        0,
+        "no event at the destination"
+    );
 }
 
 #[test]
@@ -580,8 +724,12 @@ fn conf_tag_matrix_all_none_mem() {
         h.nodes[1].set_tag(EP, dst).unwrap();
         let name = h.nodes[1].name(EP);
         h.nodes[0].map(EP, t(50), name, msg).unwrap();
-        h.nodes[0].request_short(EP, t(50), ECHO, &[k as u64]).unwrap();
-        h.run("tag matrix", |h| got.lock().unwrap().len() + h.returned(0).len() == 1);
+        h.nodes[0]
+            .request_short(EP, t(50), ECHO, &[k as u64])
+            .unwrap();
+        h.run("tag matrix", |h| {
+            got.lock().unwrap().len() + h.returned(0).len() == 1
+        });
         if ok {
             assert_eq!(got.lock().unwrap().len(), 1, "case {k}");
         } else {
@@ -615,16 +763,30 @@ fn conf_bad_handler_and_bad_endpoint_return_mem() {
     bind_echo(&mut h.nodes[1]);
     let _ = reply_recorder(&mut h.nodes[1], REPLY); // a reply handler: wrong kind for requests
     let _ = reply_recorder(&mut h.nodes[0], REPLY);
-    h.nodes[0].request_short(EP, t(1), HandlerId(200), &[1]).unwrap(); // unset
-    h.nodes[0].request_short(EP, t(1), HandlerId(300), &[2]).unwrap(); // out of range
+    h.nodes[0]
+        .request_short(EP, t(1), HandlerId(200), &[1])
+        .unwrap(); // unset
+    h.nodes[0]
+        .request_short(EP, t(1), HandlerId(300), &[2])
+        .unwrap(); // out of range
     h.nodes[0].request_short(EP, t(1), REPLY, &[3]).unwrap(); // reply handler
-    h.nodes[0].request_short(EP, t(1), HandlerId(0), &[4]).unwrap(); // handler 0
-    let ghost = EndpointName { node: h.addr(1), ep: EpId(9) };
+    h.nodes[0]
+        .request_short(EP, t(1), HandlerId(0), &[4])
+        .unwrap(); // handler 0
+    let ghost = EndpointName {
+        node: h.addr(1),
+        ep: EpId(9),
+    };
     h.nodes[0].map(EP, t(20), ghost, TAG).unwrap();
-    h.nodes[0].request_medium(EP, t(20), ECHO, b"hi", &[5]).unwrap();
+    h.nodes[0]
+        .request_medium(EP, t(20), ECHO, b"hi", &[5])
+        .unwrap();
     h.run("bad handlers", |h| h.returned(0).len() == 5);
-    let mut got: Vec<(u64, Status, Opcode)> =
-        h.returned(0).iter().map(|r| (r.args()[0], r.status, r.opcode)).collect();
+    let mut got: Vec<(u64, Status, Opcode)> = h
+        .returned(0)
+        .iter()
+        .map(|r| (r.args()[0], r.status, r.opcode))
+        .collect();
     got.sort_by_key(|g| g.0);
     use Status::*;
     assert_eq!(
@@ -650,8 +812,8 @@ fn conf_bad_handler_and_bad_endpoint_return_mem() {
 
 #[test]
 fn conf_tables_defaults_limits_and_resize_mem() {
-    assert!(MAX_ARGS >= 8 && MAX_MEDIUM_BYTES >= 512 && MAX_LONG_BYTES >= 8192);
-    assert!(DEFAULT_HANDLERS >= 256 && DEFAULT_TRANSLATIONS >= 256);
+    const { assert!(MAX_ARGS >= 8 && MAX_MEDIUM_BYTES >= 512 && MAX_LONG_BYTES >= 8192) };
+    const { assert!(DEFAULT_HANDLERS >= 256 && DEFAULT_TRANSLATIONS >= 256) };
     let mut h = mem(2, FaultModel::none(), &mem_cfg(), seed(19));
     let b = &mut h.nodes[0];
     let ep = b.alloc_endpoint().unwrap();
@@ -664,11 +826,21 @@ fn conf_tables_defaults_limits_and_resize_mem() {
     assert!(b.set_num_handlers(ep, MAX_HANDLERS + 1).is_err());
     assert!(b.set_num_translations(ep, MAX_TRANSLATIONS + 1).is_err());
     b.set_num_handlers(ep, 1000).unwrap();
-    b.set_request_handler(ep, HandlerId(999), |_req| {}).unwrap();
-    assert!(matches!(b.set_request_handler(ep, HandlerId(1000), |_req| {}), Err(AmError::BadHandler(_))));
-    assert!(matches!(b.set_request_handler(ep, HandlerId(0), |_req| {}), Err(AmError::BadHandler(_))));
+    b.set_request_handler(ep, HandlerId(999), |_req| {})
+        .unwrap();
+    assert!(matches!(
+        b.set_request_handler(ep, HandlerId(1000), |_req| {}),
+        Err(AmError::BadHandler(_))
+    ));
+    assert!(matches!(
+        b.set_request_handler(ep, HandlerId(0), |_req| {}),
+        Err(AmError::BadHandler(_))
+    ));
     // Translation table: map, in-use, unmap, map_any, unbound index.
-    let name = EndpointName { node: h.addr(1), ep: EpId(0) };
+    let name = EndpointName {
+        node: h.addr(1),
+        ep: EpId(0),
+    };
     let b = &mut h.nodes[0];
     b.map(ep, t(3), name, TAG).unwrap();
     assert!(matches!(b.map(ep, t(3), name, TAG), Err(AmError::InUse)));
@@ -676,17 +848,30 @@ fn conf_tables_defaults_limits_and_resize_mem() {
     b.unmap(ep, t(3)).unwrap();
     b.map(ep, t(3), name, Tag(5)).unwrap();
     assert_eq!(b.map_any(ep, name, TAG).unwrap(), t(0));
-    assert!(matches!(b.try_request_short(ep, t(4), ECHO, &[]), Err(AmError::BadEntry(_))));
-    assert!(matches!(b.try_request_short(ep, t(4000), ECHO, &[]), Err(AmError::BadEntry(_))));
-    assert!(matches!(b.try_request_short(EpId(77), t(0), ECHO, &[]), Err(AmError::BadEndpoint(_))));
+    assert!(matches!(
+        b.try_request_short(ep, t(4), ECHO, &[]),
+        Err(AmError::BadEntry(_))
+    ));
+    assert!(matches!(
+        b.try_request_short(ep, t(4000), ECHO, &[]),
+        Err(AmError::BadEntry(_))
+    ));
+    assert!(matches!(
+        b.try_request_short(EpId(77), t(0), ECHO, &[]),
+        Err(AmError::BadEndpoint(_))
+    ));
 
     // Shrinking leaves stale indices that come back BadHandler.
     let mut h = mem(2, FaultModel::none(), &mem_cfg(), seed(19));
     h.setup(0);
     h.nodes[1].set_num_handlers(EP, 600).unwrap();
-    h.nodes[1].set_request_handler(EP, HandlerId(500), |r| r.reply_short(REPLY, &[]).unwrap()).unwrap();
+    h.nodes[1]
+        .set_request_handler(EP, HandlerId(500), |r| r.reply_short(REPLY, &[]).unwrap())
+        .unwrap();
     h.nodes[1].set_num_handlers(EP, 256).unwrap();
-    h.nodes[0].request_short(EP, t(1), HandlerId(500), &[]).unwrap();
+    h.nodes[0]
+        .request_short(EP, t(1), HandlerId(500), &[])
+        .unwrap();
     h.run("stale", |h| h.returned(0).len() == 1);
     assert_eq!(h.returned(0)[0].status, Status::BadHandler);
 }
@@ -697,8 +882,12 @@ fn conf_self_map_loopback_mem() {
     h.setup(SEG);
     bind_echo(&mut h.nodes[0]);
     let got = reply_recorder(&mut h.nodes[0], REPLY);
-    h.nodes[0].request_short(EP, t(0), ECHO, &[1, 2, 3]).unwrap();
-    h.nodes[0].request_xfer(EP, t(0), 100, ECHO, &[9; 5000], &[4]).unwrap();
+    h.nodes[0]
+        .request_short(EP, t(0), ECHO, &[1, 2, 3])
+        .unwrap();
+    h.nodes[0]
+        .request_xfer(EP, t(0), 100, ECHO, &[9; 5000], &[4])
+        .unwrap();
     h.run("self", |_| got.lock().unwrap().len() == 2);
     assert_eq!(&h.nodes[0].segment(EP).unwrap()[100..5100], &[9; 5000][..]);
 }
@@ -723,7 +912,10 @@ fn conf_auto_ack_when_handler_does_not_reply_mem() {
         sent == 50 && h.nodes[0].outstanding() == 0
     });
     assert_eq!(runs.load(Ordering::SeqCst), 50);
-    assert!(got.lock().unwrap().is_empty(), "an automatic ack runs no reply handler");
+    assert!(
+        got.lock().unwrap().is_empty(),
+        "an automatic ack runs no reply handler"
+    );
     assert_eq!(h.nodes[1].stats().auto_acks, 50);
     assert!(h.returned(0).is_empty());
 }
@@ -734,7 +926,10 @@ fn conf_auto_ack_when_handler_does_not_reply_mem() {
 /// duplicates everything.
 #[test]
 fn conf_reply_at_most_once_enforced_by_type_mem() {
-    let f = FaultModel { dup: 0.5, ..FaultModel::lossy(0.1) };
+    let f = FaultModel {
+        dup: 0.5,
+        ..FaultModel::lossy(0.1)
+    };
     let mut h = mem(2, f, &mem_cfg(), seed(22));
     h.setup(0);
     bind_echo(&mut h.nodes[1]);
@@ -757,14 +952,21 @@ fn conf_bad_reply_handler_returns_reply_to_replier_mem() {
     let mut h = mem(2, FaultModel::lossy(0.1), &mem_cfg(), seed(23));
     h.setup(0);
     h.nodes[1]
-        .set_request_handler(EP, ECHO, |req| req.reply_short(HandlerId(77), &[11]).unwrap())
+        .set_request_handler(EP, ECHO, |req| {
+            req.reply_short(HandlerId(77), &[11]).unwrap()
+        })
         .unwrap();
     h.nodes[0].request_short(EP, t(1), ECHO, &[]).unwrap();
-    h.run("reply returned", |h| h.returned(1).len() == 1 && h.nodes[0].outstanding() == 0);
+    h.run("reply returned", |h| {
+        h.returned(1).len() == 1 && h.nodes[0].outstanding() == 0
+    });
     h.run_for(Duration::from_secs(2));
     let r = h.returned(1);
     assert_eq!(r.len(), 1, "returned exactly once");
-    assert_eq!((r[0].status, r[0].opcode, r[0].args()), (Status::BadHandler, Opcode::ReplyShort, &[11][..]));
+    assert_eq!(
+        (r[0].status, r[0].opcode, r[0].args()),
+        (Status::BadHandler, Opcode::ReplyShort, &[11][..])
+    );
     assert!(h.returned(0).is_empty(), "the request itself was delivered");
 }
 
@@ -776,12 +978,27 @@ fn unreachable<T: Transport>(mut h: H<T>, kill: impl FnOnce(&mut H<T>)) {
     let got = reply_recorder(&mut h.nodes[0], REPLY);
     kill(&mut h);
     h.nodes[0].try_request_short(EP, t(1), ECHO, &[1]).unwrap();
-    h.nodes[0].try_request_medium(EP, t(1), ECHO, b"x", &[2]).unwrap();
-    h.nodes[0].request_xfer_async(EP, t(1), 0, ECHO, &[0; 3000], &[3]).unwrap();
+    h.nodes[0]
+        .try_request_medium(EP, t(1), ECHO, b"x", &[2])
+        .unwrap();
+    h.nodes[0]
+        .request_xfer_async(EP, t(1), 0, ECHO, &[0; 3000], &[3])
+        .unwrap();
     h.run("unreachable", |h| h.returned(0).len() == 3);
-    let mut r: Vec<(u64, Status)> = h.returned(0).iter().map(|r| (r.args()[0], r.status)).collect();
+    let mut r: Vec<(u64, Status)> = h
+        .returned(0)
+        .iter()
+        .map(|r| (r.args()[0], r.status))
+        .collect();
     r.sort_by_key(|x| x.0);
-    assert_eq!(r, vec![(1, Status::Unreachable), (2, Status::Unreachable), (3, Status::Unreachable)]);
+    assert_eq!(
+        r,
+        vec![
+            (1, Status::Unreachable),
+            (2, Status::Unreachable),
+            (3, Status::Unreachable)
+        ]
+    );
     assert!(got.lock().unwrap().is_empty());
     assert_eq!(h.nodes[0].outstanding(), 0, "credits come back");
 }
@@ -820,15 +1037,28 @@ fn conf_late_reply_rejected_after_unreachable_mem() {
     bind_echo(&mut h.nodes[1]);
     let got = reply_recorder(&mut h.nodes[0], REPLY);
     // Replies from 1 to 0 take 5 s; the requester gives up after 0.5 s.
-    h.net.as_ref().unwrap().set_link_delay(1, 0, Duration::from_secs(5));
+    h.net
+        .as_ref()
+        .unwrap()
+        .set_link_delay(1, 0, Duration::from_secs(5));
     h.nodes[0].request_short(EP, t(1), ECHO, &[77]).unwrap();
     h.run("late reply", |h| h.returned(1).len() == 1);
     assert_eq!(h.returned(0).len(), 1);
     assert_eq!(h.returned(0)[0].status, Status::Unreachable);
-    assert_eq!(h.nodes[1].stats().requests_handled, 1, "delivered at most once");
-    assert!(got.lock().unwrap().is_empty(), "the requester never sees the late reply");
+    assert_eq!(
+        h.nodes[1].stats().requests_handled,
+        1,
+        "delivered at most once"
+    );
+    assert!(
+        got.lock().unwrap().is_empty(),
+        "the requester never sees the late reply"
+    );
     let r = h.returned(1)[0];
-    assert_eq!((r.status, r.opcode, r.args()), (Status::ReplyRejected, Opcode::ReplyShort, &[77][..]));
+    assert_eq!(
+        (r.status, r.opcode, r.args()),
+        (Status::ReplyRejected, Opcode::ReplyShort, &[77][..])
+    );
     // After the epoch change the pair works again.
     h.net.as_ref().unwrap().set_link_delay(1, 0, Duration::ZERO);
     h.nodes[0].request_short(EP, t(1), ECHO, &[78]).unwrap();
@@ -860,11 +1090,17 @@ fn conf_restarted_peer_never_gets_old_epoch_messages_mem() {
             req.reply_short(REPLY, &a).unwrap();
         })
         .unwrap();
-    fresh.set_return_handler(ep, |r| panic!("unexpected return {r:?}")).unwrap();
+    fresh
+        .set_return_handler(ep, |r| panic!("unexpected return {r:?}"))
+        .unwrap();
     h.nodes[1] = fresh;
     h.run("old epoch refused", |h| h.returned(0).len() == 1);
     assert_eq!(h.returned(0)[0].status, Status::Unreachable);
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "old-epoch request never ran on the new incarnation");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "old-epoch request never ran on the new incarnation"
+    );
     h.nodes[0].request_short(EP, t(1), ECHO, &[3]).unwrap();
     h.run("new epoch", |_| got.lock().unwrap().len() == 2);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -872,7 +1108,10 @@ fn conf_restarted_peer_never_gets_old_epoch_messages_mem() {
 
 #[test]
 fn conf_congestion_when_peer_table_full_mem() {
-    let cfg = Config { max_peers: 2, ..Config::default() };
+    let cfg = Config {
+        max_peers: 2,
+        ..Config::default()
+    };
     let mut h = mem(3, FaultModel::none(), &cfg, seed(27));
     h.setup(0);
     bind_echo(&mut h.nodes[0]);
@@ -916,14 +1155,22 @@ fn fifo<T: Transport>(mut h: H<T>, n: u64) -> u64 {
         }
         seen.lock().unwrap().len() as u64 == n && h.nodes[0].outstanding() == 0
     });
-    assert_eq!(*seen.lock().unwrap(), (0..n).collect::<Vec<_>>(), "FIFO order (seed {})", h.seed);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        (0..n).collect::<Vec<_>>(),
+        "FIFO order (seed {})",
+        h.seed
+    );
     h.nodes[1].stats().fifo_parked
 }
 
 #[test]
 fn conf_fifo_reorder_buffer_under_reordering_mem() {
     let parked = fifo(mem(2, FaultModel::lossy(0.1), &mem_cfg(), seed(28)), 300);
-    assert!(parked > 0, "early requests were parked in the reorder buffer, not dropped");
+    assert!(
+        parked > 0,
+        "early requests were parked in the reorder buffer, not dropped"
+    );
 }
 #[test]
 fn conf_fifo_order_under_loss_udp() {
@@ -934,14 +1181,21 @@ fn conf_fifo_order_under_loss_udp() {
 
 #[test]
 fn conf_poll_is_bounded_per_call_mem() {
-    let cfg = Config { poll_batch: 4, credits: 32, ..Config::default() };
+    let cfg = Config {
+        poll_batch: 4,
+        credits: 32,
+        ..Config::default()
+    };
     let mut h = mem(2, FaultModel::none(), &cfg, seed(30));
     h.setup(0);
     h.nodes[1].set_request_handler(EP, SILENT, |_r| {}).unwrap();
     for _ in 0..32 {
         h.nodes[0].try_request_short(EP, t(1), SILENT, &[]).unwrap();
     }
-    h.net.as_ref().unwrap().advance_to(isotach_am::Time(1_000_000));
+    h.net
+        .as_ref()
+        .unwrap()
+        .advance_to(isotach_am::Time(1_000_000));
     let mut calls = Vec::new();
     loop {
         let n = h.nodes[1].poll().unwrap();
@@ -1019,7 +1273,10 @@ fn conf_wait_blocks_until_arrival_udp() {
 
 #[test]
 fn conf_async_request_and_wait_udp() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         // Built inside the runtime: sockets register with it and wait_async is a real wait.
         let mut h = udp(2, &udp_cfg(), 0.0, 0.0, seed(35));
@@ -1056,7 +1313,10 @@ fn conf_async_request_and_wait_udp() {
 
 #[test]
 fn conf_async_request_and_wait_mem() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let mut h = mem(2, FaultModel::lossy(0.1), &mem_cfg(), seed(36));
     h.setup(0);
     bind_echo(&mut h.nodes[1]);
@@ -1064,11 +1324,17 @@ fn conf_async_request_and_wait_mem() {
     // Within the credit window (one thread drives both nodes, so a send must not block).
     rt.block_on(async {
         for k in 0..8u64 {
-            h.nodes[0].request_short_async(EP, t(1), ECHO, &[k]).await.unwrap();
+            h.nodes[0]
+                .request_short_async(EP, t(1), ECHO, &[k])
+                .await
+                .unwrap();
         }
         while got.lock().unwrap().len() < 8 {
             h.nodes[1].poll().unwrap();
-            h.nodes[0].wait_async(Duration::from_millis(1)).await.unwrap();
+            h.nodes[0]
+                .wait_async(Duration::from_millis(1))
+                .await
+                .unwrap();
             h.nodes[0].poll().unwrap();
         }
     });
@@ -1110,19 +1376,26 @@ fn conf_quic_unknown_peer_refused() {
     h.setup(0);
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
-    h.nodes[0].set_request_handler(EP, ECHO, move |_req| {
-        r.fetch_add(1, Ordering::SeqCst);
-    })
-    .unwrap();
+    h.nodes[0]
+        .set_request_handler(EP, ECHO, move |_req| {
+            r.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
     // A stranger with a certificate from another CA.
     let other = isotach_am::backend::quic::make_ca("rogue CA").unwrap();
     let id = isotach_am::backend::quic::make_node_identity(&other, "rogue").unwrap();
     let q = isotach_am::backend::quic::QuicConfig::new("127.0.0.1:0".parse().unwrap(), id);
-    let mut rogue = Bundle::new(isotach_am::backend::quic::QuicTransport::bind(q).unwrap(), short_deadline(udp_cfg())).unwrap();
+    let mut rogue = Bundle::new(
+        isotach_am::backend::quic::QuicTransport::bind(q).unwrap(),
+        short_deadline(udp_cfg()),
+    )
+    .unwrap();
     let ep = rogue.alloc_endpoint().unwrap();
     let log: common::Log = Arc::default();
     let l = log.clone();
-    rogue.set_return_handler(ep, move |r| l.lock().unwrap().push(*r)).unwrap();
+    rogue
+        .set_return_handler(ep, move |r| l.lock().unwrap().push(*r))
+        .unwrap();
     let name = h.nodes[0].name(EP);
     rogue.map(ep, t(0), name, TAG).unwrap();
     rogue.request_short(ep, t(0), ECHO, &[1]).unwrap();

@@ -133,7 +133,11 @@ impl Net {
             self.dropped += 1;
             return;
         }
-        let copies = if self.rng.chance(self.faults.dup) { 2 } else { 1 };
+        let copies = if self.rng.chance(self.faults.dup) {
+            2
+        } else {
+            1
+        };
         for _ in 0..copies {
             let lo = self.faults.delay_min.as_nanos() as u64;
             let hi = self.faults.delay_max.as_nanos() as u64;
@@ -141,11 +145,18 @@ impl Net {
             if self.rng.chance(self.faults.reorder) {
                 d += self.faults.reorder_extra;
             }
-            if let Some(&(_, _, extra)) = self.slow.iter().find(|&&(a, b, _)| (a, b) == (from, to)) {
+            if let Some(&(_, _, extra)) = self.slow.iter().find(|&&(a, b, _)| (a, b) == (from, to))
+            {
                 d += extra;
             }
             self.seq += 1;
-            self.flight.push(Flight { at: self.now.plus(d), seq: self.seq, from, to, bytes: bytes.to_vec() });
+            self.flight.push(Flight {
+                at: self.now.plus(d),
+                seq: self.seq,
+                from,
+                to,
+                bytes: bytes.to_vec(),
+            });
         }
     }
 
@@ -178,18 +189,30 @@ impl MemNet {
             dropped: 0,
             delivered: 0,
         };
-        Self { inner: Arc::new(Mutex::new(net)) }
+        Self {
+            inner: Arc::new(Mutex::new(net)),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Net> {
-        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Attach a new node.
     pub fn node(&self) -> MemTransport {
         let mut n = self.lock();
-        n.nodes.push(Node { inbox: VecDeque::new(), up: true, inc: 1 });
-        MemTransport { net: self.clone(), id: (n.nodes.len() - 1) as u32, inc: 1 }
+        n.nodes.push(Node {
+            inbox: VecDeque::new(),
+            up: true,
+            inc: 1,
+        });
+        MemTransport {
+            net: self.clone(),
+            id: (n.nodes.len() - 1) as u32,
+            inc: 1,
+        }
     }
 
     /// Crash node `id`: it stops sending and receiving, its inbox is lost.
@@ -210,7 +233,11 @@ impl MemNet {
         node.inbox.clear();
         node.inc += 1;
         let inc = node.inc;
-        MemTransport { net: self.clone(), id, inc }
+        MemTransport {
+            net: self.clone(),
+            id,
+            inc,
+        }
     }
 
     /// Cut (or heal) the link between two nodes.
@@ -326,7 +353,11 @@ impl Transport for MemTransport {
         }
         Ok(())
     }
-    fn recv(&mut self, max: usize, sink: &mut dyn FnMut(NodeAddr, &[u8])) -> Result<usize, AmError> {
+    fn recv(
+        &mut self,
+        max: usize,
+        sink: &mut dyn FnMut(NodeAddr, &[u8]),
+    ) -> Result<usize, AmError> {
         let batch: Vec<(u32, Vec<u8>)> = {
             let mut n = self.net.lock();
             n.deliver_due();

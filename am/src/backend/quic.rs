@@ -67,12 +67,18 @@ fn tls_err(e: impl std::fmt::Display) -> AmError {
 /// Make a self-signed cluster CA.
 pub fn make_ca(common_name: &str) -> Result<CertAuthority, AmError> {
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(tls_err)?;
-    params.distinguished_name.push(DnType::CommonName, common_name);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let key = KeyPair::generate().map_err(tls_err)?;
     let cert = params.self_signed(&key).map_err(tls_err)?;
-    Ok(CertAuthority { cert_der: cert.der().to_vec(), params, key })
+    Ok(CertAuthority {
+        cert_der: cert.der().to_vec(),
+        params,
+        key,
+    })
 }
 
 /// What a node needs for QUIC: the CA it trusts, its certificate and its private key.
@@ -88,13 +94,19 @@ pub struct QuicIdentity {
 
 /// Issue a node certificate (SANs: [`SERVER_NAME`] and `node_name`) signed by `ca`.
 pub fn make_node_identity(ca: &CertAuthority, node_name: &str) -> Result<QuicIdentity, AmError> {
-    let mut params =
-        CertificateParams::new(vec![SERVER_NAME.to_string(), node_name.to_string()]).map_err(tls_err)?;
-    params.distinguished_name.push(DnType::CommonName, node_name);
+    let mut params = CertificateParams::new(vec![SERVER_NAME.to_string(), node_name.to_string()])
+        .map_err(tls_err)?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, node_name);
     let key = KeyPair::generate().map_err(tls_err)?;
     let issuer = Issuer::from_params(&ca.params, &ca.key);
     let cert = params.signed_by(&key, &issuer).map_err(tls_err)?;
-    Ok(QuicIdentity { ca_der: ca.cert_der.clone(), cert_der: cert.der().to_vec(), key_der: key.serialize_der() })
+    Ok(QuicIdentity {
+        ca_der: ca.cert_der.clone(),
+        cert_der: cert.der().to_vec(),
+        key_der: key.serialize_der(),
+    })
 }
 
 /// QUIC backend settings.
@@ -147,7 +159,9 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, HashMap<SocketAddr, Conn>> {
-        self.conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -192,13 +206,18 @@ impl std::fmt::Debug for QuicTransport {
 fn configs(cfg: &QuicConfig) -> Result<(quinn::ServerConfig, quinn::ClientConfig), AmError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from(cfg.identity.ca_der.clone())).map_err(tls_err)?;
+    roots
+        .add(CertificateDer::from(cfg.identity.ca_der.clone()))
+        .map_err(tls_err)?;
     let roots = Arc::new(roots);
     let cert = vec![CertificateDer::from(cfg.identity.cert_der.clone())];
     let key = || PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cfg.identity.key_der.clone()));
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
-        .build()
-        .map_err(tls_err)?;
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        roots.clone(),
+        provider.clone(),
+    )
+    .build()
+    .map_err(tls_err)?;
     let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(tls_err)?
@@ -271,8 +290,12 @@ fn adopt(shared: &Arc<Shared>, tx: &mpsc::Sender<(SocketAddr, Bytes)>, conn: qui
 impl QuicTransport {
     /// Bind a QUIC endpoint (server and client) with `cfg`.
     pub fn bind(cfg: QuicConfig) -> Result<Self, AmError> {
-        if !(1200..=1452).contains(&cfg.max_datagram) || usize::from(cfg.initial_mtu) < cfg.max_datagram {
-            return Err(AmError::BadArg("QUIC max_datagram must be in 1200..=1452 and below initial_mtu"));
+        if !(1200..=1452).contains(&cfg.max_datagram)
+            || usize::from(cfg.initial_mtu) < cfg.max_datagram
+        {
+            return Err(AmError::BadArg(
+                "QUIC max_datagram must be in 1200..=1452 and below initial_mtu",
+            ));
         }
         let (sc, cc) = configs(&cfg)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -286,7 +309,9 @@ impl QuicTransport {
         };
         endpoint.set_default_client_config(cc);
         let local = endpoint.local_addr()?;
-        let shared = Arc::new(Shared { conns: Mutex::new(HashMap::new()) });
+        let shared = Arc::new(Shared {
+            conns: Mutex::new(HashMap::new()),
+        });
         let (tx, rx) = mpsc::channel(RX_QUEUE);
         {
             let (ep, shared, tx) = (endpoint.clone(), shared.clone(), tx.clone());
@@ -302,8 +327,12 @@ impl QuicTransport {
                 }
             });
         }
-        let inc = SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_micros() as u64).max(1);
-        let faults = (cfg.loss > 0.0 || cfg.dup > 0.0).then(|| (Rng::new(cfg.fault_seed), cfg.loss, cfg.dup));
+        let inc = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| d.as_micros() as u64)
+            .max(1);
+        let faults = (cfg.loss > 0.0 || cfg.dup > 0.0)
+            .then(|| (Rng::new(cfg.fault_seed), cfg.loss, cfg.dup));
         Ok(Self {
             rt: Some(rt),
             endpoint,
@@ -331,7 +360,10 @@ impl QuicTransport {
     }
 
     fn handle(&self) -> &Handle {
-        self.rt.as_ref().map(Runtime::handle).expect("runtime lives until drop")
+        self.rt
+            .as_ref()
+            .map(Runtime::handle)
+            .expect("runtime lives until drop")
     }
 
     fn send_one(&mut self, to: SocketAddr, b: Bytes) {
@@ -360,7 +392,8 @@ impl QuicTransport {
                 conns.insert(to, Conn::Connecting(VecDeque::from([b])));
                 drop(conns);
                 self.stats.connects += 1;
-                let (ep, shared, tx) = (self.endpoint.clone(), self.shared.clone(), self.tx.clone());
+                let (ep, shared, tx) =
+                    (self.endpoint.clone(), self.shared.clone(), self.tx.clone());
                 self.handle().spawn(async move {
                     let conn = match ep.connect(to, SERVER_NAME) {
                         Ok(c) => c.await,
@@ -433,7 +466,11 @@ impl Transport for QuicTransport {
         }
         Ok(())
     }
-    fn recv(&mut self, max: usize, sink: &mut dyn FnMut(NodeAddr, &[u8])) -> Result<usize, AmError> {
+    fn recv(
+        &mut self,
+        max: usize,
+        sink: &mut dyn FnMut(NodeAddr, &[u8]),
+    ) -> Result<usize, AmError> {
         let mut n = 0;
         while n < max {
             let item = match self.stash.take() {
@@ -499,7 +536,10 @@ impl Transport for QuicTransport {
         }
         let d = deadline.map(|t| self.tokio_deadline(t));
         let got = match d {
-            Some(d) => tokio::time::timeout_at(d, self.rx.recv()).await.ok().flatten(),
+            Some(d) => tokio::time::timeout_at(d, self.rx.recv())
+                .await
+                .ok()
+                .flatten(),
             None => self.rx.recv().await,
         };
         self.stash = got;

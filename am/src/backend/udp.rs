@@ -1,16 +1,13 @@
 //! UDP backend: one non-blocking socket (socket2 for buffer sizing), batched receive with
-//! `recvmmsg`/GRO through `quinn-udp`, readiness from tokio.
+//! `recvmmsg`/GRO through `quinn-udp`.
 //!
 //! Fast path: receive buffers, the `recvmmsg` header arrays and the transmit buffer are
 //! allocated once, at bind time; sending and receiving a message allocates nothing.
 //!
-//! Two modes:
-//! - built outside a tokio runtime ([`UdpTransport::bind`] from plain code): the transport owns
-//!   a current-thread runtime; the blocking `wait` runs `epoll` on the caller's thread. The
-//!   async `wait_async` then degrades to sleeping polls (100 µs).
-//! - built inside a runtime: the socket registers with that runtime; `wait_async` is a real
-//!   readiness wait, and the blocking `wait` uses `block_in_place` on a multi-thread runtime
-//!   (or sleeping polls on a current-thread one).
+//! Waiting: the blocking `wait` is a direct `epoll_wait` (mio, edge-triggered, on a clone of
+//! the socket) on the caller's thread. The async `wait_async` awaits tokio readiness when the
+//! transport was built inside a tokio runtime (the socket is registered with that runtime);
+//! built outside one, `wait_async` degrades to sleeping polls (100 µs).
 
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
@@ -19,8 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use quinn_udp::{RecvMeta, UdpSockRef, UdpSocketState};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
-use tokio::net::UdpSocket;
-use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
+use tokio::runtime::Handle;
 
 use crate::error::AmError;
 use crate::rng::Rng;
@@ -67,11 +63,6 @@ impl UdpConfig {
     }
 }
 
-enum Rt {
-    Own(Runtime),
-    Ambient(Handle),
-}
-
 struct Rx {
     bufs: Vec<u8>,
     meta: [RecvMeta; RECV_BATCH],
@@ -86,7 +77,7 @@ impl Rx {
     }
 
     /// One non-blocking `recvmmsg`; returns how many buffers were filled.
-    fn fill(&mut self, state: &UdpSocketState, sock: &UdpSocket) -> io::Result<usize> {
+    fn fill(&mut self, state: &UdpSocketState, sock: &StdUdpSocket) -> io::Result<usize> {
         let mut chunks = self.bufs.chunks_mut(RECV_BUF);
         let mut iovs: [IoSliceMut<'_>; RECV_BATCH] =
             std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
@@ -115,8 +106,11 @@ pub struct UdpStats {
 
 /// A UDP socket driving one bundle.
 pub struct UdpTransport {
-    rt: Rt,
-    sock: UdpSocket,
+    sock: StdUdpSocket,
+    poll: mio::Poll,
+    events: mio::Events,
+    _mio_sock: mio::net::UdpSocket,
+    tokio_sock: Option<tokio::net::UdpSocket>,
     state: UdpSocketState,
     rx: Rx,
     local: SocketAddr,
@@ -147,33 +141,38 @@ impl UdpTransport {
         if !(1200..=65_507).contains(&cfg.max_datagram) {
             return Err(AmError::BadArg("UDP max_datagram must be in 1200..=65507"));
         }
-        let s = Socket::new(Domain::for_address(cfg.bind), Type::DGRAM, Some(Protocol::UDP))?;
+        let s = Socket::new(
+            Domain::for_address(cfg.bind),
+            Type::DGRAM,
+            Some(Protocol::UDP),
+        )?;
         // Best effort: the kernel caps these at rmem_max / wmem_max.
         let _ = s.set_recv_buffer_size(cfg.recv_buffer_bytes);
         let _ = s.set_send_buffer_size(cfg.send_buffer_bytes);
         s.set_nonblocking(true)?;
         s.bind(&cfg.bind.into())?;
-        let std_sock: StdUdpSocket = s.into();
-        let rt = match Handle::try_current() {
-            Ok(h) => Rt::Ambient(h),
-            Err(_) => Rt::Own(
-                tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?,
-            ),
-        };
-        let sock = {
-            let _guard = match &rt {
-                Rt::Own(r) => r.enter(),
-                Rt::Ambient(h) => h.enter(),
-            };
-            UdpSocket::from_std(std_sock)?
+        let sock: StdUdpSocket = s.into();
+        let poll = mio::Poll::new()?;
+        let mut mio_sock = mio::net::UdpSocket::from_std(sock.try_clone()?);
+        poll.registry().register(&mut mio_sock, mio::Token(0), mio::Interest::READABLE)?;
+        let tokio_sock = match Handle::try_current() {
+            Ok(_) => Some(tokio::net::UdpSocket::from_std(sock.try_clone()?)?),
+            Err(_) => None,
         };
         let state = UdpSocketState::new(UdpSockRef::from(&sock))?;
         let local = sock.local_addr()?;
-        let inc = SystemTime::now().duration_since(UNIX_EPOCH).map_or(1, |d| d.as_micros() as u64).max(1);
-        let faults = (cfg.loss > 0.0 || cfg.dup > 0.0).then(|| (Rng::new(cfg.fault_seed), cfg.loss, cfg.dup));
+        let inc = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(1, |d| d.as_micros() as u64)
+            .max(1);
+        let faults = (cfg.loss > 0.0 || cfg.dup > 0.0)
+            .then(|| (Rng::new(cfg.fault_seed), cfg.loss, cfg.dup));
         Ok(Self {
-            rt,
             sock,
+            poll,
+            events: mio::Events::with_capacity(4),
+            _mio_sock: mio_sock,
+            tokio_sock,
             state,
             rx: Rx {
                 bufs: vec![0; RECV_BUF * RECV_BATCH],
@@ -238,15 +237,16 @@ impl UdpTransport {
     }
 
     async fn readable(
-        sock: &UdpSocket,
+        tsock: &tokio::net::UdpSocket,
+        sock: &StdUdpSocket,
         state: &UdpSocketState,
         rx: &mut Rx,
         deadline: Option<tokio::time::Instant>,
     ) -> io::Result<bool> {
         let fut = async {
             loop {
-                sock.readable().await?;
-                match sock.try_io(Interest::READABLE, || rx.fill(state, sock)) {
+                tsock.readable().await?;
+                match tsock.try_io(Interest::READABLE, || rx.fill(state, sock)) {
                     Ok(n) if n > 0 => return Ok(true),
                     Ok(_) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -258,18 +258,6 @@ impl UdpTransport {
         match deadline {
             Some(d) => tokio::time::timeout_at(d, fut).await.unwrap_or(Ok(false)),
             None => fut.await,
-        }
-    }
-
-    fn sleep_poll(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
-        loop {
-            if self.fill_nonblocking()? {
-                return Ok(true);
-            }
-            if deadline.is_some_and(|d| self.now() >= d) {
-                return Ok(false);
-            }
-            std::thread::sleep(Duration::from_micros(100));
         }
     }
 }
@@ -309,7 +297,11 @@ impl Transport for UdpTransport {
         }
         Ok(())
     }
-    fn recv(&mut self, max: usize, sink: &mut dyn FnMut(NodeAddr, &[u8])) -> Result<usize, AmError> {
+    fn recv(
+        &mut self,
+        max: usize,
+        sink: &mut dyn FnMut(NodeAddr, &[u8]),
+    ) -> Result<usize, AmError> {
         let mut count = 0;
         while count < max {
             if !self.rx.pending() && !self.fill_nonblocking()? {
@@ -322,7 +314,10 @@ impl Transport for UdpTransport {
                 let len = m.len.min(RECV_BUF);
                 let stride = m.stride.clamp(1, RECV_BUF);
                 let end = (rx.seg_off + stride).min(len);
-                sink(NodeAddr::Ip(m.addr), &rx.bufs[base + rx.seg_off..base + end]);
+                sink(
+                    NodeAddr::Ip(m.addr),
+                    &rx.bufs[base + rx.seg_off..base + end],
+                );
                 count += 1;
                 rx.seg_off = end;
                 if rx.seg_off >= len {
@@ -338,20 +333,27 @@ impl Transport for UdpTransport {
         self.fill_nonblocking().unwrap_or(false)
     }
     fn wait(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
-        if self.fill_nonblocking()? {
-            return Ok(true);
-        }
-        let d = deadline.map(|t| self.tokio_deadline(t));
-        let Self { rt, sock, state, rx, .. } = self;
-        let r = match rt {
-            Rt::Own(rt) => rt.block_on(Self::readable(sock, state, rx, d)),
-            Rt::Ambient(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => {
-                let h = h.clone();
-                tokio::task::block_in_place(|| h.block_on(Self::readable(sock, state, rx, d)))
+        loop {
+            if self.fill_nonblocking()? {
+                return Ok(true);
             }
-            Rt::Ambient(_) => return self.sleep_poll(deadline),
-        };
-        Ok(r?)
+            let timeout = match deadline {
+                Some(d) => {
+                    let now = self.now();
+                    if now >= d {
+                        return Ok(false);
+                    }
+                    Some(d.since(now))
+                }
+                None => None,
+            };
+            // Edge-triggered: safe because the fill above drained the socket to EAGAIN.
+            match self.poll.poll(&mut self.events, timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
     fn sleep_until(&mut self, t: Time) {
         let now = self.now();
@@ -363,10 +365,12 @@ impl Transport for UdpTransport {
         if self.fill_nonblocking()? {
             return Ok(true);
         }
-        if let Rt::Ambient(_) = self.rt {
+        if self.tokio_sock.is_some() {
             let d = deadline.map(|t| self.tokio_deadline(t));
-            let Self { sock, state, rx, .. } = self;
-            return Ok(Self::readable(sock, state, rx, d).await?);
+            let Self { tokio_sock, sock, state, rx, .. } = self;
+            if let Some(t) = tokio_sock {
+                return Ok(Self::readable(t, sock, state, rx, d).await?);
+            }
         }
         loop {
             if self.fill_nonblocking()? {

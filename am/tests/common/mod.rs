@@ -7,10 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use isotach_am::backend::mem::{FaultModel, MemNet, MemTransport};
-use isotach_am::backend::quic::{QuicConfig, QuicIdentity, QuicTransport, make_ca, make_node_identity};
+use isotach_am::backend::quic::{
+    QuicConfig, QuicIdentity, QuicTransport, make_ca, make_node_identity,
+};
 use isotach_am::backend::udp::{UdpConfig, UdpTransport};
 use isotach_am::{
-    Bundle, Config, EndpointName, EpId, HandlerId, NodeAddr, Returned, Tag, Time, Transport, TransIdx,
+    Bundle, Config, EndpointName, EpId, HandlerId, NodeAddr, Returned, Tag, Time, TransIdx,
+    Transport,
 };
 
 pub const TAG: Tag = Tag(0x1507_AC4E);
@@ -18,7 +21,10 @@ pub const EP: EpId = EpId(0);
 
 /// Seed from `AM_SEED` or a default; always printed (shown by cargo on failure).
 pub fn seed(default: u64) -> u64 {
-    let s = std::env::var("AM_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let s = std::env::var("AM_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default);
     eprintln!("seed = {s} (replay with AM_SEED={s})");
     s
 }
@@ -34,12 +40,22 @@ pub struct H<T: Transport> {
 
 pub fn mem(n: usize, faults: FaultModel, cfg: &Config, seed: u64) -> H<MemTransport> {
     let net = MemNet::new(seed, faults);
-    let nodes = (0..n).map(|_| Bundle::new(net.node(), cfg.clone()).unwrap()).collect();
-    H { nodes, net: Some(net), seed, returned: Vec::new() }
+    let nodes = (0..n)
+        .map(|_| Bundle::new(net.node(), cfg.clone()).unwrap())
+        .collect();
+    H {
+        nodes,
+        net: Some(net),
+        seed,
+        returned: Vec::new(),
+    }
 }
 
 pub fn udp_cfg() -> Config {
-    Config { rto_initial: Duration::from_millis(2), ..Config::default() }
+    Config {
+        rto_initial: Duration::from_millis(2),
+        ..Config::default()
+    }
 }
 
 pub fn udp(n: usize, cfg: &Config, loss: f64, dup: f64, seed: u64) -> H<UdpTransport> {
@@ -52,7 +68,12 @@ pub fn udp(n: usize, cfg: &Config, loss: f64, dup: f64, seed: u64) -> H<UdpTrans
             Bundle::new(UdpTransport::with_config(c).unwrap(), cfg.clone()).unwrap()
         })
         .collect();
-    H { nodes, net: None, seed, returned: Vec::new() }
+    H {
+        nodes,
+        net: None,
+        seed,
+        returned: Vec::new(),
+    }
 }
 
 pub struct Pki {
@@ -75,7 +96,12 @@ pub fn quic(n: usize, cfg: &Config, loss: f64, dup: f64, seed: u64) -> H<QuicTra
             Bundle::new(QuicTransport::bind(q).unwrap(), cfg.clone()).unwrap()
         })
         .collect();
-    H { nodes, net: None, seed, returned: Vec::new() }
+    H {
+        nodes,
+        net: None,
+        seed,
+        returned: Vec::new(),
+    }
 }
 
 impl<T: Transport> H<T> {
@@ -90,7 +116,8 @@ impl<T: Transport> H<T> {
             b.set_segment(ep, seg).unwrap();
             let log: Log = Arc::default();
             let l = log.clone();
-            b.set_return_handler(ep, move |r| l.lock().unwrap().push(*r)).unwrap();
+            b.set_return_handler(ep, move |r| l.lock().unwrap().push(*r))
+                .unwrap();
             self.returned.push(log);
             for (i, n) in names.iter().enumerate() {
                 b.map(ep, TransIdx(i as u16), *n, TAG).unwrap();
@@ -126,8 +153,12 @@ impl<T: Transport> H<T> {
         match &self.net {
             Some(net) => {
                 let now = net.now();
-                let next =
-                    self.nodes.iter().filter_map(Bundle::next_deadline).chain(net.next_delivery()).min();
+                let next = self
+                    .nodes
+                    .iter()
+                    .filter_map(Bundle::next_deadline)
+                    .chain(net.next_delivery())
+                    .min();
                 match next {
                     None => false,
                     Some(t) => {
@@ -154,14 +185,22 @@ impl<T: Transport> H<T> {
             }
             let alive = self.step();
             if !alive {
-                assert!(done(self), "{what}: network went quiet before completion (seed {})", self.seed);
+                assert!(
+                    done(self),
+                    "{what}: network went quiet before completion (seed {})",
+                    self.seed
+                );
                 return;
             }
             let stuck = match self.net {
                 Some(_) => self.now().since(virt) > Duration::from_secs(600),
                 None => real.elapsed() > Duration::from_secs(60),
             };
-            assert!(!stuck, "{what}: liveness guard expired (seed {})", self.seed);
+            assert!(
+                !stuck,
+                "{what}: liveness guard expired (seed {})",
+                self.seed
+            );
         }
     }
 
@@ -183,6 +222,7 @@ impl<T: Transport> H<T> {
 pub fn reply_recorder<T: Transport>(b: &mut Bundle<T>, h: HandlerId) -> Arc<Mutex<Vec<Vec<u64>>>> {
     let log: Arc<Mutex<Vec<Vec<u64>>>> = Arc::default();
     let l = log.clone();
-    b.set_reply_handler(EP, h, move |r| l.lock().unwrap().push(r.args().to_vec())).unwrap();
+    b.set_reply_handler(EP, h, move |r| l.lock().unwrap().push(r.args().to_vec()))
+        .unwrap();
     log
 }
