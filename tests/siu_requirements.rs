@@ -271,7 +271,7 @@ fn siu_run(seed: u64, opts: RunOpts) -> (Rig, Vec<(u64, u64)>) {
                 busy[b] = true;
                 let m = rig.host.barrier_marker(BarrierSignalMarker {
                     barrier: 1 << b,
-                    barrier_count: round[b],
+                    barrier_count: 1,
                     ..BarrierSignalMarker::default()
                 });
                 rig.host_send(&m)
@@ -416,7 +416,7 @@ fn req_01_start_sequence_is_one() {
     rig.bouncer.pause_after(0);
     rig.start();
     let sent: Vec<Token> = rig.bouncer.tokens_received().copied().collect();
-    assert!(sent[0].reset && sent[0].generation == 1, "{sent:?}");
+    assert!(sent[0].restart && sent[0].generation == 1, "{sent:?}");
     assert_eq!((sent[1].seq, sent[1].reset), (1, false), "{sent:?}");
     assert_eq!(rig.bouncer.generation(), 1, "the bouncer adopted the reset");
 }
@@ -801,7 +801,7 @@ fn req_09_token_timer_resends_last_two() {
     rig.siu.start(0);
     let lost = rig.siu.poll_net().expect("the reset token");
     let reset = Token::decode(&lost.bytes).unwrap();
-    assert!(reset.reset);
+    assert!(reset.restart);
     rig.pump();
     assert_eq!(rig.bouncer.generation(), 0, "token 1 alone starts nothing");
     rig.advance_us(1_000);
@@ -1989,7 +1989,7 @@ fn req_36_barrier_bit_after_prior_isochrons() {
                     if done == round[b] as usize {
                         round[b] += 1;
                         m.barrier = 1 << b;
-                        m.barrier_count = round[b];
+                        m.barrier_count = 1;
                         markers.push((1 << b, sent_values.len(), rig.trace.len()));
                     }
                     signal_markers.push((signals, sent_values.len(), rig.trace.len()));
@@ -2158,20 +2158,51 @@ fn req_38_eop_barrier_field() {
         .map(|e| (e.ts, e.barrier))
         .collect();
     assert_eq!(got, vec![(5, 0b10)]);
-    // The round count must be the next one.
-    let m = rig.host.barrier_marker(BarrierSignalMarker {
+    // A barrier in progress cannot be entered again, and a count of zero runs no round.
+    let busy = rig.host.barrier_marker(BarrierSignalMarker {
+        barrier: 0b01,
+        barrier_count: 2,
+        ..BarrierSignalMarker::default()
+    });
+    rig.host_send(&busy).unwrap();
+    assert!(matches!(
+        rig.host_send(&busy),
+        Err(SiuError::Barrier {
+            barrier: 0,
+            count: 2
+        })
+    ));
+    let zero = rig.host.barrier_marker(BarrierSignalMarker {
         barrier: 0b10,
-        barrier_count: 1,
+        barrier_count: 0,
         ..BarrierSignalMarker::default()
     });
     assert!(matches!(
-        rig.host_send(&m),
-        Err(SiuError::BarrierRound {
+        rig.host_send(&zero),
+        Err(SiuError::Barrier {
             barrier: 1,
-            expected: 2,
-            got: 1
+            count: 0
         })
     ));
+    // A count of 2 runs two rounds: two barrier tokens go out, one EOP reports completion.
+    let before = rig.receiver.eops().len();
+    let tokens_before = barrier_tokens(&rig, 0b01);
+    rig.run_pulses(8);
+    let completions: Vec<u64> = rig.receiver.eops()[before..]
+        .iter()
+        .filter(|e| e.barrier & 0b01 != 0)
+        .map(|e| e.ts)
+        .collect();
+    assert_eq!(completions.len(), 1, "{completions:?}");
+    assert_eq!(barrier_tokens(&rig, 0b01) - tokens_before, 2);
+}
+
+/// Tokens the SIU sent carrying any of `bits`.
+fn barrier_tokens(rig: &Rig, bits: u8) -> usize {
+    rig.bouncer
+        .tokens_received()
+        .filter(|t| t.barrier & bits != 0)
+        .count()
 }
 
 /// Req 39: in host mode the EOP marker copies the signal and barrier fields of every normal and

@@ -203,6 +203,7 @@ impl ClusterConfig {
         check_values(&raw).map_err(|(key, msg)| err(None, key, msg))?;
         let topology = Topology::new(raw.switches.len(), host_switch, trunks)
             .map_err(|e| err(None, "-", e.to_string()))?;
+        check_epoch(&raw.timing, &topology).map_err(|(key, msg)| err(None, key, msg))?;
         Ok(Self {
             switch_names: raw
                 .switches
@@ -229,6 +230,21 @@ fn check_values(raw: &RawConfig) -> Result<(), (&'static str, String)> {
     }
     if raw.limits.isochron_messages_max == 0 || raw.limits.queue_packets_max == 0 {
         return Err(("limits", "every limit must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// Signals raised in an epoch must reach every token manager before its last wave, which
+/// takes up to the largest logical distance in waves: the epoch must be longer than that.
+fn check_epoch(timing: &Timing, topology: &Topology) -> Result<(), (&'static str, String)> {
+    let reach = u32::from(topology.max_distance());
+    if timing.epoch_pulses <= reach {
+        return Err((
+            "timing.epoch-pulses",
+            format!(
+                "must exceed the largest logical distance ({reach}) so signals can be delivered"
+            ),
+        ));
     }
     Ok(())
 }
@@ -312,6 +328,13 @@ between = ["tm0", "tm1"]
         );
         let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
         assert!(e.message.contains("trunk"), "{e}");
+    }
+
+    #[test]
+    fn epoch_shorter_than_the_network_is_refused() {
+        let text = GOOD.replace("token-timeout-us = 2000", "epoch-pulses = 2");
+        let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
+        assert_eq!(e.key, "timing.epoch-pulses", "{e}");
     }
 
     #[test]

@@ -319,7 +319,8 @@ mod token_flags {
     pub(super) const REPEAT: u8 = 0b0000_0100;
     pub(super) const RESET: u8 = 0b0000_1000;
     pub(super) const END_OF_EPOCH: u8 = 0b0001_0000;
-    pub(super) const ALL: u8 = SEQ | REPEAT | RESET | END_OF_EPOCH;
+    pub(super) const RESTART: u8 = 0b0010_0000;
+    pub(super) const ALL: u8 = SEQ | REPEAT | RESET | END_OF_EPOCH | RESTART;
 }
 
 /// A token: ends a pulse on the link it travels. 16 bytes on the wire.
@@ -329,10 +330,13 @@ pub struct Token {
     pub seq: u8,
     /// A resend by the lost-token algorithm.
     pub repeat: bool,
-    /// Reset signal: logical time restarts in `generation`.
+    /// The reset signal, gathered and delivered like the other signals (requirement 37).
     pub reset: bool,
     /// The token that ends an epoch; its signal bits are delivered.
     pub end_of_epoch: bool,
+    /// A restart token: logical time starts again in `generation` (which must be newer than the
+    /// receiver's). Not a wave token: its sequence number is 0 and it ends no pulse.
+    pub restart: bool,
     /// Barrier bits (bit b = barrier b).
     pub barrier: u8,
     /// Application signal bits.
@@ -357,6 +361,9 @@ impl Token {
         }
         if self.end_of_epoch {
             flags |= token_flags::END_OF_EPOCH;
+        }
+        if self.restart {
+            flags |= token_flags::RESTART;
         }
         out.push(flags);
         out.push(self.barrier & BARRIER_MASK);
@@ -391,6 +398,7 @@ impl Token {
             repeat: flags & token_flags::REPEAT != 0,
             reset: flags & token_flags::RESET != 0,
             end_of_epoch: flags & token_flags::END_OF_EPOCH != 0,
+            restart: flags & token_flags::RESTART != 0,
             barrier,
             signals,
             source_port,
@@ -941,8 +949,8 @@ impl EopMarker {
 pub struct BarrierSignalMarker {
     /// Barriers the host enters.
     pub barrier: u8,
-    /// The host's round number for each barrier it enters (1 for its first barrier); the SIU
-    /// refuses a marker whose count is not the next round.
+    /// Rounds the barriers entered run before they complete (at least 1; every host uses the
+    /// same count). The SIU refuses 0 and a barrier already in progress.
     pub barrier_count: u32,
     /// Signal bits the host raises.
     pub signals: u8,

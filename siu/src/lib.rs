@@ -168,16 +168,13 @@ pub enum SiuError {
         /// `limits.pulses_ahead_max`.
         window: u32,
     },
-    /// A barrier marker whose count is not the next round of that barrier, or that enters a
-    /// barrier already in progress.
-    #[error("barrier {barrier}: marker count {got}, expected round {expected}")]
-    BarrierRound {
+    /// A barrier marker that enters a barrier already in progress, or with a count of zero.
+    #[error("barrier {barrier}: already in progress, or count {count} is zero")]
+    Barrier {
         /// Which barrier.
         barrier: u8,
-        /// The next round.
-        expected: u32,
-        /// The marker's count.
-        got: u32,
+        /// The marker's count (rounds to run).
+        count: u32,
     },
     /// A packet only the other mode accepts (e.g. a host token in SIU mode).
     #[error("a {kind:?} packet from the host is not accepted in {mode:?} mode")]

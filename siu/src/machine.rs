@@ -22,15 +22,19 @@ struct OpenIsochron {
     opened_us: u64,
 }
 
-/// State of one barrier at this SIU.
+/// State of one barrier at this SIU. A barrier/signal marker with count `c` runs `c` rounds:
+/// the SIU sends a barrier token, and each barrier round the token manager sends back answers
+/// it; after the `c`-th the barrier completes (requirement 38). With the token manager's
+/// spanning-tree rounds one round already spans every host; a longer count keeps every host in
+/// the barrier for more rounds (all hosts must use the same count).
 #[derive(Debug, Clone, Copy, Default)]
 struct Barrier {
-    /// Rounds the host entered.
-    entered: u32,
-    /// Rounds completed.
-    completed: u32,
-    /// The host entered a round whose barrier token has not gone out yet.
+    /// Rounds still to run, including the one in progress; 0 when idle.
+    rounds_left: u32,
+    /// A barrier token is due on the next token.
     token_pending: bool,
+    /// A barrier token went out; the token manager's round has not come back yet.
+    awaiting_round: bool,
 }
 
 /// A switch interface unit. See the crate documentation.
@@ -175,7 +179,7 @@ impl Siu {
     pub fn start(&mut self, now_us: u64) {
         let generation = self.generation + 1;
         let reset = Token {
-            reset: true,
+            restart: true,
             source_port: self.port,
             generation,
             ..Token::default()
@@ -385,8 +389,13 @@ impl Siu {
             self.stats.tokens_stale += 1;
             return Err(SiuError::ForeignToken(t.source_port));
         }
-        if t.reset && t.generation > self.generation {
-            return self.reset_from_net(now_us, t, bytes);
+        if t.restart {
+            if t.generation > self.generation {
+                return self.reset_from_net(now_us, t, bytes);
+            }
+            // An echo or a repeat of the restart that started this generation.
+            self.stats.tokens_duplicate += 1;
+            return Ok(());
         }
         if !self.started || t.generation != self.generation {
             self.stats.tokens_stale += 1;
@@ -462,11 +471,16 @@ impl Siu {
     fn complete_barriers(&mut self, bits: u8) -> u8 {
         let mut completed = 0;
         for (b, barrier) in self.barriers.iter_mut().enumerate() {
-            let waiting = barrier.entered > barrier.completed && !barrier.token_pending;
-            if bits & (1 << b) != 0 && waiting {
-                barrier.completed += 1;
+            if bits & (1 << b) == 0 || !barrier.awaiting_round {
+                continue;
+            }
+            barrier.awaiting_round = false;
+            barrier.rounds_left -= 1;
+            if barrier.rounds_left == 0 {
                 completed |= 1 << b;
                 self.stats.barriers_completed += 1;
+            } else {
+                barrier.token_pending = true;
             }
         }
         completed
@@ -490,7 +504,7 @@ impl Siu {
             ts,
             count,
             repeat,
-            reset: t.reset,
+            reset: t.reset || t.restart,
             end_of_epoch: t.end_of_epoch,
             signals,
             barrier,
@@ -533,6 +547,7 @@ impl Siu {
             repeat: false,
             reset: false,
             end_of_epoch: self.ends_epoch(wave),
+            restart: false,
             barrier: self.barrier_bits_for(wave),
             signals: 0,
             source_port: self.port,
@@ -561,6 +576,7 @@ impl Siu {
         for (b, barrier) in self.barriers.iter_mut().enumerate() {
             if barrier.token_pending {
                 barrier.token_pending = false;
+                barrier.awaiting_round = true;
                 bits |= 1 << b;
             }
         }
@@ -602,12 +618,15 @@ impl Siu {
                 error: e,
             }
         })?;
-        if t.reset && t.generation > self.generation {
+        if t.restart {
+            if t.generation > self.generation {
+                self.restart(now_us, t.generation, None);
+            }
+            // The host's restart (or its repeat) goes to the network in order (requirement 23).
             self.to_net.push_back(Transmit {
                 route: Route::Tm,
                 bytes: bytes.to_vec(),
             });
-            self.restart(now_us, t.generation, None);
             return Ok(());
         }
         if !self.started || t.generation != self.generation {
@@ -679,11 +698,15 @@ impl Siu {
                 (*latest).max(ts)
             };
         }
+        // The marker takes the isochron's first sequum and the messages the ones after it, so
+        // the marker sorts uniquely, just before its own messages to this host.
+        let first_sequum = self.next_sequum;
+        self.next_sequum += 1;
         self.open = Some(OpenIsochron {
             iso_id: soi.iso_id,
             ts,
             distance: soi.distance,
-            first_sequum: self.next_sequum,
+            first_sequum,
             messages: 0,
             crc_xor: 0,
             opened_us: now_us,
@@ -749,10 +772,6 @@ impl Siu {
     /// held tokens go.
     fn close_isochron(&mut self, now_us: u64, open: OpenIsochron) {
         self.open = None;
-        // An empty isochron still takes a sequum so its marker sorts uniquely.
-        if open.messages == 0 {
-            self.next_sequum += 1;
-        }
         let marker = IsochronMarker {
             iso_id: open.iso_id,
             source: self.port,
@@ -789,19 +808,16 @@ impl Siu {
             });
         }
         for (b, barrier) in self.barriers.iter().enumerate() {
-            let expected = barrier.entered + 1;
-            let busy = barrier.entered > barrier.completed;
-            if m.barrier & (1 << b) != 0 && (busy || m.barrier_count != expected) {
-                return Err(SiuError::BarrierRound {
+            if m.barrier & (1 << b) != 0 && (barrier.rounds_left > 0 || m.barrier_count == 0) {
+                return Err(SiuError::Barrier {
                     barrier: b as u8,
-                    expected,
-                    got: m.barrier_count,
+                    count: m.barrier_count,
                 });
             }
         }
         for (b, barrier) in self.barriers.iter_mut().enumerate() {
             if m.barrier & (1 << b) != 0 {
-                barrier.entered += 1;
+                barrier.rounds_left = m.barrier_count;
                 barrier.token_pending = true;
             }
         }

@@ -203,10 +203,13 @@ impl TokenBouncer {
     }
 
     fn token(&mut self, t: Token) {
-        if t.reset && t.generation > self.generation {
-            // The SIU initiated a reset: echo it and start the generation, as a TM does.
+        if t.restart {
+            // The SIU initiated a restart: echo it and start the generation, as a TM does. A
+            // repeat of a restart already taken changes nothing.
             self.heard_tokens.push((t, None));
-            self.restart(t.generation);
+            if t.generation > self.generation {
+                self.restart(t.generation);
+            }
             return;
         }
         if !self.started || t.generation != self.generation {
@@ -232,7 +235,7 @@ impl TokenBouncer {
         self.last_two.clear();
         self.barrier_echo_pending = 0;
         let reset = Token {
-            reset: true,
+            restart: true,
             source_port: self.port,
             generation,
             ..Token::default()

@@ -136,6 +136,7 @@ impl ByteGenerator {
             repeat: false,
             reset: bits.reset,
             end_of_epoch: bits.end_of_epoch,
+            restart: false,
             barrier: bits.barrier,
             signals: bits.signals,
             source_port: Topology::host_port(self.host),
@@ -154,7 +155,7 @@ impl ByteGenerator {
     pub fn reset_token(&mut self, generation: u32) -> Vec<u8> {
         self.adopt_generation(generation);
         let t = Token {
-            reset: true,
+            restart: true,
             ..self.token(0, TokenBits::default())
         };
         self.keep(t.to_bytes().to_vec())

@@ -312,8 +312,13 @@ impl TokenManager {
                 expected,
             });
         }
-        if t.reset && t.generation > self.generation {
-            self.restart(now_us, t.generation);
+        if t.restart {
+            if t.generation > self.generation {
+                self.restart(now_us, t.generation);
+            } else {
+                // An echo of our own reset wave, or a repeat of a restart already taken.
+                self.stats.tokens_duplicate += 1;
+            }
             return Ok(());
         }
         if !self.started || t.generation != self.generation {
@@ -345,13 +350,16 @@ impl TokenManager {
             l.barrier_sent = [0; BARRIERS];
         }
         let reset = Token {
-            reset: true,
+            restart: true,
             source_port: self.port,
             generation,
             ..Token::default()
         };
         for link in 0..self.links.len() {
             self.push_token(link, reset);
+            // Until wave 2 goes out the restart is one of the last two tokens on the link, so
+            // the token timer resends a lost restart too.
+            self.links[link].last_two.remember(reset);
         }
         self.try_send_waves(now_us);
     }
@@ -421,6 +429,7 @@ impl TokenManager {
                 repeat: false,
                 reset: signals.reset,
                 end_of_epoch,
+                restart: false,
                 barrier,
                 signals: signals.signals,
                 source_port: self.port,

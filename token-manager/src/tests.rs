@@ -25,7 +25,7 @@ fn token(port: u16, wave: u64) -> Token {
 
 fn reset_token(port: u16) -> Token {
     Token {
-        reset: true,
+        restart: true,
         source_port: port,
         generation: 1,
         ..Token::default()
@@ -53,8 +53,8 @@ fn started(hosts: usize) -> TokenManager {
     t.handle_input(0, 0, &reset_token(0).to_bytes()).unwrap();
     let out = tokens(&drain(&mut t));
     // A reset to every link, then wave 1 with both barrier bits.
-    assert_eq!(out.iter().filter(|(_, t)| t.reset).count(), hosts);
-    let wave1: Vec<_> = out.iter().filter(|(_, t)| !t.reset).collect();
+    assert_eq!(out.iter().filter(|(_, t)| t.restart).count(), hosts);
+    let wave1: Vec<_> = out.iter().filter(|(_, t)| !t.restart).collect();
     assert_eq!(wave1.len(), hosts);
     assert!(wave1.iter().all(|(_, t)| t.seq == 1 && t.barrier == 0b11));
     t
@@ -258,4 +258,26 @@ fn unknown_destination_and_markers_are_refused() {
         Err(TmError::UnexpectedKind { .. })
     ));
     assert_eq!(t.handle_input(1, 9, &mb), Err(TmError::NoSuchLink(9)));
+}
+
+#[test]
+fn a_lost_restart_is_resent_by_the_token_timer() {
+    let mut t = tm(1, 1, 0);
+    t.handle_input(0, 0, &reset_token(0).to_bytes()).unwrap();
+    drain(&mut t); // the restart and wave 1 are lost
+    t.handle_timeout(100);
+    let out = tokens(&drain(&mut t));
+    let got: Vec<_> = out
+        .iter()
+        .map(|(_, t)| (t.restart, t.seq, t.repeat))
+        .collect();
+    assert_eq!(got, vec![(true, 0, true), (false, 1, true)]);
+    // A repeat of the restart it already took is not a new generation.
+    let again = Token {
+        repeat: true,
+        ..reset_token(0)
+    };
+    t.handle_input(100, 0, &again.to_bytes()).unwrap();
+    assert!(drain(&mut t).is_empty());
+    assert_eq!((t.generation(), t.stats().resets), (1, 0));
 }

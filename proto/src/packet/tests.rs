@@ -2,28 +2,32 @@ use super::*;
 use proptest::prelude::*;
 
 fn arb_token() -> impl Strategy<Value = Token> {
-    (
+    let flags = (
         0u8..4,
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
-        0u8..4,
-        any::<u8>(),
-        any::<u16>(),
-        any::<u32>(),
-    )
-        .prop_map(
-            |(seq, repeat, reset, end_of_epoch, barrier, signals, source_port, generation)| Token {
+        any::<bool>(),
+    );
+    let fields = (0u8..4, any::<u8>(), any::<u16>(), any::<u32>());
+    (flags, fields).prop_map(
+        |(
+            (seq, repeat, reset, end_of_epoch, restart),
+            (barrier, signals, source_port, generation),
+        )| {
+            Token {
                 seq,
                 repeat,
                 reset,
                 end_of_epoch,
+                restart,
                 barrier,
                 signals,
                 source_port,
                 generation,
-            },
-        )
+            }
+        },
+    )
 }
 
 fn arb_soi() -> impl Strategy<Value = StartOfIsochron> {
@@ -455,6 +459,7 @@ fn token_layout_is_sixteen_bytes_big_endian() {
         repeat: true,
         reset: false,
         end_of_epoch: true,
+        restart: false,
         barrier: 0b11,
         signals: 0xa5,
         source_port: 0x1234,
