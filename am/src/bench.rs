@@ -70,7 +70,7 @@ impl Default for BenchOptions {
             rtt_iters: 5000,
             bulk_rtt_iters: 300,
             rate_msgs: 50_000,
-            bulk_msgs: 2000,
+            bulk_msgs: 4000,
             datagram_bytes: 1472,
             quic: true,
         }
@@ -204,12 +204,13 @@ fn record(h: &mut Histogram<u64>, d: Duration) {
 
 // ------------------------------------------------------------------ the peer
 
+/// Raw stream counters, published with relaxed atomics (no lock on the receive path).
 #[derive(Default)]
 struct StreamStats {
-    bytes: u64,
-    datagrams: u64,
-    first: Option<Instant>,
-    last: Option<Instant>,
+    bytes: AtomicU64,
+    datagrams: AtomicU64,
+    first_ns: AtomicU64,
+    last_ns: AtomicU64,
 }
 
 fn am_server<T: Transport + 'static>(
@@ -225,8 +226,8 @@ fn am_server<T: Transport + 'static>(
     })?;
     b.set_return_handler(ep, |_r| {})?;
     while !stop.load(Ordering::Relaxed) {
-        if b.poll()? == 0 {
-            b.wait(Duration::from_millis(50))?;
+        if b.wait(Duration::from_millis(50))? {
+            b.poll()?;
         }
     }
     Ok(())
@@ -299,18 +300,20 @@ pub fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), BenchErr
     let sink: UdpSocket = sink.into();
     sink.set_read_timeout(Some(Duration::from_millis(100)))?;
     let sink_port = sink.local_addr()?.port();
-    let stats = Arc::new(Mutex::new(StreamStats::default()));
+    let stats = Arc::new(StreamStats::default());
+    let origin = Instant::now();
     let (st, ss) = (stop.clone(), stats.clone());
     threads.push(std::thread::spawn(move || {
         let mut buf = vec![0u8; 65_536];
         while !st.load(Ordering::Relaxed) {
             if let Ok(n) = sink.recv(&mut buf) {
-                let now = Instant::now();
-                let mut s = ss.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                s.bytes += n as u64;
-                s.datagrams += 1;
-                s.first.get_or_insert(now);
-                s.last = Some(now);
+                let now = origin.elapsed().as_nanos() as u64 + 1;
+                ss.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                ss.datagrams.fetch_add(1, Ordering::Relaxed);
+                if ss.first_ns.load(Ordering::Relaxed) == 0 {
+                    ss.first_ns.store(now, Ordering::Relaxed);
+                }
+                ss.last_ns.store(now, Ordering::Relaxed);
             }
         }
         Ok(())
@@ -366,16 +369,20 @@ pub fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), BenchErr
         }
         match line.trim() {
             "STREAM" => {
-                let mut s = stats
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                let span = match (s.first, s.last) {
-                    (Some(a), Some(b)) => b.duration_since(a).as_nanos(),
-                    _ => 0,
-                };
-                writeln!(output, "{} {} {span}", s.bytes, s.datagrams)?;
+                let s = &stats;
+                let span = s
+                    .last_ns
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(s.first_ns.load(Ordering::Relaxed));
+                let (b, d) = (
+                    s.bytes.load(Ordering::Relaxed),
+                    s.datagrams.load(Ordering::Relaxed),
+                );
+                writeln!(output, "{b} {d} {span}")?;
                 output.flush()?;
-                *s = StreamStats::default();
+                for a in [&s.bytes, &s.datagrams, &s.first_ns, &s.last_ns] {
+                    a.store(0, Ordering::Relaxed);
+                }
             }
             "QUIT" => break,
             other => return Err(BenchError::Peer(format!("unknown command {other:?}"))),
@@ -557,10 +564,10 @@ impl<T: Transport + 'static> Client<T> {
 
     fn wait_done(&mut self, want: u64) -> Result<(), BenchError> {
         while self.done.load(Ordering::Relaxed) < want {
-            if self.b.poll()? == 0 {
-                self.check()?;
-                self.b.wait(Duration::from_millis(100))?;
+            if self.b.wait(Duration::from_millis(100))? {
+                self.b.poll()?;
             }
+            self.check()?;
         }
         Ok(())
     }
@@ -616,10 +623,10 @@ impl<T: Transport + 'static> Client<T> {
                     Err(e) => return Err(e.into()),
                 }
             }
-            if self.b.poll()? == 0 {
-                self.check()?;
-                self.b.wait(Duration::from_millis(100))?;
+            if self.b.wait(Duration::from_millis(100))? {
+                self.b.poll()?;
             }
+            self.check()?;
         }
         Ok(t0.elapsed())
     }

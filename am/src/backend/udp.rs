@@ -119,6 +119,8 @@ pub struct UdpTransport {
     max_datagram: usize,
     faults: Option<(Rng, f64, f64)>,
     stats: UdpStats,
+    /// The last receive attempt found the socket empty (so an edge-triggered wait is safe).
+    drained: bool,
 }
 
 impl std::fmt::Debug for UdpTransport {
@@ -154,7 +156,8 @@ impl UdpTransport {
         let sock: StdUdpSocket = s.into();
         let poll = mio::Poll::new()?;
         let mut mio_sock = mio::net::UdpSocket::from_std(sock.try_clone()?);
-        poll.registry().register(&mut mio_sock, mio::Token(0), mio::Interest::READABLE)?;
+        poll.registry()
+            .register(&mut mio_sock, mio::Token(0), mio::Interest::READABLE)?;
         let tokio_sock = match Handle::try_current() {
             Ok(_) => Some(tokio::net::UdpSocket::from_std(sock.try_clone()?)?),
             Err(_) => None,
@@ -187,6 +190,7 @@ impl UdpTransport {
             max_datagram: cfg.max_datagram,
             faults,
             stats: UdpStats::default(),
+            drained: false,
         })
     }
 
@@ -225,8 +229,16 @@ impl UdpTransport {
             return Ok(true);
         }
         match self.rx.fill(&self.state, &self.sock) {
-            Ok(n) => Ok(n > 0),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Ok(n) => {
+                // A short batch emptied the receive queue: every later arrival re-arms the
+                // edge-triggered epoll registration, so `wait` may sleep without probing.
+                self.drained = n < RECV_BATCH;
+                Ok(n > 0)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.drained = true;
+                Ok(false)
+            }
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(false),
             Err(e) => Err(e.into()),
         }
@@ -303,9 +315,15 @@ impl Transport for UdpTransport {
         sink: &mut dyn FnMut(NodeAddr, &[u8]),
     ) -> Result<usize, AmError> {
         let mut count = 0;
+        // At most one receive system call per call: handle one batch, then let the caller
+        // flush what it produced (replies go out sooner).
+        let mut filled = self.rx.pending();
         while count < max {
-            if !self.rx.pending() && !self.fill_nonblocking()? {
-                break;
+            if !self.rx.pending() {
+                if filled || !self.fill_nonblocking()? {
+                    break;
+                }
+                filled = true;
             }
             let rx = &mut self.rx;
             while rx.idx < rx.n && count < max {
@@ -330,11 +348,17 @@ impl Transport for UdpTransport {
         Ok(count)
     }
     fn has_pending(&mut self) -> bool {
-        self.fill_nonblocking().unwrap_or(false)
+        // After a drain, arrivals are reported by the edge-triggered `wait`; no probe needed.
+        self.rx.pending() || (!self.drained && self.fill_nonblocking().unwrap_or(false))
     }
     fn wait(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
         loop {
-            if self.fill_nonblocking()? {
+            if self.rx.pending() {
+                return Ok(true);
+            }
+            // If the last attempt drained the socket, any later datagram raised an edge, so
+            // epoll can go first; otherwise probe the socket before sleeping.
+            if !self.drained && self.fill_nonblocking()? {
                 return Ok(true);
             }
             let timeout = match deadline {
@@ -349,7 +373,8 @@ impl Transport for UdpTransport {
             };
             // Edge-triggered: safe because the fill above drained the socket to EAGAIN.
             match self.poll.poll(&mut self.events, timeout) {
-                Ok(()) => {}
+                Ok(()) if self.events.is_empty() => return Ok(false),
+                Ok(()) => self.drained = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e.into()),
             }
@@ -367,7 +392,13 @@ impl Transport for UdpTransport {
         }
         if self.tokio_sock.is_some() {
             let d = deadline.map(|t| self.tokio_deadline(t));
-            let Self { tokio_sock, sock, state, rx, .. } = self;
+            let Self {
+                tokio_sock,
+                sock,
+                state,
+                rx,
+                ..
+            } = self;
             if let Some(t) = tokio_sock {
                 return Ok(Self::readable(t, sock, state, rx, d).await?);
             }
