@@ -29,8 +29,10 @@ pub struct Config {
     /// Peers this node keeps state for. A request from one more peer is returned with
     /// [`Status::Congestion`]; a send to one more peer fails with [`AmError::Resource`].
     pub max_peers: usize,
-    /// First retransmission timeout.
+    /// Retransmission timeout before the first round-trip sample of a peer.
     pub rto_initial: Duration,
+    /// Floor of the estimated retransmission timeout (`srtt + 4 * rttvar`, Jacobson/Karn).
+    pub rto_min: Duration,
     /// Ceiling of the exponential backoff.
     pub rto_max: Duration,
     /// A request unanswered this long is returned with [`Status::Unreachable`], together with
@@ -55,6 +57,7 @@ impl Default for Config {
             credits: 8,
             max_peers: 256,
             rto_initial: Duration::from_millis(10),
+            rto_min: Duration::from_millis(10),
             rto_max: Duration::from_secs(1),
             give_up: Duration::from_secs(10),
             initial_seq: 0,
@@ -74,7 +77,7 @@ impl Config {
         if self.max_peers == 0 || self.max_peers > 1 << 20 {
             return Err(AmError::BadArg("max_peers must be in 1..=2^20"));
         }
-        if self.rto_initial.is_zero() || self.rto_max < self.rto_initial {
+        if self.rto_initial.is_zero() || self.rto_min.is_zero() || self.rto_max < self.rto_initial {
             return Err(AmError::BadArg("need 0 < rto_initial <= rto_max"));
         }
         if self.poll_batch == 0 || self.tx_queue == 0 {
@@ -190,6 +193,8 @@ struct SendSlot {
     next_retx: Time,
     rto: Duration,
     give_up_at: Time,
+    sent_at: Time,
+    retransmitted: bool,
     nack_status: Status,
     reasm: Reasm,
 }
@@ -241,6 +246,8 @@ struct Peer {
     known_inc: u64,
     epoch: u32,
     fifo_tx: u32,
+    srtt: Option<Duration>,
+    rttvar: Duration,
     ss: Vec<SendSlot>,
     busy: usize,
     r_seen: bool,
@@ -547,6 +554,8 @@ impl Core {
                 next_retx: Time(0),
                 rto: self.cfg.rto_initial,
                 give_up_at: Time(0),
+                sent_at: Time(0),
+                retransmitted: false,
                 nack_status: Status::BadArgs,
                 reasm: Reasm::default(),
             })
@@ -557,6 +566,8 @@ impl Core {
             known_inc: 0,
             epoch: 0,
             fifo_tx: 0,
+            srtt: None,
+            rttvar: Duration::ZERO,
             ss,
             busy: 0,
             r_seen: false,
@@ -651,6 +662,7 @@ impl Core {
         } else {
             None
         };
+        let rto = p.rto(&self.cfg);
         let s = &mut p.ss[si];
         let m = &mut s.msg;
         m.set_args(r.args)?;
@@ -670,7 +682,9 @@ impl Core {
         s.seq = s.next_seq;
         s.next_seq = s.next_seq.wrapping_add(1);
         s.state = SendState::AwaitReply;
-        s.rto = self.cfg.rto_initial;
+        s.rto = rto;
+        s.sent_at = now;
+        s.retransmitted = false;
         s.next_retx = now.plus(s.rto);
         s.give_up_at = now.plus(self.cfg.give_up);
         s.reasm.active = false;
@@ -873,6 +887,7 @@ impl Core {
                     break;
                 }
                 if now >= s.next_retx {
+                    s.retransmitted = true;
                     s.rto = (s.rto * 2).min(rto_max);
                     s.next_retx = now.plus(s.rto);
                     let (peer, slot, seq) = (pi as u32, si as u16, s.seq);
@@ -1240,13 +1255,19 @@ impl Core {
             return;
         }
         let Some(s) =
-            p.ss.get_mut(si)
+            p.ss.get(si)
                 .filter(|s| s.state == SendState::AwaitReply && s.seq == h.seq)
         else {
             self.stats.dup_responses += 1;
             return;
         };
+        // Karn: only unretransmitted requests give round-trip samples.
+        if !s.retransmitted && !s.reasm.active {
+            let sample = now.since(s.sent_at);
+            p.observe_rtt(sample);
+        }
         p.known_inc = h.src_inc;
+        let s = &mut p.ss[si];
         match h.kind {
             Kind::Ack => self.free_slot(pi, si),
             Kind::Nack if h.status == Some(Status::Unreachable) => {
@@ -1393,6 +1414,29 @@ impl Core {
             self.free_slot(pi, si);
         } else {
             self.stats.dup_responses += 1;
+        }
+    }
+}
+
+impl Peer {
+    fn rto(&self, cfg: &Config) -> Duration {
+        match self.srtt {
+            None => cfg.rto_initial,
+            Some(s) => (s + 4 * self.rttvar).clamp(cfg.rto_min, cfg.rto_max),
+        }
+    }
+
+    fn observe_rtt(&mut self, sample: Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(sample);
+                self.rttvar = sample / 2;
+            }
+            Some(s) => {
+                let err = s.abs_diff(sample);
+                self.rttvar = (self.rttvar * 3 + err) / 4;
+                self.srtt = Some((s * 7 + sample) / 8);
+            }
         }
     }
 }
