@@ -12,7 +12,8 @@
 //!   increase; a delivered message no SIU stamped for this host.
 //! * **order violations**: an EOP whose count differs from the packets (messages and own
 //!   isochron markers) the host got with that TS, or whose sort vector is not the arrival
-//!   indices of the first `min(count, 32)` of them in (source, sequum) order.
+//!   indices of the first `min(count, 32)` of them in strictly increasing (source, sequum)
+//!   order (keys are unique: an isochron marker takes a sequum of its own).
 //!
 //! The oracle assumes one logical-time generation after start-up (no resets mid-run); a
 //! reset EOP is counted and clears the host's state.
@@ -59,9 +60,6 @@ pub struct OracleStats {
     pub eops: u64,
     /// EOP markers with a count above the sort vector's 32 entries.
     pub eops_over_32: u64,
-    /// EOP markers whose sorted packets include two with the same (source, sequum): an
-    /// isochron marker and the first message of the same isochron sent to its own host.
-    pub sort_ties: u64,
     /// EOP markers with the reset bit.
     pub reset_eops: u64,
     /// Non-isotach messages hosts received.
@@ -212,7 +210,9 @@ impl PulseOracle {
         }
         for p in skipped {
             self.eop_violation(1, || {
-                format!("host {h}: pulse {p} had packets but no EOP before EOP {t}")
+                format!(
+                    "host {h}: pulse {p} had packets or stamped messages but no EOP before EOP {t}"
+                )
             });
         }
         self.check_delivered(h, t, &arrived, expected);
@@ -270,14 +270,13 @@ impl PulseOracle {
             });
             return;
         }
+        // Keys are unique (an isochron marker takes a sequum of its own), so the order is
+        // strict; a tie would leave the hosts' order undefined.
         let keys: Vec<Key> = v.iter().map(|&i| arrived[usize::from(i)].key).collect();
-        if keys.windows(2).any(|w| w[0] > w[1]) {
+        if keys.windows(2).any(|w| w[0] >= w[1]) {
             self.order_violation(|| {
                 format!("host {h}: EOP {t} sort vector {v:?} lists keys out of order: {keys:?}")
             });
-        }
-        if keys.windows(2).any(|w| w[0] == w[1]) {
-            self.stats.sort_ties += 1;
         }
     }
 }

@@ -154,8 +154,11 @@ impl WavesOptions {
         if timing.token_timeout_us == 0 {
             return bad("token-timeout-us must be at least 1");
         }
-        if timing.epoch_pulses < 2 {
-            return bad("epoch-pulses must be at least 2");
+        let reach = u32::from(self.cluster.topology.max_distance());
+        if timing.epoch_pulses <= reach.max(1) {
+            return Err(WavesError::Invalid(format!(
+                "epoch-pulses must exceed the largest logical distance ({reach})"
+            )));
         }
         if let Some(p) = self.pauses
             && (p.every_us == 0 || p.duration_us.lo > p.duration_us.hi)
