@@ -166,7 +166,7 @@ fn a_message_sent_before_the_tm_started_is_not_lost() {
     let mut m = Mini::new(2);
     m.sius[0].start(0);
     m.pump(&mut drop_first_reset(Dir::ToTm(0)));
-    let mut send = |m: &mut Mini, bytes: Vec<u8>| {
+    let send = |m: &mut Mini, bytes: Vec<u8>| {
         m.sius[0].handle_host(m.now_us, &bytes).unwrap();
     };
     let soi = StartOfIsochron {
