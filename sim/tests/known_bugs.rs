@@ -155,20 +155,59 @@ fn a_reset_lost_on_the_way_from_the_tm_to_an_siu_is_repeated() {
 }
 
 /// OPEN: an isotach message can overtake the start of logical time and is then lost. The
-/// initiating SIU starts at once and timestamps its host's isochrons; while its reset token is
-/// lost, its TM (not started) still forwards the messages, and the receiving SIU (not started)
-/// refuses them with `NotStarted` — the message is gone, and once the repeated reset starts
-/// everyone, the receiver ends the message's pulse without it (an EOP-rule violation). Seen
-/// in `isotach sim waves --hosts 2 --switches 1 --pulses 50 --token-corrupt 0.3 --seed 7`.
+/// initiating SIU starts at once and timestamps its host's isochrons; while its restart token
+/// is lost, its TM (not started) still forwards the messages, and the receiving SIU (not
+/// started) refuses them with `NotStarted` — the message is gone, and once the repeated
+/// restart starts everyone, the receiver ends the message's pulse without it (an EOP-rule
+/// violation). Seen in `isotach sim waves --hosts 2 --switches 1 --pulses 50 --token-corrupt
+/// 0.3 --seed 7`.
 #[test]
 #[ignore = "TM/SIU bug: messages forwarded before logical time started are dropped"]
 fn a_message_sent_before_the_tm_started_is_not_lost() {
     let mut m = Mini::new(2);
     m.sius[0].start(0);
     m.pump(&mut drop_first_reset(Dir::ToTm(0)));
-    let send = |m: &mut Mini, bytes: Vec<u8>| {
-        m.sius[0].handle_host(m.now_us, &bytes).unwrap();
-    };
+    assert!(!m.tm.started() && m.sius[0].started());
+    send_isochron_to_host_1(&mut m);
+    m.pump(&mut |_, _| false);
+    m.run_timeouts(20);
+    assert!(
+        m.sius[1].recvclock() > 2,
+        "the message's pulse ended at host 1"
+    );
+    assert!(delivered_to_host_1(&m), "the message to host 1 was dropped");
+}
+
+/// OPEN, the same bug one hop later: the TM's restart token to SIU 1 is lost; the TM (started)
+/// forwards host 0's message to SIU 1 (not started), which refuses it; the repeated restart
+/// starts SIU 1 and it ends the message's pulse without it. Seen in `isotach sim waves
+/// --hosts 16 --switches 3 --pulses 2000 --seed 9 --loss 0.05 --dup 0.02 --reorder 0.1
+/// --token-corrupt 0.01` (SIU 6).
+#[test]
+#[ignore = "TM/SIU bug: messages forwarded before logical time started are dropped"]
+fn a_message_to_an_siu_that_missed_the_restart_is_not_lost() {
+    let mut m = Mini::new(2);
+    m.sius[0].start(0);
+    m.pump(&mut drop_first_reset(Dir::ToSiu(1)));
+    assert!(m.tm.started() && m.sius[0].started() && !m.sius[1].started());
+    send_isochron_to_host_1(&mut m);
+    m.pump(&mut |_, _| false);
+    m.run_timeouts(20);
+    assert!(
+        m.sius[1].recvclock() > 2,
+        "the message's pulse ended at host 1"
+    );
+    assert!(delivered_to_host_1(&m), "the message to host 1 was dropped");
+}
+
+fn delivered_to_host_1(m: &Mini) -> bool {
+    m.to_host[1]
+        .iter()
+        .any(|b| b.get(1) == Some(&(Kind::IsotachMessage as u8)))
+}
+
+/// Host 0 hands its SIU a one-message isochron for host 1.
+fn send_isochron_to_host_1(m: &mut Mini) {
     let soi = StartOfIsochron {
         iso_id: 1,
         distance: 1,
@@ -185,25 +224,15 @@ fn a_message_sent_before_the_tm_started_is_not_lost() {
             payload: vec![],
         },
     };
-    let mut b = Vec::new();
-    soi.encode(&mut b);
-    send(&mut m, b);
-    let mut b = Vec::new();
-    msg.encode(&mut b);
-    send(&mut m, b);
-    let mut b = Vec::new();
-    EndOfIsochron { iso_id: 1 }.encode(&mut b);
-    send(&mut m, b);
-    m.pump(&mut |_, _| false);
-    m.run_timeouts(20);
-    assert!(
-        m.sius[1].recvclock() > 2,
-        "pulse of the message ended at host 1"
-    );
-    let delivered = m.to_host[1]
-        .iter()
-        .any(|b| b.get(1) == Some(&(Kind::IsotachMessage as u8)));
-    assert!(delivered, "the message to host 1 was dropped");
+    let mut packets = vec![Vec::new(), Vec::new(), Vec::new()];
+    soi.encode(&mut packets[0]);
+    msg.encode(&mut packets[1]);
+    EndOfIsochron { iso_id: 1 }.encode(&mut packets[2]);
+    for p in packets {
+        m.sius[0]
+            .handle_host(m.now_us, &p)
+            .expect("the SIU takes it");
+    }
 }
 
 /// OPEN (the bug above, through the simulator): token corruption hits a restart token while
