@@ -1,7 +1,7 @@
 //! Reproductions of bugs found by the simulator in the TM and SIU state machines, written
 //! against the state machines directly (so they do not depend on a trace) and kept as
-//! regression tests once fixed. Tests still `#[ignore]`d document open bugs; run them with
-//! `cargo test -p isotach-sim --test known_bugs -- --ignored`.
+//! regression tests once fixed. All are fixed now; a new open bug would be added `#[ignore]`d
+//! and run with `cargo test -p isotach-sim --test known_bugs -- --ignored`.
 
 use isotach_proto::config::{Limits, Timing};
 use isotach_proto::packet::{EndOfIsochron, IsotachMessage, Kind, Sref, StartOfIsochron, Token};
@@ -154,7 +154,8 @@ fn a_reset_lost_on_the_way_from_the_tm_to_an_siu_is_repeated() {
     );
 }
 
-/// OPEN: an isotach message can overtake the start of logical time and is then lost. The
+/// FIXED (the TM holds isotach messages for a neighbour until its first token arrives): an
+/// isotach message could overtake the start of logical time and is then lost. The
 /// initiating SIU starts at once and timestamps its host's isochrons; while its restart token
 /// is lost, its TM (not started) still forwards the messages, and the receiving SIU (not
 /// started) refuses them with `NotStarted` — the message is gone, and once the repeated
@@ -162,7 +163,6 @@ fn a_reset_lost_on_the_way_from_the_tm_to_an_siu_is_repeated() {
 /// violation). Seen in `isotach sim waves --hosts 2 --switches 1 --pulses 50 --token-corrupt
 /// 0.3 --seed 7`.
 #[test]
-#[ignore = "TM/SIU bug: messages forwarded before logical time started are dropped"]
 fn a_message_sent_before_the_tm_started_is_not_lost() {
     let mut m = Mini::new(2);
     m.sius[0].start(0);
@@ -178,13 +178,12 @@ fn a_message_sent_before_the_tm_started_is_not_lost() {
     assert!(delivered_to_host_1(&m), "the message to host 1 was dropped");
 }
 
-/// OPEN, the same bug one hop later: the TM's restart token to SIU 1 is lost; the TM (started)
+/// FIXED, the same bug one hop later: the TM's restart token to SIU 1 is lost; the TM (started)
 /// forwards host 0's message to SIU 1 (not started), which refuses it; the repeated restart
 /// starts SIU 1 and it ends the message's pulse without it. Seen in `isotach sim waves
 /// --hosts 16 --switches 3 --pulses 2000 --seed 9 --loss 0.05 --dup 0.02 --reorder 0.1
 /// --token-corrupt 0.01` (SIU 6).
 #[test]
-#[ignore = "TM/SIU bug: messages forwarded before logical time started are dropped"]
 fn a_message_to_an_siu_that_missed_the_restart_is_not_lost() {
     let mut m = Mini::new(2);
     m.sius[0].start(0);
@@ -235,10 +234,9 @@ fn send_isochron_to_host_1(m: &mut Mini) {
     }
 }
 
-/// OPEN (the bug above, through the simulator): token corruption hits a restart token while
+/// FIXED (the bug above, through the simulator): token corruption hits a restart token while
 /// hosts already send isochrons.
 #[test]
-#[ignore = "TM/SIU bug: messages forwarded before logical time started are dropped"]
 fn reset_token_corruption_never_breaks_a_run() {
     for seed in 1..=20 {
         let mut o = WavesOptions::new(2, 1, 50, seed).unwrap();

@@ -100,6 +100,8 @@ pub struct TmStats {
     pub tokens_repeated: u64,
     /// Isotach and non-isotach messages forwarded.
     pub messages_forwarded: u64,
+    /// Isotach messages held for a neighbour that had not started yet (released later).
+    pub messages_held: u64,
     /// Barrier rounds sent to hosts (barrier waves).
     pub barrier_rounds: u64,
     /// Logical-time restarts.
@@ -120,6 +122,11 @@ struct Link {
     barrier_link: bool,
     barrier_recv: [u32; BARRIERS],
     barrier_sent: [u32; BARRIERS],
+    /// Isotach messages for this neighbour held until it proves it started this generation
+    /// (its first token arrives): an unstarted SIU would refuse them, and they must not be
+    /// lost. Released before any wave after wave 1, so they still precede the token that ends
+    /// their pulse.
+    held: VecDeque<Vec<u8>>,
 }
 
 /// Signals gathered for one epoch.
@@ -145,6 +152,8 @@ pub struct TokenManager {
     epoch_signals: [EpochSignals; 2],
     token_deadline_us: Option<u64>,
     out: VecDeque<(LinkId, Vec<u8>)>,
+    /// Messages held in all links (counted against the queue limit).
+    held: usize,
     stats: TmStats,
 }
 
@@ -181,6 +190,7 @@ impl TokenManager {
             epoch_signals: [EpochSignals::default(); 2],
             token_deadline_us: None,
             out: VecDeque::new(),
+            held: 0,
             stats: TmStats::default(),
             cfg,
         }
@@ -265,7 +275,7 @@ impl TokenManager {
         }
         let limit = self.cfg.limits.queue_packets_max;
         // A token can trigger a reset wave plus a token wave: two packets per link.
-        if self.out.len() + 2 * self.links.len() > limit {
+        if self.out.len() + self.held + 2 * self.links.len() > limit {
             return Err(TmError::Backpressure(limit));
         }
         let decode = |error| TmError::Decode { link, error };
@@ -279,11 +289,11 @@ impl TokenManager {
             },
             Kind::IsotachMessage => {
                 let m = IsotachMessage::decode(bytes).map_err(decode)?;
-                self.forward(m.dest, bytes)
+                self.forward(m.dest, bytes, true)
             }
             Kind::Plain => {
                 let m = packet::PlainMessage::decode(bytes).map_err(decode)?;
-                self.forward(m.dest, bytes)
+                self.forward(m.dest, bytes, false)
             }
             kind => {
                 packet::Packet::decode(bytes).map_err(decode)?;
@@ -292,14 +302,30 @@ impl TokenManager {
         }
     }
 
-    /// Forwards a message now: it leaves before any later token on its output link.
-    fn forward(&mut self, dest: u16, bytes: &[u8]) -> Result<(), TmError> {
+    /// Forwards a message now: it leaves before any later token on its output link. An
+    /// isotach message for a neighbour that has not started this generation waits for its
+    /// first token (non-isotach traffic never waits on logical time).
+    fn forward(&mut self, dest: u16, bytes: &[u8], isotach: bool) -> Result<(), TmError> {
         let Some(&link) = self.route.get(usize::from(dest)) else {
             return Err(TmError::NoSuchHost(dest));
         };
-        self.out.push_back((link, bytes.to_vec()));
         self.stats.messages_forwarded += 1;
+        let l = &mut self.links[link];
+        if isotach && (!self.started || l.accepted == 0) {
+            l.held.push_back(bytes.to_vec());
+            self.held += 1;
+            self.stats.messages_held += 1;
+            return Ok(());
+        }
+        self.out.push_back((link, bytes.to_vec()));
         Ok(())
+    }
+
+    /// The neighbour on `link` proved it started: its held messages go out, in order.
+    fn release_held(&mut self, link: LinkId) {
+        let held = std::mem::take(&mut self.links[link].held);
+        self.held -= held.len();
+        self.out.extend(held.into_iter().map(|b| (link, b)));
     }
 
     fn token(&mut self, now_us: u64, link: LinkId, t: Token) -> Result<(), TmError> {
@@ -344,6 +370,8 @@ impl TokenManager {
         self.waves = 0;
         self.epoch_signals = [EpochSignals::default(); 2];
         for l in &mut self.links {
+            // Held messages stay held: they were sent by nodes already in the generation this
+            // restart starts (isotach messages carry no generation; see docs/design.md).
             l.accepted = 0;
             l.last_two.clear();
             l.barrier_recv = [0; BARRIERS];
@@ -369,6 +397,11 @@ impl TokenManager {
         let l = &mut self.links[link];
         let wave = l.accepted + 1;
         l.accepted = wave;
+        if wave == 1 && !l.held.is_empty() {
+            // Before any wave this token may trigger.
+            self.release_held(link);
+        }
+        let l = &mut self.links[link];
         // The first token's barrier bits are a neighbour TM's initial credit, not a round.
         if wave > 1 && l.barrier_link {
             for (b, recv) in l.barrier_recv.iter_mut().enumerate() {
@@ -483,6 +516,7 @@ impl Link {
             barrier_link,
             barrier_recv: [0; BARRIERS],
             barrier_sent: [0; BARRIERS],
+            held: VecDeque::new(),
         }
     }
 }
