@@ -557,7 +557,7 @@ impl<T: Transport> Bundle<T> {
                 self.transport.send(to, bytes)?;
             }
         }
-        Ok(())
+        self.transport.flush()
     }
 
     fn pool_nonempty(&mut self) -> bool {

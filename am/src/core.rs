@@ -298,6 +298,7 @@ pub struct Core {
     eps: Vec<EpState>,
     peers: Vec<Peer>,
     index: HashMap<NodeAddr, u32>,
+    last_peer: Option<(NodeAddr, u32)>,
     txq: VecDeque<Tx>,
     cur: Option<Tx>,
     returned: VecDeque<RetEntry>,
@@ -366,6 +367,7 @@ impl Core {
             eps: Vec::new(),
             peers: Vec::new(),
             index: HashMap::new(),
+            last_peer: None,
             txq: VecDeque::new(),
             cur: None,
             returned: VecDeque::new(),
@@ -534,8 +536,24 @@ impl Core {
 
     // ---------------------------------------------------------------- peers
 
+    /// The index of a known peer (no insertion).
+    fn lookup(&self, addr: NodeAddr) -> Option<u32> {
+        match self.last_peer {
+            Some((a, i)) if a == addr => Some(i),
+            _ => self.index.get(&addr).copied(),
+        }
+    }
+
     fn peer_index(&mut self, addr: NodeAddr) -> Option<u32> {
+        // Peers are never removed, so the last hit stays valid; it saves a SipHash of the
+        // address per datagram in the common one-peer-at-a-time case.
+        if let Some(&(a, i)) = self.last_peer.as_ref()
+            && a == addr
+        {
+            return Some(i);
+        }
         if let Some(&i) = self.index.get(&addr) {
+            self.last_peer = Some((addr, i));
             return Some(i);
         }
         if self.peers.len() >= self.cfg.max_peers {
@@ -578,6 +596,7 @@ impl Core {
         });
         let i = (self.peers.len() - 1) as u32;
         self.index.insert(addr, i);
+        self.last_peer = Some((addr, i));
         Some(i)
     }
 
@@ -874,42 +893,47 @@ impl Core {
             if self.peers[pi].busy == 0 {
                 continue;
             }
-            let mut dead = false;
-            let mut retx: [Option<Tx>; MAX_SLOTS] = [None; MAX_SLOTS];
-            let rto_max = self.cfg.rto_max;
-            for (si, s) in self.peers[pi].ss.iter_mut().enumerate() {
-                let waiting = matches!(s.state, SendState::AwaitReply | SendState::AwaitNackAck);
-                if !waiting {
-                    continue;
-                }
-                if now >= s.give_up_at {
-                    dead = true;
-                    break;
-                }
-                if now >= s.next_retx {
-                    s.retransmitted = true;
-                    s.rto = (s.rto * 2).min(rto_max);
-                    s.next_retx = now.plus(s.rto);
-                    let (peer, slot, seq) = (pi as u32, si as u16, s.seq);
-                    retx[si] = Some(if s.state == SendState::AwaitReply {
-                        Tx::Req {
-                            peer,
-                            slot,
-                            seq,
-                            frag: 0,
-                        }
-                    } else {
-                        Tx::ReplyNack { peer, slot, seq }
-                    });
-                }
+            let waiting =
+                |s: &SendSlot| matches!(s.state, SendState::AwaitReply | SendState::AwaitNackAck);
+            // Nothing due (the common case): no work beyond one scan of the slots.
+            let (mut due, mut dead) = (false, false);
+            for s in self.peers[pi].ss.iter().filter(|s| waiting(s)) {
+                dead |= now >= s.give_up_at;
+                due |= now >= s.next_retx;
             }
             if dead {
                 self.peer_unreachable(pi);
                 continue;
             }
-            for t in retx.into_iter().flatten() {
-                self.stats.retransmits += 1;
-                self.push_tx(t);
+            if !due {
+                continue;
+            }
+            let rto_max = self.cfg.rto_max;
+            let (tx_queue, txq, stats) = (self.cfg.tx_queue, &mut self.txq, &mut self.stats);
+            for (si, s) in self.peers[pi].ss.iter_mut().enumerate() {
+                if !waiting(s) || now < s.next_retx {
+                    continue;
+                }
+                s.retransmitted = true;
+                s.rto = (s.rto * 2).min(rto_max);
+                s.next_retx = now.plus(s.rto);
+                let (peer, slot, seq) = (pi as u32, si as u16, s.seq);
+                let t = if s.state == SendState::AwaitReply {
+                    Tx::Req {
+                        peer,
+                        slot,
+                        seq,
+                        frag: 0,
+                    }
+                } else {
+                    Tx::ReplyNack { peer, slot, seq }
+                };
+                stats.retransmits += 1;
+                if txq.len() >= tx_queue {
+                    stats.tx_dropped += 1;
+                } else {
+                    txq.push_back(t);
+                }
             }
         }
     }
@@ -1236,7 +1260,7 @@ impl Core {
 
     fn on_response(&mut self, now: Time, from: NodeAddr, f: &Frame<'_>, d: &mut dyn Dispatch) {
         let h = f.h;
-        let Some(&pi) = self.index.get(&from) else {
+        let Some(pi) = self.lookup(from) else {
             self.stats.stale_frames += 1;
             return;
         };
@@ -1375,7 +1399,7 @@ impl Core {
             self.stats.stale_frames += 1;
             return;
         }
-        if let Some(&pi) = self.index.get(&from) {
+        if let Some(pi) = self.lookup(from) {
             let p = &mut self.peers[pi as usize];
             let current = p.r_seen && h.src_inc == p.r_inc && h.epoch == p.r_epoch;
             if let Some(rs) = p.rs.get_mut(usize::from(h.slot)).filter(|_| current) {
@@ -1400,7 +1424,7 @@ impl Core {
 
     fn on_reply_nack_ack(&mut self, from: NodeAddr, f: &Frame<'_>) {
         let h = f.h;
-        let Some(&pi) = self.index.get(&from) else {
+        let Some(pi) = self.lookup(from) else {
             return;
         };
         let p = &self.peers[pi as usize];

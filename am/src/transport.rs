@@ -17,8 +17,15 @@ pub trait Transport: Send {
     /// The current time on this transport's clock (virtual in the simulator).
     fn now(&self) -> Time;
     /// Send one datagram, best effort: a datagram the network cannot take now is dropped
-    /// (and recovered by retransmission). `Err` only for failures of the transport itself.
+    /// (and recovered by retransmission). A backend may hold it until [`Transport::flush`].
+    /// `Err` only for failures of the transport itself.
     fn send(&mut self, to: NodeAddr, datagram: &[u8]) -> Result<(), AmError>;
+    /// Hand datagrams queued by [`Transport::send`] to the network. Backends that batch
+    /// sends (UDP with GSO) hold them until this is called; the bundle calls it after every
+    /// burst of sends and before it blocks.
+    fn flush(&mut self) -> Result<(), AmError> {
+        Ok(())
+    }
     /// Without blocking, hand up to `max` received datagrams to `sink`; returns how many.
     fn recv(&mut self, max: usize, sink: &mut dyn FnMut(NodeAddr, &[u8]))
     -> Result<usize, AmError>;

@@ -1,19 +1,34 @@
-//! UDP backend: one non-blocking socket (socket2 for buffer sizing), batched receive with
-//! `recvmmsg`/GRO through `quinn-udp`.
+//! UDP backend: one socket (socket2 for buffer sizing), receive with GRO and send with GSO
+//! (UDP_SEGMENT) through `nix`.
 //!
-//! Fast path: receive buffers, the `recvmmsg` header arrays and the transmit buffer are
+//! Fast path: the receive buffer, its control-message buffer and the GSO transmit buffer are
 //! allocated once, at bind time; sending and receiving a message allocates nothing.
 //!
-//! Waiting: the blocking `wait` is a direct `epoll_wait` (mio, edge-triggered, on a clone of
-//! the socket) on the caller's thread. The async `wait_async` awaits tokio readiness when the
-//! transport was built inside a tokio runtime (the socket is registered with that runtime);
-//! built outside one, `wait_async` degrades to sleeping polls (100 µs).
+//! System calls: the socket is in blocking mode and every non-blocking operation passes
+//! `MSG_DONTWAIT`, so a blocking [`Transport::wait`] is *one* `recvmsg` that sleeps until a
+//! datagram arrives and returns it (the same as a raw `recv` ping-pong), instead of an
+//! `epoll_wait` followed by a receive. The wait's timeout is `SO_RCVTIMEO`, set only when its
+//! power-of-two quantum changes (the kernel rounds it up to whole jiffies, so the quantum
+//! stays one 4 ms jiffy below the deadline); waits shorter than [`BLOCKING_RECV_MIN`] use an
+//! edge-triggered `epoll_wait` (mio) as before. Sends are gathered until the bundle flushes:
+//! consecutive equal-size datagrams to one destination leave in one `sendmsg` with
+//! `UDP_SEGMENT` (GSO; up to 64 segments), and a receiver with `UDP_GRO` takes such a batch
+//! with one `recvmsg`. Without GSO support (or on `EIO`/`EINVAL`) it sends one datagram per
+//! call.
+//!
+//! The async `wait_async` awaits tokio readiness when the transport was built inside a tokio
+//! runtime (the socket is registered with that runtime); built outside one, `wait_async`
+//! degrades to sleeping polls (100 µs).
 
 use std::io::{self, IoSliceMut};
-use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket as StdUdpSocket};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use quinn_udp::{RecvMeta, UdpSockRef, UdpSocketState};
+use nix::errno::Errno;
+use nix::sys::socket::{
+    ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, sendto, setsockopt, sockopt,
+};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::runtime::Handle;
@@ -23,10 +38,19 @@ use crate::rng::Rng;
 use crate::transport::Transport;
 use crate::types::{NodeAddr, Time};
 
-/// Datagrams one `recvmmsg` call can return.
+/// Non-blocking receive calls one [`Transport::recv`] makes at most (each returns one
+/// datagram, or one GRO batch of up to 64).
 pub const RECV_BATCH: usize = 16;
-/// Bytes of each receive buffer (room for a GRO-coalesced batch).
+/// Bytes of the receive buffer (room for a GRO-coalesced batch).
 const RECV_BUF: usize = 64 * 1024;
+/// Most bytes one GSO send carries (the largest UDP payload over IPv4).
+const GSO_MAX_BYTES: usize = 65_507;
+/// Most segments one GSO send carries (the kernel's `UDP_MAX_SEGMENTS`).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Shortest wait done as a blocking receive; shorter ones use `epoll_wait` (ms resolution).
+pub const BLOCKING_RECV_MIN: Duration = Duration::from_millis(6);
+/// What the kernel may add to `SO_RCVTIMEO` by rounding it up to jiffies (HZ ≥ 250).
+const JIFFY: Duration = Duration::from_millis(4);
 
 /// UDP backend settings.
 #[derive(Clone, Debug)]
@@ -40,6 +64,9 @@ pub struct UdpConfig {
     pub recv_buffer_bytes: usize,
     /// `SO_SNDBUF` asked for.
     pub send_buffer_bytes: usize,
+    /// Send equal-size datagrams to one destination in one GSO `sendmsg` (if the kernel
+    /// supports `UDP_SEGMENT`; default on).
+    pub gso: bool,
     /// Test hook: probability that a sent datagram is dropped.
     pub loss: f64,
     /// Test hook: probability that a sent datagram is sent twice.
@@ -49,13 +76,14 @@ pub struct UdpConfig {
 }
 
 impl UdpConfig {
-    /// Defaults for `bind`: 1472-byte datagrams, 4 MiB socket buffers, no faults.
+    /// Defaults for `bind`: 1472-byte datagrams, 4 MiB socket buffers, GSO, no faults.
     pub fn new(bind: SocketAddr) -> Self {
         Self {
             bind,
             max_datagram: 1472,
             recv_buffer_bytes: 4 << 20,
             send_buffer_bytes: 4 << 20,
+            gso: true,
             loss: 0.0,
             dup: 0.0,
             fault_seed: 0,
@@ -63,30 +91,66 @@ impl UdpConfig {
     }
 }
 
+/// One received datagram, or one GRO batch of equal-size datagrams (`stride` apart).
 struct Rx {
-    bufs: Vec<u8>,
-    meta: [RecvMeta; RECV_BATCH],
-    n: usize,
-    idx: usize,
-    seg_off: usize,
+    buf: Vec<u8>,
+    cmsg: Vec<u8>,
+    addr: SocketAddr,
+    len: usize,
+    stride: usize,
+    off: usize,
+}
+
+fn std_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::V4(SocketAddrV4::from(*v4)));
+    }
+    a.as_sockaddr_in6()
+        .map(|v6| SocketAddr::V6(SocketAddrV6::from(*v6)))
 }
 
 impl Rx {
     fn pending(&self) -> bool {
-        self.idx < self.n
+        self.off < self.len
     }
 
-    /// One non-blocking `recvmmsg`; returns how many buffers were filled.
-    fn fill(&mut self, state: &UdpSocketState, sock: &StdUdpSocket) -> io::Result<usize> {
-        let mut chunks = self.bufs.chunks_mut(RECV_BUF);
-        let mut iovs: [IoSliceMut<'_>; RECV_BATCH] =
-            std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
-        let n = state.recv(UdpSockRef::from(sock), &mut iovs, &mut self.meta)?;
-        self.n = n;
-        self.idx = 0;
-        self.seg_off = 0;
-        Ok(n)
+    /// One `recvmsg` (blocking unless `flags` has `MSG_DONTWAIT`); returns how many
+    /// datagrams it brought.
+    fn fill(&mut self, sock: &StdUdpSocket, flags: MsgFlags) -> io::Result<usize> {
+        let mut iov = [IoSliceMut::new(&mut self.buf)];
+        let m = recvmsg::<SockaddrStorage>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut self.cmsg[..]),
+            flags,
+        )?;
+        let Some(addr) = m.address.as_ref().and_then(std_addr) else {
+            return Ok(0);
+        };
+        let len = m.bytes.min(RECV_BUF);
+        let mut stride = len;
+        if let Ok(cm) = m.cmsgs() {
+            for c in cm {
+                if let ControlMessageOwned::UdpGroSegments(s) = c {
+                    stride = usize::try_from(s).unwrap_or(len).clamp(1, RECV_BUF);
+                }
+            }
+        }
+        self.addr = addr;
+        self.len = len;
+        self.stride = stride.max(1);
+        self.off = 0;
+        Ok(len.div_ceil(self.stride))
     }
+}
+
+/// Equal-size datagrams to one destination waiting to leave in one (GSO) send.
+struct TxBatch {
+    buf: Vec<u8>,
+    to: Option<SocketAddr>,
+    seg: usize,
+    n: usize,
+    closed: bool,
 }
 
 /// Counters of the UDP driver.
@@ -111,12 +175,18 @@ pub struct UdpTransport {
     events: mio::Events,
     _mio_sock: mio::net::UdpSocket,
     tokio_sock: Option<tokio::net::UdpSocket>,
-    state: UdpSocketState,
     rx: Rx,
+    tx: TxBatch,
     local: SocketAddr,
     origin: Instant,
     inc: u64,
     max_datagram: usize,
+    /// Segments one send may carry: 1 without GSO.
+    gso_max: usize,
+    /// The socket's current `UDP_SEGMENT` size (0 = off).
+    gso_cur: usize,
+    /// The socket's current `SO_RCVTIMEO` (`None` = never set; `Some(None)` = infinite).
+    rcvtimeo: Option<Option<Duration>>,
     faults: Option<(Rng, f64, f64)>,
     stats: UdpStats,
     /// The last receive attempt found the socket empty (so an edge-triggered wait is safe).
@@ -127,9 +197,16 @@ impl std::fmt::Debug for UdpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UdpTransport")
             .field("local", &self.local)
+            .field("gso_max", &self.gso_max)
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
+}
+
+/// The largest power-of-two number of microseconds not above `d` (at least 1 µs).
+fn quantum(d: Duration) -> Duration {
+    let us = d.as_micros().clamp(1, u128::from(u64::MAX)) as u64;
+    Duration::from_micros(1 << (63 - us.leading_zeros()))
 }
 
 impl UdpTransport {
@@ -154,15 +231,25 @@ impl UdpTransport {
         s.set_nonblocking(true)?;
         s.bind(&cfg.bind.into())?;
         let sock: StdUdpSocket = s.into();
+        // Coalesced receive (a GSO batch arrives as one buffer with its stride); optional.
+        let _ = setsockopt(&sock, sockopt::UdpGroSegment, &true);
+        // GSO: the kernel takes UDP_SEGMENT (0 = off) iff it supports it.
+        let gso_max = if cfg.gso && setsockopt(&sock, sockopt::UdpGsoSegment, &0).is_ok() {
+            GSO_MAX_SEGMENTS
+        } else {
+            1
+        };
         let poll = mio::Poll::new()?;
         let mut mio_sock = mio::net::UdpSocket::from_std(sock.try_clone()?);
         poll.registry()
             .register(&mut mio_sock, mio::Token(0), mio::Interest::READABLE)?;
+        // Registered while non-blocking (tokio checks); readiness works either way and every
+        // non-blocking call below passes MSG_DONTWAIT.
         let tokio_sock = match Handle::try_current() {
             Ok(_) => Some(tokio::net::UdpSocket::from_std(sock.try_clone()?)?),
             Err(_) => None,
         };
-        let state = UdpSocketState::new(UdpSockRef::from(&sock))?;
+        sock.set_nonblocking(false)?;
         let local = sock.local_addr()?;
         let inc = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -176,18 +263,28 @@ impl UdpTransport {
             events: mio::Events::with_capacity(4),
             _mio_sock: mio_sock,
             tokio_sock,
-            state,
             rx: Rx {
-                bufs: vec![0; RECV_BUF * RECV_BATCH],
-                meta: [RecvMeta::default(); RECV_BATCH],
+                buf: vec![0; RECV_BUF],
+                cmsg: nix::cmsg_space!(i32),
+                addr: local,
+                len: 0,
+                stride: 1,
+                off: 0,
+            },
+            tx: TxBatch {
+                buf: Vec::with_capacity(GSO_MAX_BYTES),
+                to: None,
+                seg: 0,
                 n: 0,
-                idx: 0,
-                seg_off: 0,
+                closed: false,
             },
             local,
             origin: Instant::now(),
             inc,
             max_datagram: cfg.max_datagram,
+            gso_max,
+            gso_cur: 0,
+            rcvtimeo: None,
             faults,
             stats: UdpStats::default(),
             drained: false,
@@ -204,23 +301,125 @@ impl UdpTransport {
         self.stats
     }
 
+    /// Whether sends use GSO (`UDP_SEGMENT`).
+    pub fn gso(&self) -> bool {
+        self.gso_max > 1
+    }
+
     /// Change the fault hooks (tests).
     pub fn set_faults(&mut self, seed: u64, loss: f64, dup: f64) {
         self.faults = (loss > 0.0 || dup > 0.0).then(|| (Rng::new(seed), loss, dup));
     }
 
-    fn send_one(&mut self, to: SocketAddr, datagram: &[u8]) {
-        let t = quinn_udp::Transmit {
-            destination: to,
-            ecn: None,
-            contents: datagram,
-            segment_size: None,
-            src_ip: None,
+    fn set_gso(&mut self, seg: usize) -> bool {
+        if self.gso_cur == seg {
+            return true;
+        }
+        let v = i32::try_from(seg).unwrap_or(0);
+        if setsockopt(&self.sock, sockopt::UdpGsoSegment, &v).is_ok() {
+            self.gso_cur = seg;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn disable_gso(&mut self) {
+        self.gso_max = 1;
+        let _ = self.set_gso(0);
+    }
+
+    /// Queue one datagram; it leaves with the batch at the next [`Transport::flush`] (or
+    /// earlier, when the batch cannot take it).
+    fn push(&mut self, to: SocketAddr, d: &[u8]) {
+        let t = &self.tx;
+        if t.n > 0
+            && (t.to != Some(to)
+                || t.closed
+                || d.len() > t.seg
+                || t.n >= self.gso_max
+                || t.buf.len() + d.len() > GSO_MAX_BYTES)
+        {
+            self.send_batch();
+        }
+        let t = &mut self.tx;
+        if t.n == 0 {
+            t.to = Some(to);
+            t.seg = d.len();
+        } else if d.len() < t.seg {
+            t.closed = true;
+        }
+        t.buf.extend_from_slice(d);
+        t.n += 1;
+    }
+
+    fn send_batch(&mut self) {
+        let (n, seg) = (self.tx.n, self.tx.seg);
+        let Some(to) = self.tx.to.take() else { return };
+        if n == 0 {
+            return;
+        }
+        let dest = SockaddrStorage::from(to);
+        // One datagram must not be cut by a socket GSO size below its length; a batch needs
+        // the socket's GSO size equal to its segment size.
+        let ok = if n == 1 {
+            self.gso_cur == 0 || self.gso_cur >= self.tx.buf.len() || self.set_gso(0)
+        } else {
+            self.set_gso(seg)
         };
-        match self.state.try_send(UdpSockRef::from(&self.sock), &t) {
-            Ok(()) => self.stats.sent += 1,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.stats.send_dropped += 1,
-            Err(_) => self.stats.send_errors += 1,
+        let r = if ok {
+            sendto(
+                self.sock.as_raw_fd(),
+                &self.tx.buf,
+                &dest,
+                MsgFlags::MSG_DONTWAIT,
+            )
+        } else {
+            Err(Errno::EINVAL)
+        };
+        match r {
+            Ok(_) => self.stats.sent += n as u64,
+            Err(Errno::EAGAIN) => self.stats.send_dropped += n as u64,
+            Err(Errno::EIO | Errno::EINVAL) if n > 1 || self.gso_cur != 0 => {
+                // No GSO on this path (e.g. no checksum offload): one datagram per call.
+                self.disable_gso();
+                for c in self.tx.buf.chunks(seg.max(1)) {
+                    match sendto(self.sock.as_raw_fd(), c, &dest, MsgFlags::MSG_DONTWAIT) {
+                        Ok(_) => self.stats.sent += 1,
+                        Err(Errno::EAGAIN) => self.stats.send_dropped += 1,
+                        Err(_) => self.stats.send_errors += 1,
+                    }
+                }
+            }
+            Err(_) => self.stats.send_errors += n as u64,
+        }
+        let t = &mut self.tx;
+        t.buf.clear();
+        t.n = 0;
+        t.closed = false;
+    }
+
+    fn fill(&mut self, flags: MsgFlags) -> Result<bool, AmError> {
+        match self.rx.fill(&self.sock, flags) {
+            Ok(n) => {
+                self.drained = false;
+                Ok(n > 0)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // Non-blocking: the socket is empty. Blocking: SO_RCVTIMEO expired with
+                // nothing queued. Either way every later arrival raises an epoll edge.
+                self.drained = true;
+                Ok(false)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -228,20 +427,18 @@ impl UdpTransport {
         if self.rx.pending() {
             return Ok(true);
         }
-        match self.rx.fill(&self.state, &self.sock) {
-            Ok(n) => {
-                // A short batch emptied the receive queue: every later arrival re-arms the
-                // edge-triggered epoll registration, so `wait` may sleep without probing.
-                self.drained = n < RECV_BATCH;
-                Ok(n > 0)
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                self.drained = true;
-                Ok(false)
-            }
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => Ok(false),
-            Err(e) => Err(e.into()),
+        self.fill(MsgFlags::MSG_DONTWAIT)
+    }
+
+    /// Sleep in one `recvmsg` for at most about `left` (≥ [`BLOCKING_RECV_MIN`], or `None`).
+    fn blocking_fill(&mut self, left: Option<Duration>) -> Result<bool, AmError> {
+        // Stay one jiffy below the deadline: the kernel rounds SO_RCVTIMEO up to jiffies.
+        let t = left.map(|l| quantum(l.saturating_sub(JIFFY)));
+        if self.rcvtimeo != Some(t) {
+            self.sock.set_read_timeout(t)?;
+            self.rcvtimeo = Some(t);
         }
+        self.fill(MsgFlags::empty())
     }
 
     fn tokio_deadline(&self, t: Time) -> tokio::time::Instant {
@@ -251,14 +448,13 @@ impl UdpTransport {
     async fn readable(
         tsock: &tokio::net::UdpSocket,
         sock: &StdUdpSocket,
-        state: &UdpSocketState,
         rx: &mut Rx,
         deadline: Option<tokio::time::Instant>,
     ) -> io::Result<bool> {
         let fut = async {
             loop {
                 tsock.readable().await?;
-                match tsock.try_io(Interest::READABLE, || rx.fill(state, sock)) {
+                match tsock.try_io(Interest::READABLE, || rx.fill(sock, MsgFlags::MSG_DONTWAIT)) {
                     Ok(n) if n > 0 => return Ok(true),
                     Ok(_) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -271,6 +467,12 @@ impl UdpTransport {
             Some(d) => tokio::time::timeout_at(d, fut).await.unwrap_or(Ok(false)),
             None => fut.await,
         }
+    }
+}
+
+impl Drop for UdpTransport {
+    fn drop(&mut self) {
+        self.send_batch();
     }
 }
 
@@ -305,8 +507,12 @@ impl Transport for UdpTransport {
             self.stats.fault_dropped += 1;
         }
         for _ in 0..copies {
-            self.send_one(to, datagram);
+            self.push(to, datagram);
         }
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<(), AmError> {
+        self.send_batch();
         Ok(())
     }
     fn recv(
@@ -315,53 +521,40 @@ impl Transport for UdpTransport {
         sink: &mut dyn FnMut(NodeAddr, &[u8]),
     ) -> Result<usize, AmError> {
         let mut count = 0;
-        // At most one receive system call per call: handle one batch, then let the caller
-        // flush what it produced (replies go out sooner).
-        let mut filled = self.rx.pending();
+        // What a wait already received is handled without another system call (a reply is
+        // sent sooner); otherwise up to RECV_BATCH non-blocking receives.
+        let mut calls = if self.rx.pending() { RECV_BATCH } else { 0 };
         while count < max {
             if !self.rx.pending() {
-                if filled || !self.fill_nonblocking()? {
+                if calls >= RECV_BATCH || !self.fill(MsgFlags::MSG_DONTWAIT)? {
                     break;
                 }
-                filled = true;
+                calls += 1;
             }
             let rx = &mut self.rx;
-            while rx.idx < rx.n && count < max {
-                let m = &rx.meta[rx.idx];
-                let base = rx.idx * RECV_BUF;
-                let len = m.len.min(RECV_BUF);
-                let stride = m.stride.clamp(1, RECV_BUF);
-                let end = (rx.seg_off + stride).min(len);
-                sink(
-                    NodeAddr::Ip(m.addr),
-                    &rx.bufs[base + rx.seg_off..base + end],
-                );
+            while rx.off < rx.len && count < max {
+                let end = (rx.off + rx.stride).min(rx.len);
+                sink(NodeAddr::Ip(rx.addr), &rx.buf[rx.off..end]);
                 count += 1;
-                rx.seg_off = end;
-                if rx.seg_off >= len {
-                    rx.idx += 1;
-                    rx.seg_off = 0;
-                }
+                rx.off = end;
             }
         }
         self.stats.received += count as u64;
         Ok(count)
     }
     fn has_pending(&mut self) -> bool {
-        // After a drain, arrivals are reported by the edge-triggered `wait`; no probe needed.
-        self.rx.pending() || (!self.drained && self.fill_nonblocking().unwrap_or(false))
+        // Only what was already received: a datagram still in the socket is found by the
+        // next `wait`, which then returns at once (a probe here would cost a system call
+        // per round trip).
+        self.rx.pending()
     }
     fn wait(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
+        self.send_batch();
         loop {
             if self.rx.pending() {
                 return Ok(true);
             }
-            // If the last attempt drained the socket, any later datagram raised an edge, so
-            // epoll can go first; otherwise probe the socket before sleeping.
-            if !self.drained && self.fill_nonblocking()? {
-                return Ok(true);
-            }
-            let timeout = match deadline {
+            let left = match deadline {
                 Some(d) => {
                     let now = self.now();
                     if now >= d {
@@ -371,22 +564,37 @@ impl Transport for UdpTransport {
                 }
                 None => None,
             };
-            // Edge-triggered: safe because the fill above drained the socket to EAGAIN.
-            match self.poll.poll(&mut self.events, timeout) {
-                Ok(()) if self.events.is_empty() => return Ok(false),
-                Ok(()) => self.drained = false,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.into()),
+            if left.is_none_or(|l| l >= BLOCKING_RECV_MIN) {
+                // One system call: sleep in recvmsg and come back with the datagram.
+                if self.blocking_fill(left)? {
+                    return Ok(true);
+                }
+                continue;
+            }
+            // Short waits (epoll has ms resolution, SO_RCVTIMEO has jiffies): probe unless
+            // the last attempt drained the socket, then an edge-triggered epoll_wait.
+            if !self.drained && self.fill_nonblocking()? {
+                return Ok(true);
+            }
+            if self.drained {
+                match self.poll.poll(&mut self.events, left) {
+                    Ok(()) if self.events.is_empty() => return Ok(false),
+                    Ok(()) => self.drained = false,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
     }
     fn sleep_until(&mut self, t: Time) {
+        self.send_batch();
         let now = self.now();
         if t > now {
             std::thread::sleep(t.since(now));
         }
     }
     async fn wait_async(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
+        self.send_batch();
         if self.fill_nonblocking()? {
             return Ok(true);
         }
@@ -395,12 +603,11 @@ impl Transport for UdpTransport {
             let Self {
                 tokio_sock,
                 sock,
-                state,
                 rx,
                 ..
             } = self;
             if let Some(t) = tokio_sock {
-                return Ok(Self::readable(t, sock, state, rx, d).await?);
+                return Ok(Self::readable(t, sock, rx, d).await?);
             }
         }
         loop {
