@@ -186,12 +186,27 @@ pub enum FrameError {
     BadGeometry,
 }
 
+#[inline(always)]
+fn put<const N: usize>(h: &mut [u8; HEADER_LEN], o: usize, v: [u8; N]) {
+    h[o..o + N].copy_from_slice(&v);
+}
+
+#[inline(always)]
+fn get<const N: usize>(h: &[u8; HEADER_LEN], o: usize) -> [u8; N] {
+    let mut a = [0u8; N];
+    a.copy_from_slice(&h[o..o + N]);
+    a
+}
+
+#[inline]
 fn u16_at(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes([b[o], b[o + 1]])
 }
+#[inline]
 fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
 }
+#[inline]
 fn u64_at(b: &[u8], o: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[o..o + 8]);
@@ -203,30 +218,35 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 pub fn encode(h: &Header, args: &[u64], payload: &[u8], out: &mut Vec<u8>) {
     debug_assert_eq!(args.len(), usize::from(h.nargs));
     debug_assert_eq!(payload.len(), usize::from(h.frag_len));
+    // The header is built in a fixed array (constant offsets, no per-field capacity checks)
+    // and appended in one copy.
+    let mut x = [0u8; HEADER_LEN];
+    put(&mut x, 0, MAGIC.to_le_bytes());
+    x[2] = VERSION;
+    x[3] = h.kind as u8;
+    x[4] = h.class as u8;
+    x[5] = h.flags;
+    x[6] = h.nargs;
+    x[7] = h.status.map_or(0, |s| s as u8);
+    put(&mut x, 8, h.src_ep.to_le_bytes());
+    put(&mut x, 10, h.dst_ep.to_le_bytes());
+    put(&mut x, 12, h.slot.to_le_bytes());
+    put(&mut x, 14, h.handler.to_le_bytes());
+    put(&mut x, 16, h.seq.to_le_bytes());
+    put(&mut x, 20, h.epoch.to_le_bytes());
+    put(&mut x, 24, h.src_inc.to_le_bytes());
+    put(&mut x, 32, h.dst_inc.to_le_bytes());
+    put(&mut x, 40, h.tag.to_le_bytes());
+    put(&mut x, 48, h.fifo_seq.to_le_bytes());
+    put(&mut x, 52, h.total_len.to_le_bytes());
+    put(&mut x, 56, h.dest_offset.to_le_bytes());
+    put(&mut x, 60, h.src_offset.to_le_bytes());
+    put(&mut x, 64, h.frag_offset.to_le_bytes());
+    put(&mut x, 68, h.frag_len.to_le_bytes());
+    put(&mut x, 70, h.frag_chunk.to_le_bytes());
     out.clear();
-    out.extend_from_slice(&MAGIC.to_le_bytes());
-    out.push(VERSION);
-    out.push(h.kind as u8);
-    out.push(h.class as u8);
-    out.push(h.flags);
-    out.push(h.nargs);
-    out.push(h.status.map_or(0, |s| s as u8));
-    out.extend_from_slice(&h.src_ep.to_le_bytes());
-    out.extend_from_slice(&h.dst_ep.to_le_bytes());
-    out.extend_from_slice(&h.slot.to_le_bytes());
-    out.extend_from_slice(&h.handler.to_le_bytes());
-    out.extend_from_slice(&h.seq.to_le_bytes());
-    out.extend_from_slice(&h.epoch.to_le_bytes());
-    out.extend_from_slice(&h.src_inc.to_le_bytes());
-    out.extend_from_slice(&h.dst_inc.to_le_bytes());
-    out.extend_from_slice(&h.tag.to_le_bytes());
-    out.extend_from_slice(&h.fifo_seq.to_le_bytes());
-    out.extend_from_slice(&h.total_len.to_le_bytes());
-    out.extend_from_slice(&h.dest_offset.to_le_bytes());
-    out.extend_from_slice(&h.src_offset.to_le_bytes());
-    out.extend_from_slice(&h.frag_offset.to_le_bytes());
-    out.extend_from_slice(&h.frag_len.to_le_bytes());
-    out.extend_from_slice(&h.frag_chunk.to_le_bytes());
+    out.reserve(HEADER_LEN + 8 * args.len() + payload.len() + TRAILER_LEN);
+    out.extend_from_slice(&x);
     debug_assert_eq!(out.len(), HEADER_LEN);
     for a in args {
         out.extend_from_slice(&a.to_le_bytes());
@@ -262,28 +282,31 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, FrameError> {
         (s, true) => Some(Status::from_u8(s).ok_or(FrameError::BadStatus(s))?),
         (s, false) => return Err(FrameError::BadStatus(s)),
     };
+    let Some(x) = b.first_chunk::<HEADER_LEN>() else {
+        return Err(FrameError::TooShort(b.len()));
+    };
     let h = Header {
         kind,
         class,
         flags,
         nargs,
         status,
-        src_ep: u16_at(b, 8),
-        dst_ep: u16_at(b, 10),
-        slot: u16_at(b, 12),
-        handler: u16_at(b, 14),
-        seq: u32_at(b, 16),
-        epoch: u32_at(b, 20),
-        src_inc: u64_at(b, 24),
-        dst_inc: u64_at(b, 32),
-        tag: u64_at(b, 40),
-        fifo_seq: u32_at(b, 48),
-        total_len: u32_at(b, 52),
-        dest_offset: u32_at(b, 56),
-        src_offset: u32_at(b, 60),
-        frag_offset: u32_at(b, 64),
-        frag_len: u16_at(b, 68),
-        frag_chunk: u16_at(b, 70),
+        src_ep: u16::from_le_bytes(get(x, 8)),
+        dst_ep: u16::from_le_bytes(get(x, 10)),
+        slot: u16::from_le_bytes(get(x, 12)),
+        handler: u16::from_le_bytes(get(x, 14)),
+        seq: u32::from_le_bytes(get(x, 16)),
+        epoch: u32::from_le_bytes(get(x, 20)),
+        src_inc: u64::from_le_bytes(get(x, 24)),
+        dst_inc: u64::from_le_bytes(get(x, 32)),
+        tag: u64::from_le_bytes(get(x, 40)),
+        fifo_seq: u32::from_le_bytes(get(x, 48)),
+        total_len: u32::from_le_bytes(get(x, 52)),
+        dest_offset: u32::from_le_bytes(get(x, 56)),
+        src_offset: u32::from_le_bytes(get(x, 60)),
+        frag_offset: u32::from_le_bytes(get(x, 64)),
+        frag_len: u16::from_le_bytes(get(x, 68)),
+        frag_chunk: u16::from_le_bytes(get(x, 70)),
     };
     let args_len = 8 * usize::from(nargs);
     let expected = HEADER_LEN + args_len + usize::from(h.frag_len) + TRAILER_LEN;

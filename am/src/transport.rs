@@ -34,6 +34,12 @@ pub trait Transport: Send {
     /// Block until a datagram is waiting or `deadline` passes (`None`: no deadline). Returns
     /// whether a datagram is waiting.
     fn wait(&mut self, deadline: Option<Time>) -> Result<bool, AmError>;
+    /// [`Transport::wait`] for a caller that has just read the clock (`now`): a backend may
+    /// use `now` instead of reading the clock again.
+    fn wait_from(&mut self, now: Time, deadline: Option<Time>) -> Result<bool, AmError> {
+        let _ = now;
+        self.wait(deadline)
+    }
     /// Let time pass until `t` without watching for datagrams (virtual time: jump).
     fn sleep_until(&mut self, t: Time);
     /// The async form of [`Transport::wait`].

@@ -9,8 +9,9 @@
 //! datagram arrives and returns it (the same as a raw `recv` ping-pong), instead of an
 //! `epoll_wait` followed by a receive. The wait's timeout is `SO_RCVTIMEO`, set only when its
 //! power-of-two quantum changes (the kernel rounds it up to whole jiffies, so the quantum
-//! stays one 4 ms jiffy below the deadline); waits shorter than [`BLOCKING_RECV_MIN`] use an
-//! edge-triggered `epoll_wait` (mio) as before. Sends are gathered until the bundle flushes:
+//! stays one 4 ms jiffy below the deadline); waits shorter than [`BLOCKING_RECV_MIN`] use
+//! `poll(2)` (millisecond resolution, like `epoll_wait`). No epoll registration is kept (an
+//! arrival then wakes only the blocked receiver, without an epoll callback). Sends are gathered until the bundle flushes:
 //! consecutive equal-size datagrams to one destination leave in one `sendmsg` with
 //! `UDP_SEGMENT` (GSO; up to 64 segments), and a receiver with `UDP_GRO` takes such a batch
 //! with one `recvmsg`. Without GSO support (or on `EIO`/`EINVAL`) it sends one datagram per
@@ -22,10 +23,11 @@
 
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket as StdUdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, sendto, setsockopt, sockopt,
 };
@@ -47,7 +49,7 @@ const RECV_BUF: usize = 64 * 1024;
 const GSO_MAX_BYTES: usize = 65_507;
 /// Most segments one GSO send carries (the kernel's `UDP_MAX_SEGMENTS`).
 const GSO_MAX_SEGMENTS: usize = 64;
-/// Shortest wait done as a blocking receive; shorter ones use `epoll_wait` (ms resolution).
+/// Shortest wait done as a blocking receive; shorter ones use `poll(2)` (ms resolution).
 pub const BLOCKING_RECV_MIN: Duration = Duration::from_millis(6);
 /// What the kernel may add to `SO_RCVTIMEO` by rounding it up to jiffies (HZ ≥ 250).
 const JIFFY: Duration = Duration::from_millis(4);
@@ -171,12 +173,11 @@ pub struct UdpStats {
 /// A UDP socket driving one bundle.
 pub struct UdpTransport {
     sock: StdUdpSocket,
-    poll: mio::Poll,
-    events: mio::Events,
-    _mio_sock: mio::net::UdpSocket,
     tokio_sock: Option<tokio::net::UdpSocket>,
     rx: Rx,
     tx: TxBatch,
+    /// The last destination, converted for the system call.
+    dest: (SocketAddr, SockaddrStorage),
     local: SocketAddr,
     origin: Instant,
     inc: u64,
@@ -189,8 +190,6 @@ pub struct UdpTransport {
     rcvtimeo: Option<Option<Duration>>,
     faults: Option<(Rng, f64, f64)>,
     stats: UdpStats,
-    /// The last receive attempt found the socket empty (so an edge-triggered wait is safe).
-    drained: bool,
 }
 
 impl std::fmt::Debug for UdpTransport {
@@ -239,10 +238,6 @@ impl UdpTransport {
         } else {
             1
         };
-        let poll = mio::Poll::new()?;
-        let mut mio_sock = mio::net::UdpSocket::from_std(sock.try_clone()?);
-        poll.registry()
-            .register(&mut mio_sock, mio::Token(0), mio::Interest::READABLE)?;
         // Registered while non-blocking (tokio checks); readiness works either way and every
         // non-blocking call below passes MSG_DONTWAIT.
         let tokio_sock = match Handle::try_current() {
@@ -259,9 +254,6 @@ impl UdpTransport {
             .then(|| (Rng::new(cfg.fault_seed), cfg.loss, cfg.dup));
         Ok(Self {
             sock,
-            poll,
-            events: mio::Events::with_capacity(4),
-            _mio_sock: mio_sock,
             tokio_sock,
             rx: Rx {
                 buf: vec![0; RECV_BUF],
@@ -278,6 +270,7 @@ impl UdpTransport {
                 n: 0,
                 closed: false,
             },
+            dest: (local, SockaddrStorage::from(local)),
             local,
             origin: Instant::now(),
             inc,
@@ -287,7 +280,6 @@ impl UdpTransport {
             rcvtimeo: None,
             faults,
             stats: UdpStats::default(),
-            drained: false,
         })
     }
 
@@ -359,7 +351,10 @@ impl UdpTransport {
         if n == 0 {
             return;
         }
-        let dest = SockaddrStorage::from(to);
+        if self.dest.0 != to {
+            self.dest = (to, SockaddrStorage::from(to));
+        }
+        let dest = self.dest.1;
         // One datagram must not be cut by a socket GSO size below its length; a batch needs
         // the socket's GSO size equal to its segment size.
         let ok = if n == 1 {
@@ -401,16 +396,9 @@ impl UdpTransport {
 
     fn fill(&mut self, flags: MsgFlags) -> Result<bool, AmError> {
         match self.rx.fill(&self.sock, flags) {
-            Ok(n) => {
-                self.drained = false;
-                Ok(n > 0)
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                // Non-blocking: the socket is empty. Blocking: SO_RCVTIMEO expired with
-                // nothing queued. Either way every later arrival raises an epoll edge.
-                self.drained = true;
-                Ok(false)
-            }
+            Ok(n) => Ok(n > 0),
+            // Non-blocking: the socket is empty. Blocking: SO_RCVTIMEO expired.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -549,6 +537,10 @@ impl Transport for UdpTransport {
         self.rx.pending()
     }
     fn wait(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
+        let now = self.now();
+        self.wait_from(now, deadline)
+    }
+    fn wait_from(&mut self, mut now: Time, deadline: Option<Time>) -> Result<bool, AmError> {
         self.send_batch();
         loop {
             if self.rx.pending() {
@@ -556,7 +548,6 @@ impl Transport for UdpTransport {
             }
             let left = match deadline {
                 Some(d) => {
-                    let now = self.now();
                     if now >= d {
                         return Ok(false);
                     }
@@ -569,21 +560,24 @@ impl Transport for UdpTransport {
                 if self.blocking_fill(left)? {
                     return Ok(true);
                 }
+                now = self.now();
                 continue;
             }
-            // Short waits (epoll has ms resolution, SO_RCVTIMEO has jiffies): probe unless
-            // the last attempt drained the socket, then an edge-triggered epoll_wait.
-            if !self.drained && self.fill_nonblocking()? {
-                return Ok(true);
-            }
-            if self.drained {
-                match self.poll.poll(&mut self.events, left) {
-                    Ok(()) if self.events.is_empty() => return Ok(false),
-                    Ok(()) => self.drained = false,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e.into()),
+            // Short waits (SO_RCVTIMEO has jiffy resolution): poll(2), level-triggered, with
+            // the timeout rounded up to whole milliseconds, as epoll would.
+            let ms = left.map_or(0, |l| l.as_micros().div_ceil(1000));
+            let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, timeout) {
+                Ok(0) | Err(Errno::EINTR) => {}
+                Ok(_) => {
+                    if self.fill_nonblocking()? {
+                        return Ok(true);
+                    }
                 }
+                Err(e) => return Err(io::Error::from(e).into()),
             }
+            now = self.now();
         }
     }
     fn sleep_until(&mut self, t: Time) {
