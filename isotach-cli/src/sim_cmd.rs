@@ -5,6 +5,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use isotach_proto::config::{ClusterConfig, Timing};
 use isotach_proto::topology::{HOSTS_MAX, SWITCHES_MAX};
+use isotach_sim::sc::{self, ScOptions};
 use isotach_sim::waves::{self, WavesLoad, WavesOptions, WavesReport};
 use isotach_sim::{Faults, Pauses, RangeUs, Tamper};
 use std::path::PathBuf;
@@ -23,10 +24,17 @@ enum Workload {
     /// EOP marker overtakes a message of its pulse and that every sort vector is right.
     /// Exits 0 only when the run completed with no violation.
     Waves(Box<WavesArgs>),
+    /// SMM nodes run random isochrons (reads, writes, sched/assign chains) over hot, replicated
+    /// and single-copy pages; the sequential-consistency oracle replays every executed
+    /// isochron in (TS, source, sequum) order and checks every read, every isochron's
+    /// atomicity, every host's program order and that all copies agree. Exits 0 only when
+    /// every count is 0.
+    Sc(Box<ScArgs>),
 }
 
+/// Where the hosts are: a generated line of switches, or a config file.
 #[derive(Debug, Args)]
-struct WavesArgs {
+struct TopologyArgs {
     /// Hosts (one SIU each), spread round-robin over the switches.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=HOSTS_MAX as i64))]
     hosts: u16,
@@ -36,12 +44,37 @@ struct WavesArgs {
     /// Cluster config file (TOML) instead of a generated line of --switches switches.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["hosts", "switches"])]
     config: Option<PathBuf>,
-    /// Run until every SIU has completed this many pulses.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
-    pulses: u64,
-    /// Seed of every random choice (decimal or 0x-hex); the same seed replays the same run.
-    #[arg(long, env = "ISOTACH_SEED", default_value_t = 1, value_parser = parse_seed)]
-    seed: u64,
+}
+
+impl TopologyArgs {
+    fn cluster(&self) -> anyhow::Result<ClusterConfig> {
+        generated_or_loaded(self.config.as_deref(), self.hosts, self.switches)
+    }
+}
+
+fn generated_or_loaded(
+    config: Option<&std::path::Path>,
+    hosts: u16,
+    switches: u16,
+) -> anyhow::Result<ClusterConfig> {
+    if let Some(path) = config {
+        return Ok(ClusterConfig::load(path).map_err(|e| UsageError(e.to_string()))?);
+    }
+    if switches > hosts {
+        return Err(UsageError(format!(
+            "--switches {switches} exceeds the {hosts} hosts: every switch needs a host"
+        ))
+        .into());
+    }
+    Ok(
+        ClusterConfig::generated(usize::from(hosts), usize::from(switches))
+            .map_err(|e| UsageError(e.to_string()))?,
+    )
+}
+
+/// The network beneath the links, pauses, and protocol timing.
+#[derive(Debug, Args)]
+struct NetArgs {
     /// Probability a datagram is lost (the transport retransmits after --rto-us).
     #[arg(long, default_value_t = Faults::default().loss, value_parser = parse_probability)]
     loss: f64,
@@ -81,6 +114,65 @@ struct WavesArgs {
     /// Pulses per signal epoch (default: the config's).
     #[arg(long, value_parser = clap::value_parser!(u32).range(2..))]
     epoch_pulses: Option<u32>,
+}
+
+impl NetArgs {
+    fn faults(&self) -> Faults {
+        Faults {
+            latency_us: self.latency_us,
+            jitter_us: self.jitter_us,
+            loss: self.loss,
+            dup: self.dup,
+            reorder: self.reorder,
+            reorder_delay_us: self.reorder_delay_us,
+            rto_us: self.rto_us,
+            token_corrupt: self.token_corrupt,
+            host_latency_us: self.host_latency_us,
+        }
+    }
+
+    fn pauses(&self) -> Option<Pauses> {
+        (self.pause_every_us > 0).then_some(Pauses {
+            every_us: self.pause_every_us,
+            duration_us: self.pause_us,
+        })
+    }
+
+    /// Applies the timing flags to `cluster` and checks the epoch is long enough.
+    fn apply_timing(&self, cluster: &mut ClusterConfig) -> anyhow::Result<()> {
+        cluster.timing = Timing {
+            token_timeout_us: self
+                .token_timeout_us
+                .unwrap_or(cluster.timing.token_timeout_us),
+            epoch_pulses: self.epoch_pulses.unwrap_or(cluster.timing.epoch_pulses),
+        };
+        let reach = u32::from(cluster.topology.max_distance());
+        if cluster.timing.epoch_pulses <= reach {
+            return Err(UsageError(format!(
+                "--epoch-pulses {} must exceed the largest logical distance ({reach})",
+                cluster.timing.epoch_pulses
+            ))
+            .into());
+        }
+        self.faults()
+            .validate()
+            .map_err(|e| UsageError(e.to_string()))?;
+        Ok(())
+    }
+}
+
+#[derive(Debug, Args)]
+struct WavesArgs {
+    #[command(flatten)]
+    topology: TopologyArgs,
+    /// Run until every SIU has completed this many pulses.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pulses: u64,
+    /// Seed of every random choice (decimal or 0x-hex); the same seed replays the same run.
+    #[arg(long, env = "ISOTACH_SEED", default_value_t = 1, value_parser = parse_seed)]
+    seed: u64,
+    #[command(flatten)]
+    net: NetArgs,
     /// Most messages in an ordinary isochron.
     #[arg(long, default_value_t = WavesLoad::default().messages_max, value_parser = clap::value_parser!(u32).range(1..=4096))]
     messages_max: u32,
@@ -112,9 +204,36 @@ struct WavesArgs {
     json: bool,
 }
 
+#[derive(Debug, Args)]
+struct ScArgs {
+    #[command(flatten)]
+    topology: TopologyArgs,
+    /// Runs, one per seed: --seed, --seed + 1, …
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    seeds: u64,
+    /// Isochrons per run, spread evenly over the hosts.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    isochrons: u64,
+    /// First seed (decimal or 0x-hex).
+    #[arg(long, env = "ISOTACH_SEED", default_value_t = 1, value_parser = parse_seed)]
+    seed: u64,
+    #[command(flatten)]
+    net: NetArgs,
+    /// Pause between a host's isochrons, µs (A..B).
+    #[arg(long, default_value_t = RangeUs::new(0, 300), value_parser = parse_range)]
+    think_us: RangeUs,
+    /// Virtual time without pulse progress that ends a run as stalled, µs.
+    #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    stall_us: u64,
+    /// Print one JSON object on stdout (progress goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
 pub(crate) fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     match args.workload {
         Workload::Waves(w) => waves_cmd(&w),
+        Workload::Sc(a) => sc_cmd(&a),
     }
 }
 
@@ -162,43 +281,11 @@ fn waves_cmd(a: &WavesArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn waves_options(a: &WavesArgs) -> anyhow::Result<WavesOptions> {
-    let cluster = match &a.config {
-        Some(path) => ClusterConfig::load(path).map_err(|e| UsageError(e.to_string()))?,
-        None => {
-            if a.switches > a.hosts {
-                return Err(UsageError(format!(
-                    "--switches {} exceeds --hosts {}: every switch needs a host",
-                    a.switches, a.hosts
-                ))
-                .into());
-            }
-            ClusterConfig::generated(usize::from(a.hosts), usize::from(a.switches))
-                .map_err(|e| UsageError(e.to_string()))?
-        }
-    };
+    let mut cluster = a.topology.cluster()?;
+    a.net.apply_timing(&mut cluster)?;
     let mut opts = WavesOptions::with_cluster(cluster, a.pulses, a.seed);
-    let timing = Timing {
-        token_timeout_us: a
-            .token_timeout_us
-            .unwrap_or(opts.cluster.timing.token_timeout_us),
-        epoch_pulses: a.epoch_pulses.unwrap_or(opts.cluster.timing.epoch_pulses),
-    };
-    opts.cluster.timing = timing;
-    opts.faults = Faults {
-        latency_us: a.latency_us,
-        jitter_us: a.jitter_us,
-        loss: a.loss,
-        dup: a.dup,
-        reorder: a.reorder,
-        reorder_delay_us: a.reorder_delay_us,
-        rto_us: a.rto_us,
-        token_corrupt: a.token_corrupt,
-        host_latency_us: a.host_latency_us,
-    };
-    opts.pauses = (a.pause_every_us > 0).then_some(Pauses {
-        every_us: a.pause_every_us,
-        duration_us: a.pause_us,
-    });
+    opts.faults = a.net.faults();
+    opts.pauses = a.net.pauses();
     opts.load = WavesLoad {
         messages_max: a.messages_max,
         burst: a.burst,
@@ -211,6 +298,73 @@ fn waves_options(a: &WavesArgs) -> anyhow::Result<WavesOptions> {
     opts.tamper = a.tamper.unwrap_or_default();
     opts.validate().map_err(|e| UsageError(e.to_string()))?;
     Ok(opts)
+}
+
+fn sc_cmd(a: &ScArgs) -> anyhow::Result<ExitCode> {
+    let mut cluster = a.topology.cluster()?;
+    a.net.apply_timing(&mut cluster)?;
+    let mut opts = ScOptions::new(cluster, a.seed);
+    opts.runs = a.seeds;
+    opts.isochrons = a.isochrons;
+    opts.faults = a.net.faults();
+    opts.pauses = a.net.pauses();
+    opts.think_us = a.think_us;
+    opts.stall_us = a.stall_us;
+    let topo = &opts.cluster.topology;
+    eprintln!(
+        "sim sc: {} hosts, {} switches, {} runs of {} isochrons from seed {}",
+        topo.host_count(),
+        topo.switch_count(),
+        opts.runs,
+        opts.isochrons,
+        opts.seed
+    );
+    let step = (opts.runs / 10).max(1);
+    let report = sc::run_with_progress(&opts, &mut |done, r| {
+        if done % step == 0 {
+            eprintln!(
+                "sim sc: {done}/{} runs, {} isochrons, {} reads checked",
+                a.seeds, r.isochrons, r.reads_checked
+            );
+        }
+    })
+    .map_err(|e| UsageError(e.to_string()))?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).context("encoding the report")?
+        );
+    } else {
+        println!(
+            "sim sc {}: {} runs, {} isochrons, {} reads checked; sc {} atomicity {} program-order {} \
+             unexecuted {} unresolved {} diverged {} eop {} order {} stalled {} errors {}",
+            if report.ok { "ok" } else { "FAILED" },
+            report.runs,
+            report.isochrons,
+            report.reads_checked,
+            report.sc_violations,
+            report.atomicity_violations,
+            report.program_order_violations,
+            report.unexecuted,
+            report.unresolved_reads,
+            report.copies_diverged,
+            report.eop_violations,
+            report.order_violations,
+            report.stalled_runs,
+            report.unexpected_errors
+        );
+    }
+    if report.ok {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "sim sc: FAILED; replay a failing run with --seeds 1 --seed N, N in {:?}",
+        report.failed_seeds
+    );
+    for p in &report.problems {
+        eprintln!("  {p}");
+    }
+    Ok(ExitCode::from(EXIT_FAILED))
 }
 
 fn print_summary(r: &WavesReport) {

@@ -20,7 +20,9 @@ pub mod host;
 pub mod net;
 pub mod oracle;
 pub mod rng;
+pub mod sc;
 mod sim;
+mod smm_host;
 pub mod waves;
 
 pub use host::{Host, HostCtx, Observer};

@@ -9,6 +9,11 @@
 //! logical-time order per node and readers get the value of the version they read.
 
 use crate::{OrderKey, SmmError, map::Addr};
+
+/// Identifies one sched at this copy: its isochron's place in the order and its position among
+/// that isochron's operations (one isochron may schedule a variable more than once; a remote
+/// copy tells them apart by their messages' sequums, this host's copy by the position).
+pub(crate) type SchedId = (OrderKey, u32);
 use isotach_proto::packet::Width;
 use isotach_proto::topology::HostId;
 use std::collections::HashMap;
@@ -18,9 +23,9 @@ use std::collections::HashMap;
 struct Var {
     value: u64,
     /// The unresolved sched that the latest operation left the variable in, if any.
-    pending: Option<OrderKey>,
+    pending: Option<SchedId>,
     /// Unresolved scheds on this variable, in order: (key, scheduling host).
-    scheds: Vec<(OrderKey, HostId)>,
+    scheds: Vec<(SchedId, HostId)>,
 }
 
 /// A read waiting for a sched to be resolved.
@@ -28,7 +33,7 @@ struct Var {
 pub(crate) struct PendingRead {
     pub(crate) addr: Addr,
     pub(crate) width: Width,
-    pub(crate) waits_on: OrderKey,
+    pub(crate) waits_on: SchedId,
     pub(crate) requester: HostId,
     pub(crate) ref_id: u32,
 }
@@ -126,7 +131,7 @@ impl Memory {
     pub(crate) fn sched(
         &mut self,
         addr: Addr,
-        key: OrderKey,
+        key: SchedId,
         scheduler: HostId,
     ) -> Result<(), SmmError> {
         let var = self.var(addr)?;
@@ -195,13 +200,14 @@ impl Memory {
 mod tests {
     use super::*;
 
-    fn key(ts: u64, source: u16) -> OrderKey {
-        OrderKey {
+    fn key(ts: u64, source: u16) -> SchedId {
+        let k = OrderKey {
             ts,
             source,
             sequum: 0,
             sub: 0,
-        }
+        };
+        (k, 0)
     }
 
     #[test]
@@ -261,6 +267,23 @@ mod tests {
         let r = m.assign(a, Width::W64, 4, 0).unwrap();
         assert_eq!(r[0].value, 4);
         assert_eq!(m.peek(a), Some(0x1_0000_0007));
+    }
+
+    #[test]
+    fn two_scheds_in_one_isochron_are_told_apart() {
+        let mut m = Memory::new(0..1, 4);
+        let a = Addr::new(0, 0);
+        let k = key(1, 0).0;
+        m.sched(a, (k, 0), 0).unwrap();
+        m.sched(a, (k, 1), 0).unwrap();
+        m.assign(a, Width::W64, 1, 0).unwrap();
+        assert_eq!(
+            m.read(a, Width::W64, 9, 1),
+            Ok(ReadOutcome::Pending),
+            "second still open"
+        );
+        m.assign(a, Width::W64, 2, 0).unwrap();
+        assert_eq!(m.peek(a), Some(2));
     }
 
     #[test]

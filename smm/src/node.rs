@@ -192,6 +192,20 @@ impl SmmNode {
         }
     }
 
+    /// The pulse of the last EOP marker drained (0 before the first).
+    pub fn last_pulse(&self) -> u64 {
+        self.last_drained
+    }
+
+    /// Nothing is waiting: the hit buffer and the pulse buckets are empty, every read issued
+    /// has resolved and nothing is queued for the SIU.
+    pub fn is_idle(&self) -> bool {
+        self.hit.is_empty()
+            && self.buckets.is_empty()
+            && self.to_siu.is_empty()
+            && self.reads.values().all(|r| matches!(r, ReadSlot::Ready(_)))
+    }
+
     /// Packets are waiting for the SIU.
     pub fn has_output(&self) -> bool {
         !self.to_siu.is_empty()
@@ -495,7 +509,7 @@ impl SmmNode {
 
     fn run_local(&mut self, entry: HitEntry, key: OrderKey) {
         let me = self.cfg.host;
-        for op in entry.ops {
+        for (i, op) in entry.ops.into_iter().enumerate() {
             match op {
                 LocalOp::Read(addr, width, ref_id) => {
                     match self.memory.read(addr, width, me, ref_id) {
@@ -512,7 +526,7 @@ impl SmmNode {
                     }
                 }
                 LocalOp::Sched(addr) => {
-                    if let Err(e) = self.memory.sched(addr, key, me) {
+                    if let Err(e) = self.memory.sched(addr, (key, i as u32), me) {
                         self.count_exec_error(&e);
                     }
                 }
@@ -551,7 +565,7 @@ impl SmmNode {
                         }
                     }),
                     SrefOp::Write => self.memory.write(addr, *width, *value),
-                    SrefOp::Sched => self.memory.sched(addr, key, m.source),
+                    SrefOp::Sched => self.memory.sched(addr, (key, 0), m.source),
                     SrefOp::Assign => {
                         self.assign(addr, *width, *value, m.source);
                         Ok(())

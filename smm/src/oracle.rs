@@ -46,7 +46,13 @@ impl OracleReport {
 
 /// Checks a run's execution records (from every host).
 pub fn check(records: &[ExecRecord]) -> OracleReport {
+    check_explained(records, 0).0
+}
+
+/// Like [`check`], and describes up to `explain_max` failing reads (for diagnosis).
+pub fn check_explained(records: &[ExecRecord], explain_max: usize) -> (OracleReport, Vec<String>) {
     let mut report = OracleReport::default();
+    let mut notes = Vec::new();
     check_program_order(records, &mut report);
     let resolved = resolve_scheds(records);
     let mut executed: Vec<(usize, OrderKey)> = records
@@ -58,9 +64,23 @@ pub fn check(records: &[ExecRecord]) -> OracleReport {
     report.isochrons = executed.len() as u64;
     let history = History::replay(records, &executed, &resolved);
     for (pos, &(i, _)) in executed.iter().enumerate() {
-        check_isochron(&records[i], i, pos, &history, &mut report);
+        let mut ctx = Check {
+            history: &history,
+            resolved: &resolved,
+            notes: &mut notes,
+            explain_max,
+        };
+        check_isochron(&records[i], i, pos, &mut ctx, &mut report);
     }
-    report
+    (report, notes)
+}
+
+/// What checking one isochron needs besides the record.
+struct Check<'a> {
+    history: &'a History,
+    resolved: &'a HashMap<(usize, usize), u64>,
+    notes: &'a mut Vec<String>,
+    explain_max: usize,
 }
 
 fn check_program_order(records: &[ExecRecord], report: &mut OracleReport) {
@@ -169,10 +189,10 @@ fn check_isochron(
     r: &ExecRecord,
     i: usize,
     pos: usize,
-    history: &History,
+    ctx: &mut Check<'_>,
     report: &mut OracleReport,
 ) {
-    let _ = i;
+    let history = ctx.history;
     let mut failed = false;
     let mut explain: Option<Vec<(usize, usize)>> = None;
     for (j, op) in r.ops.iter().enumerate() {
@@ -185,17 +205,30 @@ fn check_isochron(
         };
         report.reads_checked += 1;
         // A read after this isochron's own write of the same variable sees that write.
-        let own = r.ops[..j].iter().rev().find_map(|o| match *o {
-            RecordedOp::Write { addr: a, value } if a == addr => Some(Some(value)),
-            RecordedOp::Sched { addr: a } if a == addr => Some(None),
-            _ => None,
-        });
+        // (A read after its own isochron's sched waits for that sched's assign.)
+        let own = r.ops[..j]
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(k, o)| match *o {
+                RecordedOp::Write { addr: a, value } if a == addr => Some(Some(value)),
+                RecordedOp::Sched { addr: a } if a == addr => {
+                    Some(ctx.resolved.get(&(i, k)).copied())
+                }
+                _ => None,
+            });
         let expected = match own {
             Some(v) => v,
             None => history.value_at(addr, pos, j),
         };
         if expected.map(|e| e & mask) != Some(value & mask) {
             failed = true;
+            if ctx.notes.len() < ctx.explain_max {
+                ctx.notes.push(format!(
+                    "host {} isochron {} at {:?}: read {addr} = {value:#x}, replay has {:?}",
+                    r.host, r.index, r.key, expected
+                ));
+            }
         }
         if own.is_none() {
             let here = history.positions_with(addr, value, mask);

@@ -1,0 +1,438 @@
+//! The `sc` workload: SMM nodes issue random isochrons over shared memory while the network
+//! misbehaves, and the sequential-consistency oracle replays every executed isochron in
+//! (TS, source, sequum) order. `isotach sim sc` is a thin wrapper around [`run`].
+//!
+//! The memory: a *hot* page every host holds a copy of and everyone reads and writes, pages
+//! replicated on two or three hosts (across switches), and one single-copy page per host.
+//! Isochrons carry 1..=4 operations: reads (nearest copy), writes (every copy, 32- and 64-bit),
+//! and sched/assign chains — a host schedules a variable and assigns it in a later isochron, so
+//! other hosts' reads wait in the read-pending list in between. Each host keeps at most two
+//! isochrons not yet executed. After its last isochron a host assigns every sched it still
+//! holds, so no read waits forever.
+
+use crate::host::{Host, HostCtx};
+use crate::net::{FaultError, Faults, RangeUs};
+use crate::oracle::PulseOracle;
+use crate::sim::{Pauses, RunEnd, Sim, SimConfig, SimError};
+use crate::smm_host::{SmmPort, run_to_quiescence};
+use isotach_proto::config::ClusterConfig;
+use isotach_proto::packet::Width;
+use isotach_proto::topology::HostId;
+use isotach_siu::SiuError;
+use isotach_smm::{Addr, MemoryMap, oracle};
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Slots used on every page.
+const SLOTS: u32 = 4;
+/// Isochrons a host may have issued and not yet executed.
+const OUTSTANDING_MAX: u64 = 2;
+
+/// Options of an `sc` run.
+#[derive(Debug, Clone)]
+pub struct ScOptions {
+    /// Seed of the first run; run `i` uses `seed + i`.
+    pub seed: u64,
+    /// Runs (seeds).
+    pub runs: u64,
+    /// Topology, timing and limits.
+    pub cluster: ClusterConfig,
+    /// Isochrons per run, spread evenly over the hosts.
+    pub isochrons: u64,
+    /// The network.
+    pub faults: Faults,
+    /// Pauses of TMs and SIUs.
+    pub pauses: Option<Pauses>,
+    /// Pause between a host's isochrons.
+    pub think_us: RangeUs,
+    /// Virtual time without pulse progress that ends a run as stalled.
+    pub stall_us: u64,
+}
+
+impl ScOptions {
+    /// Defaults for `cluster`: one run of 500 isochrons, default faults.
+    pub fn new(cluster: ClusterConfig, seed: u64) -> Self {
+        Self {
+            seed,
+            runs: 1,
+            cluster,
+            isochrons: 500,
+            faults: Faults::default(),
+            pauses: None,
+            think_us: RangeUs::new(0, 300),
+            stall_us: 2_000_000,
+        }
+    }
+}
+
+/// Why a run could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ScError {
+    /// Bad fault settings.
+    #[error(transparent)]
+    Faults(#[from] FaultError),
+    /// The simulator refused the configuration.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+}
+
+/// The result of all runs: one JSON object. Keys are documented in `docs/sim.md`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ScReport {
+    /// Runs made.
+    pub runs: u64,
+    /// First seed.
+    pub seed: u64,
+    /// Hosts per run.
+    pub hosts: usize,
+    /// Switches per run.
+    pub switches: usize,
+    /// Isochrons executed and checked, all runs.
+    pub isochrons: u64,
+    /// Reads compared with the replay.
+    pub reads_checked: u64,
+    /// Isochrons whose reads one point of the replay explains, but not their own.
+    pub sc_violations: u64,
+    /// Isochrons whose reads no single point of the replay explains.
+    pub atomicity_violations: u64,
+    /// A host's isochrons executed out of program order (pairs).
+    pub program_order_violations: u64,
+    /// Isochrons issued that never executed.
+    pub unexecuted: u64,
+    /// Reads that never resolved.
+    pub unresolved_reads: u64,
+    /// Variables whose copies disagree at the end of a run.
+    pub copies_diverged: u64,
+    /// EOP-rule and sort-vector violations (the waves oracle, watching the same runs).
+    pub eop_violations: u64,
+    /// See `eop_violations`.
+    pub order_violations: u64,
+    /// Runs that stalled before every isochron executed.
+    pub stalled_runs: u64,
+    /// Refusals and bad input the hosts saw (must stay 0).
+    pub unexpected_errors: u64,
+    /// Reads that waited on an unsubstantiated variable (most at once, any host).
+    pub read_pending_max: u64,
+    /// Seeds of failing runs (first few).
+    pub failed_seeds: Vec<u64>,
+    /// First problems seen.
+    pub problems: Vec<String>,
+    /// Wall-clock time of all runs.
+    pub wall_time_ms: u64,
+    /// Every count of violations is 0 and no run stalled.
+    pub ok: bool,
+}
+
+/// One host of the `sc` workload.
+#[derive(Debug)]
+struct ScHost {
+    port: SmmPort,
+    /// Isochrons this host still issues.
+    left: u64,
+    /// Variables this host scheduled and has not assigned yet, oldest first.
+    scheds: VecDeque<Addr>,
+    /// Pages this host may touch.
+    pages: Arc<Vec<u32>>,
+    think_us: RangeUs,
+    /// A wake-up is pending.
+    waking: bool,
+}
+
+impl ScHost {
+    fn done(&self) -> bool {
+        self.port.running && self.left == 0 && self.scheds.is_empty() && self.port.node.is_idle()
+    }
+
+    fn outstanding(&self) -> u64 {
+        let s = self.port.node.stats();
+        s.isochrons_issued - s.isochrons_executed
+    }
+
+    /// Slot 0 of every page is 32-bit, the others 64-bit.
+    fn width(addr: Addr) -> Width {
+        if addr.slot() == 0 {
+            Width::W32
+        } else {
+            Width::W64
+        }
+    }
+
+    fn issue(&mut self, ctx: &mut HostCtx<'_>) {
+        let last = self.left == 1;
+        let ops = 1 + ctx.rng().below(4);
+        let pages = Arc::clone(&self.pages);
+        let held = self.scheds.len();
+        let mut iso = self.port.node.isochron();
+        let mut scheds = Vec::new();
+        let mut assigns = 0;
+        for _ in 0..ops {
+            let addr = random_addr(ctx, &pages);
+            let width = Self::width(addr);
+            let value = ctx.rng().next_u64() & width.max_value();
+            let roll = ctx.rng().below(100);
+            let r = if roll < 40 {
+                iso.read(addr, width).map(|_| ())
+            } else if roll < 75 {
+                iso.write(addr, width, value)
+            } else if roll < 88 && held + scheds.len() < 4 {
+                scheds.push(addr);
+                iso.sched(addr)
+            } else if let Some(&a) = self.scheds.get(assigns) {
+                assigns += 1;
+                let w = Self::width(a);
+                iso.assign(a, w, value & w.max_value())
+            } else {
+                iso.read(addr, width).map(|_| ())
+            };
+            r.expect("ops on mapped addresses within limits");
+        }
+        if last {
+            // Assign everything still scheduled, this isochron's scheds included.
+            let pending: Vec<Addr> = self
+                .scheds
+                .iter()
+                .skip(assigns)
+                .chain(&scheds)
+                .copied()
+                .collect();
+            for a in pending {
+                let w = Self::width(a);
+                let v = ctx.rng().next_u64() & w.max_value();
+                iso.assign(a, w, v).expect("assign of an own sched");
+            }
+        }
+        iso.end().expect("an isochron within limits");
+        if last {
+            self.scheds.clear();
+        } else {
+            self.scheds.drain(..assigns);
+            self.scheds.extend(scheds);
+        }
+        self.left -= 1;
+        self.port.flush(ctx);
+    }
+
+    fn maybe_issue(&mut self, ctx: &mut HostCtx<'_>) {
+        if !self.port.running || self.left == 0 || self.waking {
+            return;
+        }
+        if self.outstanding() >= OUTSTANDING_MAX {
+            return;
+        }
+        let think = self.think_us;
+        let at = ctx.now_us() + ctx.rng().range_inclusive(think.lo, think.hi);
+        self.waking = true;
+        ctx.wake_at(at, 0);
+    }
+}
+
+/// A random variable: the hot page (page 0) takes about a third of all accesses.
+fn random_addr(ctx: &mut HostCtx<'_>, pages: &[u32]) -> Addr {
+    let page = if ctx.rng().chance(0.35) {
+        0
+    } else {
+        pages[ctx.rng().below(pages.len() as u64) as usize]
+    };
+    Addr::new(page, ctx.rng().below(u64::from(SLOTS)) as u32)
+}
+
+impl Host for ScHost {
+    fn on_start(&mut self, ctx: &mut HostCtx<'_>) {
+        self.port.start(ctx);
+    }
+
+    fn on_packet(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8]) {
+        self.port.packet(ctx, bytes);
+        self.maybe_issue(ctx);
+    }
+
+    fn on_wake(&mut self, ctx: &mut HostCtx<'_>, _token: u64) {
+        self.waking = false;
+        if self.left > 0 && self.outstanding() < OUTSTANDING_MAX {
+            self.issue(ctx);
+        }
+        self.maybe_issue(ctx);
+    }
+
+    fn on_refused(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8], error: &SiuError) {
+        self.port.refused(ctx, bytes, error);
+    }
+}
+
+/// The memory of a run: page 0 on every host; per host a single-copy page; and as many pages
+/// replicated on 2 or 3 random hosts. Returns the map and the pages besides page 0.
+fn memory(cluster: &ClusterConfig, rng: &mut crate::SimRng) -> (MemoryMap, Vec<u32>) {
+    let n = cluster.topology.host_count();
+    let mut map = MemoryMap::default();
+    let all: Vec<HostId> = (0..n as HostId).collect();
+    map.insert(0, 0, all).expect("page 0");
+    let mut pages = Vec::new();
+    for h in 0..n {
+        let page = 1 + h as u32;
+        map.insert(page, page, vec![h as HostId])
+            .expect("single pages");
+        pages.push(page);
+    }
+    for i in 0..n.max(2) {
+        let page = 1 + n as u32 + i as u32;
+        let copies = (2 + rng.below(2) as usize).min(n);
+        let mut set: Vec<HostId> = Vec::new();
+        while set.len() < copies {
+            let h = rng.below(n as u64) as HostId;
+            if !set.contains(&h) {
+                set.push(h);
+            }
+        }
+        map.insert(page, page, set).expect("replicated pages");
+        pages.push(page);
+    }
+    (map, pages)
+}
+
+/// Runs `opts.runs` seeds and checks each with the oracle.
+pub fn run(opts: &ScOptions) -> Result<ScReport, ScError> {
+    run_with_progress(opts, &mut |_, _| {})
+}
+
+/// Runs `opts.runs` seeds, calling `progress(done, report so far)` after each.
+pub fn run_with_progress(
+    opts: &ScOptions,
+    progress: &mut dyn FnMut(u64, &ScReport),
+) -> Result<ScReport, ScError> {
+    opts.faults.validate()?;
+    let wall = std::time::Instant::now();
+    let mut report = ScReport {
+        seed: opts.seed,
+        hosts: opts.cluster.topology.host_count(),
+        switches: opts.cluster.topology.switch_count(),
+        ..ScReport::default()
+    };
+    for i in 0..opts.runs {
+        run_one(opts, opts.seed.wrapping_add(i), &mut report)?;
+        progress(i + 1, &report);
+    }
+    report.wall_time_ms = wall.elapsed().as_millis() as u64;
+    report.ok = violations(&report) == 0;
+    Ok(report)
+}
+
+/// Every count that must stay zero, summed.
+fn violations(r: &ScReport) -> u64 {
+    r.sc_violations
+        + r.atomicity_violations
+        + r.program_order_violations
+        + r.unexecuted
+        + r.unresolved_reads
+        + r.copies_diverged
+        + r.eop_violations
+        + r.order_violations
+        + r.stalled_runs
+        + r.unexpected_errors
+}
+
+const PROBLEMS_MAX: usize = 16;
+
+fn run_one(opts: &ScOptions, seed: u64, report: &mut ScReport) -> Result<(), ScError> {
+    let n = opts.cluster.topology.host_count();
+    let mut rng = crate::SimRng::stream(seed, 0x5c);
+    let (map, pages) = memory(&opts.cluster, &mut rng);
+    let map = Arc::new(map);
+    let pages = Arc::new(pages);
+    let per_host = opts.isochrons.div_ceil(n as u64).max(1);
+    let hosts = (0..n)
+        .map(|h| ScHost {
+            port: SmmPort::new(h as HostId, &opts.cluster, Arc::clone(&map)),
+            left: per_host,
+            scheds: VecDeque::new(),
+            pages: Arc::clone(&pages),
+            think_us: opts.think_us,
+            waking: false,
+        })
+        .collect();
+    let cfg = SimConfig {
+        seed,
+        cluster: opts.cluster.clone(),
+        faults: opts.faults.clone(),
+        pauses: opts.pauses,
+        tamper: crate::Tamper::None,
+    };
+    let mut sim = Sim::new(cfg, hosts, PulseOracle::new(n))?;
+    let end = run_to_quiescence(&mut sim, ScHost::done, |h| &h.port.node, opts.stall_us);
+    let recvclocks: Vec<u64> = sim.sius().map(|s| s.recvclock()).collect();
+    sim.observer_mut().finish(&recvclocks);
+    let before = violations(report);
+    tally(&sim, end, &map, report);
+    if violations(report) != before && report.failed_seeds.len() < PROBLEMS_MAX {
+        report.failed_seeds.push(seed);
+    }
+    report.runs += 1;
+    Ok(())
+}
+
+fn tally(sim: &Sim<ScHost, PulseOracle>, end: RunEnd, map: &MemoryMap, report: &mut ScReport) {
+    let records: Vec<_> = sim
+        .hosts()
+        .iter()
+        .flat_map(|h| h.port.node.records().iter().cloned())
+        .collect();
+    let (o, notes) = oracle::check_explained(&records, 4);
+    report.isochrons += o.isochrons;
+    report.reads_checked += o.reads_checked;
+    report.sc_violations += o.sc_violations;
+    report.atomicity_violations += o.atomicity_violations;
+    report.program_order_violations += o.program_order_violations;
+    report.unexecuted += o.unexecuted;
+    report.unresolved_reads += o.unresolved_reads;
+    let (count, detail) = diverged(sim, map);
+    report.copies_diverged += count;
+    let p = sim.observer().stats();
+    report.eop_violations += p.eop_violations;
+    report.order_violations += p.order_violations;
+    if end != RunEnd::Stopped {
+        report.stalled_runs += 1;
+    }
+    let mut problems: Vec<String> = notes;
+    problems.extend(detail);
+    for h in sim.hosts() {
+        let s = h.port.node.stats();
+        report.read_pending_max = report.read_pending_max.max(s.read_pending_max);
+        let bad = s.bad_input + s.not_a_copy + s.assigns_without_sched + s.count_mismatches;
+        report.unexpected_errors += bad + h.port.problems.len() as u64;
+        problems.extend(h.port.problems.iter().cloned());
+    }
+    report.unexpected_errors += sim.stats().net_errors;
+    problems.extend(sim.observer().violations().iter().cloned());
+    problems.extend(sim.errors().iter().cloned());
+    for p in problems {
+        if report.problems.len() < PROBLEMS_MAX {
+            report.problems.push(p);
+        }
+    }
+}
+
+/// Variables whose copies disagree at the end of a run, and the first few of them.
+fn diverged(sim: &Sim<ScHost, PulseOracle>, map: &MemoryMap) -> (u64, Vec<String>) {
+    let mut count = 0;
+    let mut detail = Vec::new();
+    for (first, last, copyset) in map.ranges() {
+        for page in first..=last {
+            for slot in 0..SLOTS {
+                let addr = Addr::new(page, slot);
+                let values: Vec<Option<u64>> = copyset
+                    .iter()
+                    .map(|&h| sim.hosts()[usize::from(h)].port.node.local_value(addr))
+                    .collect();
+                if values.windows(2).any(|w| w[0] != w[1]) {
+                    count += 1;
+                    if detail.len() < 4 {
+                        detail.push(format!(
+                            "copies of {addr} on {copyset:?} differ: {values:x?}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    (count, detail)
+}

@@ -1,0 +1,68 @@
+//! The sequential-consistency workload: SMM nodes over the simulated network, checked by the
+//! replay oracle.
+
+use isotach_proto::config::ClusterConfig;
+use isotach_sim::sc::{self, ScOptions};
+use isotach_sim::{Faults, Pauses, RangeUs};
+
+fn options(hosts: usize, switches: usize, seed: u64) -> ScOptions {
+    ScOptions::new(ClusterConfig::generated(hosts, switches).unwrap(), seed)
+}
+
+fn assert_clean(r: &sc::ScReport) {
+    assert!(r.ok, "{r:#?}");
+    assert!(r.reads_checked > 0);
+}
+
+#[test]
+fn clean_network_many_hosts_three_switches() {
+    let mut o = options(6, 3, 1);
+    o.runs = 3;
+    o.isochrons = 300;
+    let r = sc::run(&o).unwrap();
+    assert_clean(&r);
+    assert_eq!(r.runs, 3);
+    assert!(r.isochrons >= 900, "{r:?}");
+}
+
+#[test]
+fn every_fault_at_once() {
+    let mut o = options(5, 2, 7);
+    o.runs = 3;
+    o.isochrons = 200;
+    o.faults = Faults {
+        loss: 0.05,
+        dup: 0.02,
+        reorder: 0.1,
+        token_corrupt: 0.02,
+        jitter_us: RangeUs::new(0, 60),
+        ..Faults::default()
+    };
+    o.pauses = Some(Pauses {
+        every_us: 5_000,
+        duration_us: RangeUs::new(100, 3_000),
+    });
+    assert_clean(&sc::run(&o).unwrap());
+}
+
+#[test]
+fn reads_wait_on_unsubstantiated_variables() {
+    let mut o = options(4, 1, 3);
+    o.runs = 4;
+    o.isochrons = 400;
+    let r = sc::run(&o).unwrap();
+    assert_clean(&r);
+    assert!(
+        r.read_pending_max > 0,
+        "no read ever waited on a sched: {r:?}"
+    );
+}
+
+#[test]
+fn same_seed_same_result() {
+    let o = options(4, 2, 11);
+    assert_eq!(
+        sc::run(&o).unwrap().reads_checked,
+        sc::run(&o).unwrap().reads_checked
+    );
+}
