@@ -216,21 +216,34 @@ fn main() {
                     }
                 }
             });
+            // `unconnected`: the client sends with sendto and receives with recvfrom, as a
+            // bundle must (it talks to many peers): a route lookup per send.
+            let unconnected = args.get(2).is_some_and(|a| a == "unconnected");
             let s = UdpSocket::bind(lo()).expect("bind");
-            s.connect(addr).expect("connect");
+            if !unconnected {
+                s.connect(addr).expect("connect");
+            }
             let msg = [0x5Au8; 84];
             let mut buf = [0u8; 2048];
+            let mut once = |s: &UdpSocket| {
+                if unconnected {
+                    s.send_to(&msg, addr).expect("send");
+                    s.recv_from(&mut buf).expect("recv");
+                } else {
+                    s.send(&msg).expect("send");
+                    s.recv(&mut buf).expect("recv");
+                }
+            };
             for _ in 0..100 {
-                s.send(&msg).expect("send");
-                s.recv(&mut buf).expect("recv");
+                once(&s);
             }
             t0 = Instant::now();
             for _ in 0..n {
-                s.send(&msg).expect("send");
-                s.recv(&mut buf).expect("recv");
+                once(&s);
             }
             println!(
-                "{mode}: {:.3} us/op",
+                "{mode}{}: {:.3} us/op",
+                if unconnected { " unconnected" } else { "" },
                 t0.elapsed().as_secs_f64() * 1e6 / n as f64
             );
             stop.store(true, Ordering::Relaxed);

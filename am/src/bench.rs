@@ -130,8 +130,15 @@ pub struct BenchReport {
     pub raw_udp_stream_mb_per_s: f64,
     /// Fraction of raw stream datagrams the receiver got.
     pub raw_udp_stream_delivered_ratio: f64,
-    /// `am_udp_bulk_mb_per_s / raw_udp_stream_mb_per_s`.
+    /// `am_udp_bulk_mb_per_s / raw_udp_stream_mb_per_s` (the target ratio).
     pub bulk_ratio_udp: f64,
+    /// Raw UDP streaming of the same bytes with the kernel offloads AM/UDP uses: GSO sends
+    /// (`UDP_SEGMENT`, 44 datagrams per `sendmsg`) into a GRO receiver. MB/s received.
+    pub raw_udp_gso_stream_mb_per_s: f64,
+    /// Fraction of GSO stream datagrams the receiver got.
+    pub raw_udp_gso_stream_delivered_ratio: f64,
+    /// `am_udp_bulk_mb_per_s / raw_udp_gso_stream_mb_per_s` (like-for-like offloads).
+    pub bulk_ratio_udp_vs_gso: f64,
     /// Whole-message retransmissions during the AM/UDP runs.
     pub am_udp_retransmits: u64,
     /// AM over QUIC (datagrams): short round trip.
@@ -252,8 +259,9 @@ fn port(a: NodeAddr) -> u16 {
 }
 
 /// The peer side. Reads `<datagram_bytes> <ca_hex> <cert_hex> <key_hex>` from `input`,
-/// prints `READY <raw_udp> <raw_stream> <tcp> <am_udp> <am_quic>` (ports), then answers
-/// `STREAM` with `<bytes> <datagrams> <span_ns>` until `QUIT` or end of input.
+/// prints `READY <raw_udp> <raw_stream> <tcp> <am_udp> <am_quic> <raw_gso_stream>` (ports),
+/// then answers `STREAM` / `GSOSTREAM` with `<bytes> <datagrams> <span_ns>` until `QUIT` or
+/// end of input.
 pub fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), BenchError> {
     let mut input = BufReader::new(input);
     let mut line = String::new();
@@ -319,6 +327,57 @@ pub fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), BenchErr
         Ok(())
     }));
 
+    // Raw UDP stream sink with GRO (for the GSO stream): one receive per coalesced batch.
+    let gsink = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+    let _ = gsink.set_recv_buffer_size(4 << 20);
+    gsink.bind(
+        &"127.0.0.1:0"
+            .parse::<SocketAddr>()
+            .expect("literal address")
+            .into(),
+    )?;
+    let gsink: UdpSocket = gsink.into();
+    let _ = nix::sys::socket::setsockopt(&gsink, nix::sys::socket::sockopt::UdpGroSegment, &true);
+    gsink.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let gsink_port = gsink.local_addr()?.port();
+    let gstats = Arc::new(StreamStats::default());
+    let (st, ss) = (stop.clone(), gstats.clone());
+    threads.push(std::thread::spawn(move || {
+        use nix::sys::socket::{ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg};
+        use std::os::fd::AsRawFd;
+        let mut buf = vec![0u8; 65_536];
+        let mut cmsg = nix::cmsg_space!(i32);
+        while !st.load(Ordering::Relaxed) {
+            let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+            let Ok(m) = recvmsg::<SockaddrStorage>(
+                gsink.as_raw_fd(),
+                &mut iov,
+                Some(&mut cmsg[..]),
+                MsgFlags::empty(),
+            ) else {
+                continue;
+            };
+            let n = m.bytes;
+            let mut stride = n.max(1);
+            if let Ok(cm) = m.cmsgs() {
+                for c in cm {
+                    if let ControlMessageOwned::UdpGroSegments(g) = c {
+                        stride = usize::try_from(g).unwrap_or(stride).max(1);
+                    }
+                }
+            }
+            let now = origin.elapsed().as_nanos() as u64 + 1;
+            ss.bytes.fetch_add(n as u64, Ordering::Relaxed);
+            ss.datagrams
+                .fetch_add(n.div_ceil(stride) as u64, Ordering::Relaxed);
+            if ss.first_ns.load(Ordering::Relaxed) == 0 {
+                ss.first_ns.store(now, Ordering::Relaxed);
+            }
+            ss.last_ns.store(now, Ordering::Relaxed);
+        }
+        Ok(())
+    }));
+
     // TCP echo (one connection at a time).
     let tcp = TcpListener::bind("127.0.0.1:0")?;
     tcp.set_nonblocking(true)?;
@@ -359,7 +418,7 @@ pub fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), BenchErr
 
     writeln!(
         output,
-        "READY {echo_port} {sink_port} {tcp_port} {am_udp_port} {am_quic_port}"
+        "READY {echo_port} {sink_port} {tcp_port} {am_udp_port} {am_quic_port} {gsink_port}"
     )?;
     output.flush()?;
     loop {
@@ -367,9 +426,14 @@ pub fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), BenchErr
         if input.read_line(&mut line)? == 0 {
             break;
         }
+        let which = match line.trim() {
+            "STREAM" => Some(&stats),
+            "GSOSTREAM" => Some(&gstats),
+            _ => None,
+        };
         match line.trim() {
-            "STREAM" => {
-                let s = &stats;
+            "STREAM" | "GSOSTREAM" => {
+                let s = which.expect("matched above");
                 let span = s
                     .last_ns
                     .load(Ordering::Relaxed)
@@ -475,52 +539,82 @@ fn start_peer(opts: &BenchOptions) -> Result<PeerLink, BenchError> {
     })
 }
 
-fn raw_udp_pingpong(peer: SocketAddr, iters: usize) -> Result<Histogram<u64>, BenchError> {
-    let s = UdpSocket::bind("127.0.0.1:0")?;
-    s.connect(peer)?;
-    s.set_read_timeout(Some(Duration::from_millis(200)))?;
-    let msg = [0x5Au8; RAW_PING_BYTES];
-    let mut buf = [0u8; 2048];
-    let mut h = hist();
-    let mut lost = 0;
-    for i in 0..iters + iters / 10 {
-        let t0 = Instant::now();
-        s.send(&msg)?;
-        match s.recv(&mut buf) {
-            Ok(_) if i >= iters / 10 => record(&mut h, t0.elapsed()),
-            Ok(_) => {}
-            Err(_) => lost += 1,
-        }
-        if lost > 100 {
-            return Err(BenchError::Peer(
-                "raw UDP echo lost too many packets".into(),
-            ));
-        }
-    }
-    Ok(h)
+/// Round-trip series are measured in this many interleaved blocks (raw UDP, TCP, AM short,
+/// in turn), so that load from other processes on the machine hits every series alike.
+const RTT_BLOCKS: usize = 10;
+
+/// Raw UDP ping-pong client (blocking `send` + `recv`).
+struct RawUdp {
+    s: UdpSocket,
+    buf: [u8; 2048],
+    lost: usize,
 }
 
-fn raw_tcp_pingpong(peer: SocketAddr, iters: usize) -> Result<Histogram<u64>, BenchError> {
-    let mut s = TcpStream::connect(peer)?;
-    s.set_nodelay(true)?;
-    let msg = [0x5Au8; RAW_PING_BYTES];
-    let mut buf = [0u8; RAW_PING_BYTES];
-    let mut h = hist();
-    for i in 0..iters + iters / 10 {
-        let t0 = Instant::now();
-        s.write_all(&msg)?;
-        s.read_exact(&mut buf)?;
-        if i >= iters / 10 {
-            record(&mut h, t0.elapsed());
-        }
+impl RawUdp {
+    fn new(peer: SocketAddr) -> Result<Self, BenchError> {
+        let s = UdpSocket::bind("127.0.0.1:0")?;
+        s.connect(peer)?;
+        s.set_read_timeout(Some(Duration::from_millis(200)))?;
+        Ok(Self {
+            s,
+            buf: [0; 2048],
+            lost: 0,
+        })
     }
-    Ok(h)
+
+    /// `iters` round trips; the first tenth are warm-up and not recorded.
+    fn block(&mut self, iters: usize, h: &mut Histogram<u64>) -> Result<(), BenchError> {
+        let msg = [0x5Au8; RAW_PING_BYTES];
+        for i in 0..iters {
+            let t0 = Instant::now();
+            self.s.send(&msg)?;
+            match self.s.recv(&mut self.buf) {
+                Ok(_) if i >= iters / 10 => record(h, t0.elapsed()),
+                Ok(_) => {}
+                Err(_) => self.lost += 1,
+            }
+            if self.lost > 100 {
+                return Err(BenchError::Peer(
+                    "raw UDP echo lost too many packets".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// TCP_NODELAY ping-pong client.
+struct RawTcp(TcpStream);
+
+impl RawTcp {
+    fn new(peer: SocketAddr) -> Result<Self, BenchError> {
+        let s = TcpStream::connect(peer)?;
+        s.set_nodelay(true)?;
+        Ok(Self(s))
+    }
+
+    fn block(&mut self, iters: usize, h: &mut Histogram<u64>) -> Result<(), BenchError> {
+        let msg = [0x5Au8; RAW_PING_BYTES];
+        let mut buf = [0u8; RAW_PING_BYTES];
+        for i in 0..iters {
+            let t0 = Instant::now();
+            self.0.write_all(&msg)?;
+            self.0.read_exact(&mut buf)?;
+            if i >= iters / 10 {
+                record(h, t0.elapsed());
+            }
+        }
+        Ok(())
+    }
 }
 
 struct Client<T: Transport> {
     b: Bundle<T>,
     done: Arc<AtomicU64>,
     returned: Arc<Mutex<Option<String>>>,
+    /// Set with `returned`, so the per-iteration check is one load, not a lock (the raw
+    /// ping-pongs have no such bookkeeping).
+    any_returned: Arc<AtomicBool>,
 }
 
 impl<T: Transport + 'static> Client<T> {
@@ -543,14 +637,24 @@ impl<T: Transport + 'static> Client<T> {
             d.fetch_add(1, Ordering::Relaxed);
         })?;
         let returned: Arc<Mutex<Option<String>>> = Arc::default();
-        let r = returned.clone();
+        let any_returned = Arc::new(AtomicBool::new(false));
+        let (r, a) = (returned.clone(), any_returned.clone());
         b.set_return_handler(ep, move |m| {
             *r.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(format!("{m:?}"));
+            a.store(true, Ordering::Relaxed);
         })?;
-        Ok(Self { b, done, returned })
+        Ok(Self {
+            b,
+            done,
+            returned,
+            any_returned,
+        })
     }
 
     fn check(&self) -> Result<(), BenchError> {
+        if !self.any_returned.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         match self
             .returned
             .lock()
@@ -574,9 +678,20 @@ impl<T: Transport + 'static> Client<T> {
 
     /// Round trips of `kind` (0 short, 1 medium 1 KiB, 2 bulk 64 KiB).
     fn rtt(&mut self, kind: u8, iters: usize) -> Result<Histogram<u64>, BenchError> {
-        let data = vec![0xA5u8; if kind == 1 { 1024 } else { 64 * 1024 }];
         let mut h = hist();
-        let warm = iters / 10;
+        self.rtt_into(kind, iters, iters / 10, &mut h)?;
+        Ok(h)
+    }
+
+    /// `iters + warm` round trips of `kind`, the first `warm` not recorded.
+    fn rtt_into(
+        &mut self,
+        kind: u8,
+        iters: usize,
+        warm: usize,
+        h: &mut Histogram<u64>,
+    ) -> Result<(), BenchError> {
+        let data = vec![0xA5u8; if kind == 1 { 1024 } else { 64 * 1024 }];
         for i in 0..iters + warm {
             let want = self.done.load(Ordering::Relaxed) + 1;
             let t0 = Instant::now();
@@ -591,10 +706,10 @@ impl<T: Transport + 'static> Client<T> {
             }
             self.wait_done(want)?;
             if i >= warm {
-                record(&mut h, t0.elapsed());
+                record(h, t0.elapsed());
             }
         }
-        Ok(h)
+        Ok(())
     }
 
     /// Keep every credit busy until `n` requests completed; returns the elapsed time.
@@ -632,23 +747,38 @@ impl<T: Transport + 'static> Client<T> {
     }
 }
 
+/// Stream `bytes` in `dgram`-byte datagrams to `peer` and ask the peer what arrived. Plain:
+/// one `send` per datagram. GSO: `UDP_SEGMENT`, up to 44 datagrams per `send` (the peer's
+/// GSO sink has GRO on).
 fn raw_stream(
     link: &mut PeerLink,
     peer: SocketAddr,
     bytes: usize,
     dgram: usize,
+    gso: bool,
 ) -> Result<(f64, f64), BenchError> {
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
     let _ = s.set_send_buffer_size(4 << 20);
     let s: UdpSocket = s.into();
     s.connect(peer)?;
-    let buf = vec![0x77u8; dgram];
     let n = bytes.div_ceil(dgram);
-    for _ in 0..n {
-        let _ = s.send(&buf);
+    let per_send = if gso {
+        let seg = i32::try_from(dgram).unwrap_or(0);
+        nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::UdpGsoSegment, &seg)
+            .map_err(std::io::Error::from)?;
+        (65_507 / dgram).clamp(1, 64)
+    } else {
+        1
+    };
+    let buf = vec![0x77u8; dgram * per_send];
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(per_send);
+        let _ = s.send(&buf[..k * dgram]);
+        left -= k;
     }
     std::thread::sleep(Duration::from_millis(50));
-    writeln!(link.out, "STREAM")?;
+    writeln!(link.out, "{}", if gso { "GSOSTREAM" } else { "STREAM" })?;
     link.out.flush()?;
     let l = link.line()?;
     let f: Vec<u128> = l
@@ -691,7 +821,7 @@ pub fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
         .skip(1)
         .filter_map(|p| p.parse().ok())
         .collect();
-    if !ready.starts_with("READY") || ports.len() != 5 {
+    if !ready.starts_with("READY") || ports.len() != 6 {
         return Err(BenchError::Peer(format!("bad READY line {ready:?}")));
     }
     let at = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
@@ -706,15 +836,22 @@ pub fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
         ..BenchReport::default()
     };
 
-    let h = raw_udp_pingpong(at(ports[0]), opts.rtt_iters)?;
-    (r.raw_udp_rtt_p50_us, r.raw_udp_rtt_p99_us) = (us(&h, 0.5), us(&h, 0.99));
-    let h = raw_tcp_pingpong(at(ports[2]), opts.rtt_iters)?;
-    (r.raw_tcp_rtt_p50_us, r.raw_tcp_rtt_p99_us) = (us(&h, 0.5), us(&h, 0.99));
-
+    // Small-message round trips: raw UDP, TCP and AM/UDP in interleaved blocks.
     let cfg = Config::default();
+    let mut udp = RawUdp::new(at(ports[0]))?;
+    let mut tcp = RawTcp::new(at(ports[2]))?;
     let mut c = Client::new(udp_bundle(opts.datagram_bytes, &cfg)?, at(ports[3]))?;
-    let h = c.rtt(0, opts.rtt_iters)?;
-    (r.am_udp_rtt_p50_us, r.am_udp_rtt_p99_us) = (us(&h, 0.5), us(&h, 0.99));
+    let (mut hu, mut ht, mut ha) = (hist(), hist(), hist());
+    let per = opts.rtt_iters.div_ceil(RTT_BLOCKS);
+    for _ in 0..RTT_BLOCKS {
+        udp.block(per + per / 9, &mut hu)?;
+        tcp.block(per + per / 9, &mut ht)?;
+        c.rtt_into(0, per, per / 10, &mut ha)?;
+    }
+    drop((udp, tcp));
+    (r.raw_udp_rtt_p50_us, r.raw_udp_rtt_p99_us) = (us(&hu, 0.5), us(&hu, 0.99));
+    (r.raw_tcp_rtt_p50_us, r.raw_tcp_rtt_p99_us) = (us(&ht, 0.5), us(&ht, 0.99));
+    (r.am_udp_rtt_p50_us, r.am_udp_rtt_p99_us) = (us(&ha, 0.5), us(&ha, 0.99));
     let h = c.rtt(1, opts.rtt_iters / 2)?;
     (r.am_udp_medium_1k_rtt_p50_us, r.am_udp_medium_1k_rtt_p99_us) = (us(&h, 0.5), us(&h, 0.99));
     let h = c.rtt(2, opts.bulk_rtt_iters)?;
@@ -726,11 +863,27 @@ pub fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
     r.am_udp_bulk_mb_per_s = bulk_bytes as f64 / d.as_secs_f64() / 1e6;
     r.am_udp_retransmits = c.b.stats().retransmits;
     drop(c);
-    (r.raw_udp_stream_mb_per_s, r.raw_udp_stream_delivered_ratio) =
-        raw_stream(&mut link, at(ports[1]), bulk_bytes, opts.datagram_bytes)?;
+    (r.raw_udp_stream_mb_per_s, r.raw_udp_stream_delivered_ratio) = raw_stream(
+        &mut link,
+        at(ports[1]),
+        bulk_bytes,
+        opts.datagram_bytes,
+        false,
+    )?;
+    (
+        r.raw_udp_gso_stream_mb_per_s,
+        r.raw_udp_gso_stream_delivered_ratio,
+    ) = raw_stream(
+        &mut link,
+        at(ports[5]),
+        bulk_bytes,
+        opts.datagram_bytes,
+        true,
+    )?;
     r.rtt_ratio_udp = ratio(r.am_udp_rtt_p50_us, r.raw_udp_rtt_p50_us);
     r.rtt_ratio_udp_vs_tcp = ratio(r.am_udp_rtt_p50_us, r.raw_tcp_rtt_p50_us);
     r.bulk_ratio_udp = ratio(r.am_udp_bulk_mb_per_s, r.raw_udp_stream_mb_per_s);
+    r.bulk_ratio_udp_vs_gso = ratio(r.am_udp_bulk_mb_per_s, r.raw_udp_gso_stream_mb_per_s);
 
     if opts.quic {
         let mut c = Client::new(quic_bundle(mine, &cfg)?, at(ports[4]))?;

@@ -299,6 +299,9 @@ pub struct Core {
     peers: Vec<Peer>,
     index: HashMap<NodeAddr, u32>,
     last_peer: Option<(NodeAddr, u32)>,
+    /// A lower bound on every waiting slot's next timer (retransmit or give-up): before it,
+    /// `handle_timeout` has nothing to do and returns without scanning.
+    timer_floor: Time,
     txq: VecDeque<Tx>,
     cur: Option<Tx>,
     returned: VecDeque<RetEntry>,
@@ -368,6 +371,7 @@ impl Core {
             peers: Vec::new(),
             index: HashMap::new(),
             last_peer: None,
+            timer_floor: Time(u64::MAX),
             txq: VecDeque::new(),
             cur: None,
             returned: VecDeque::new(),
@@ -706,6 +710,7 @@ impl Core {
         s.retransmitted = false;
         s.next_retx = now.plus(s.rto);
         s.give_up_at = now.plus(self.cfg.give_up);
+        self.timer_floor = self.timer_floor.min(s.next_retx.min(s.give_up_at));
         s.reasm.active = false;
         let seq = s.seq;
         p.busy += 1;
@@ -889,6 +894,9 @@ impl Core {
 
     /// Retransmit what is due (doubling its timeout) and give up on peers past the deadline.
     pub fn handle_timeout(&mut self, now: Time) {
+        if now < self.timer_floor {
+            return;
+        }
         for pi in 0..self.peers.len() {
             if self.peers[pi].busy == 0 {
                 continue;
@@ -936,6 +944,7 @@ impl Core {
                 }
             }
         }
+        self.timer_floor = self.poll_timeout().unwrap_or(Time(u64::MAX));
     }
 
     /// Return everything outstanding towards peer `pi` as unreachable and start a new epoch,
@@ -1359,6 +1368,7 @@ impl Core {
             s.rto = self.cfg.rto_initial;
             s.next_retx = now.plus(s.rto);
             s.give_up_at = now.plus(self.cfg.give_up);
+            self.timer_floor = self.timer_floor.min(s.next_retx.min(s.give_up_at));
             let seq = s.seq;
             self.push_tx(Tx::ReplyNack {
                 peer: pi,

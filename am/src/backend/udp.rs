@@ -31,6 +31,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
     ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, sendto, setsockopt, sockopt,
 };
+use nix::time::{ClockId, clock_gettime};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::runtime::Handle;
@@ -180,6 +181,9 @@ pub struct UdpTransport {
     dest: (SocketAddr, SockaddrStorage),
     local: SocketAddr,
     origin: Instant,
+    /// `origin` as CLOCK_MONOTONIC nanoseconds (what `Instant` reads on Linux): `now` is one
+    /// clock read and a subtraction.
+    origin_ns: u64,
     inc: u64,
     max_datagram: usize,
     /// Segments one send may carry: 1 without GSO.
@@ -200,6 +204,12 @@ impl std::fmt::Debug for UdpTransport {
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (`None` if the clock cannot be read: never on Linux).
+fn mono_ns() -> Option<u64> {
+    let t = clock_gettime(ClockId::CLOCK_MONOTONIC).ok()?;
+    Some((t.tv_sec() as u64) * 1_000_000_000 + t.tv_nsec() as u64)
 }
 
 /// The largest power-of-two number of microseconds not above `d` (at least 1 µs).
@@ -273,6 +283,7 @@ impl UdpTransport {
             dest: (local, SockaddrStorage::from(local)),
             local,
             origin: Instant::now(),
+            origin_ns: mono_ns().unwrap_or(0),
             inc,
             max_datagram: cfg.max_datagram,
             gso_max,
@@ -475,7 +486,10 @@ impl Transport for UdpTransport {
         self.inc
     }
     fn now(&self) -> Time {
-        Time(self.origin.elapsed().as_nanos() as u64)
+        match mono_ns() {
+            Some(t) => Time(t.saturating_sub(self.origin_ns)),
+            None => Time(self.origin.elapsed().as_nanos() as u64),
+        }
     }
     fn send(&mut self, to: NodeAddr, datagram: &[u8]) -> Result<(), AmError> {
         let NodeAddr::Ip(to) = to else { return Ok(()) };
