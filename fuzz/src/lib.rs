@@ -1,0 +1,886 @@
+//! Checks shared by the fuzz targets in `fuzz_targets/`.
+//!
+//! * [`check_decoder`] / [`check_packet`]: a decoder never panics, its errors agree with the
+//!   input, and whatever it accepts re-encodes to exactly the input bytes. Each input is tried
+//!   twice: as given (so the CRC check itself is fuzzed) and with its last four bytes replaced
+//!   by the correct CRC (so the fuzzer reaches the field checks behind the CRC).
+//! * [`check_cluster_config`]: `ClusterConfig::parse` never panics; an accepted config,
+//!   rendered back to canonical TOML, parses to the same value.
+//! * [`run_siu`] / [`run_tm`]: the sans-IO state machines fed an arbitrary interleaving of
+//!   raw bytes, well-formed packets built from fuzz bytes, timer ticks and output drains; they
+//!   never panic and every packet they emit decodes.
+//!
+//! A failing input is replayed with `cargo fuzz run <target> <file>`; inputs that found bugs
+//! are kept in `fuzz/regressions/`.
+
+use isotach_proto::config::{ClusterConfig, Limits, Timing};
+use isotach_proto::packet::{
+    self, BarrierSignalMarker, DecodeError, EndOfIsochron, EopMarker, IsochronMarker,
+    IsotachMessage, Kind, Packet, PlainMessage, Sref, SrefOp, StartOfIsochron, Token, Width,
+};
+use isotach_proto::topology::{Hop, Topology};
+use isotach_siu::{Mode, Route, Siu, SiuConfig};
+use isotach_tm::{TmConfig, TokenManager};
+use std::sync::Arc;
+
+// ---------------------------------------------------------------------------------------------
+// Decoders
+
+/// A packet type with a kind-specific decoder.
+pub trait Wire: Sized + std::fmt::Debug + PartialEq {
+    /// The kind byte this decoder accepts.
+    const KIND: Kind;
+    /// The kind-specific decoder.
+    fn decode(bytes: &[u8]) -> Result<Self, DecodeError>;
+    /// Appends the encoding; returns its CRC.
+    fn encode(&self, out: &mut Vec<u8>) -> u32;
+    /// Wraps the value as a [`Packet`].
+    fn into_packet(self) -> Packet;
+    /// Extra properties of a value that decoded from `bytes`.
+    fn extra_checks(&self, _bytes: &[u8]) {}
+}
+
+macro_rules! wire {
+    ($ty:ident, $kind:ident) => {
+        impl Wire for $ty {
+            const KIND: Kind = Kind::$kind;
+            fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+                $ty::decode(bytes)
+            }
+            fn encode(&self, out: &mut Vec<u8>) -> u32 {
+                $ty::encode(self, out)
+            }
+            fn into_packet(self) -> Packet {
+                Packet::$kind(self)
+            }
+        }
+    };
+    ($ty:ident, $kind:ident, $extra:path) => {
+        impl Wire for $ty {
+            const KIND: Kind = Kind::$kind;
+            fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+                $ty::decode(bytes)
+            }
+            fn encode(&self, out: &mut Vec<u8>) -> u32 {
+                $ty::encode(self, out)
+            }
+            fn into_packet(self) -> Packet {
+                Packet::$kind(self)
+            }
+            fn extra_checks(&self, bytes: &[u8]) {
+                $extra(self, bytes)
+            }
+        }
+    };
+}
+
+wire!(Token, Token, token_checks);
+wire!(StartOfIsochron, StartOfIsochron);
+wire!(IsotachMessage, IsotachMessage, message_checks);
+wire!(EndOfIsochron, EndOfIsochron);
+wire!(IsochronMarker, IsochronMarker);
+wire!(EopMarker, EopMarker, eop_checks);
+wire!(BarrierSignalMarker, BarrierSignalMarker);
+wire!(PlainMessage, Plain, plain_checks);
+
+fn token_checks(t: &Token, bytes: &[u8]) {
+    assert!(t.seq <= 3 && t.barrier <= packet::BARRIER_MASK, "{t:?}");
+    assert_eq!(
+        t.to_bytes().as_slice(),
+        bytes,
+        "to_bytes differs from encode"
+    );
+}
+
+fn eop_checks(e: &EopMarker, _bytes: &[u8]) {
+    let n = e.sort_vector.len();
+    assert!(
+        n <= packet::SORT_VECTOR_MAX && n as u64 <= u64::from(e.count),
+        "{e:?}"
+    );
+    let mut sorted = e.sort_vector.clone();
+    sorted.sort_unstable();
+    assert!(
+        sorted.iter().copied().eq(0..n as u8),
+        "not a permutation: {e:?}"
+    );
+}
+
+fn plain_checks(m: &PlainMessage, bytes: &[u8]) {
+    assert!(m.payload.len() <= packet::PLAIN_PAYLOAD_MAX);
+    assert!(bytes.len() <= packet::PACKET_LEN_MAX);
+}
+
+/// The SIU's hot path: stamping a valid message in place keeps it valid, changes exactly the
+/// stamped fields, and the peek helpers read what was stamped.
+fn message_checks(m: &IsotachMessage, bytes: &[u8]) {
+    assert_eq!(m.encoded_len(), bytes.len());
+    assert_eq!(IsotachMessage::peek_dest(bytes), Some(m.dest));
+    assert_eq!(
+        IsotachMessage::peek_stamp(bytes),
+        Some((m.ts, m.source, m.sequum))
+    );
+    if let Sref::Mem { width, value, .. } = &m.sref {
+        assert!(*value <= width.max_value());
+    }
+    // Stamp values derived from the input so they vary with it.
+    let h = u64::from(packet::crc32(bytes));
+    let (ts, source, sequum) = (h.rotate_left(17) ^ m.sequum, (h >> 7) as u16, !m.ts ^ h);
+    let mut stamped = bytes.to_vec();
+    let crc = IsotachMessage::stamp_in_place(&mut stamped, ts, source, sequum);
+    assert_eq!(crc, packet::carried_crc(&stamped));
+    let back = IsotachMessage::decode(&stamped).expect("a stamped valid message must decode");
+    assert_eq!(
+        back,
+        IsotachMessage {
+            ts,
+            source,
+            sequum,
+            ..m.clone()
+        }
+    );
+    let mut re = Vec::new();
+    back.encode(&mut re);
+    assert_eq!(re, stamped, "stamp_in_place differs from re-encoding");
+}
+
+/// The bytes with the last four replaced by the CRC-32 of the rest (`None` if too short).
+pub fn with_fixed_crc(data: &[u8]) -> Option<Vec<u8>> {
+    let at = data.len().checked_sub(packet::CRC_LEN)?;
+    let mut v = data.to_vec();
+    let crc = packet::crc32(&v[..at]);
+    v[at..].copy_from_slice(&crc.to_be_bytes());
+    Some(v)
+}
+
+/// Properties every decoder error must have with respect to its input.
+fn check_error(bytes: &[u8], e: &DecodeError) {
+    let len = bytes.len();
+    match *e {
+        DecodeError::Short { need, got } => {
+            assert_eq!(got, len, "{e}");
+            assert!(need > got, "{e}");
+        }
+        DecodeError::Long { max, got } => {
+            assert_eq!(got, len, "{e}");
+            assert!(max < got, "{e}");
+        }
+        DecodeError::BadVersion(v) => {
+            assert_eq!(v, bytes[0], "{e}");
+            assert_ne!(v, packet::VERSION, "{e}");
+        }
+        DecodeError::UnknownKind(k) => {
+            assert_eq!(k, bytes[1], "{e}");
+            assert!(Kind::from_byte(k).is_err(), "{e}");
+        }
+        DecodeError::WrongKind { expected, found } => {
+            assert_ne!(expected, found, "{e}");
+            assert_eq!(found as u8, bytes[1], "{e}");
+        }
+        DecodeError::BadCrc { found, computed } => {
+            assert_ne!(found, computed, "{e}");
+            assert_eq!(found, packet::carried_crc(bytes), "{e}");
+            assert_eq!(
+                computed,
+                packet::crc32(&bytes[..len - packet::CRC_LEN]),
+                "{e}"
+            );
+        }
+        DecodeError::OutOfRange { field, .. } => assert!(!field.is_empty()),
+    }
+}
+
+fn check_decoder_once<T: Wire>(bytes: &[u8]) -> Result<(), DecodeError> {
+    let decoded = T::decode(bytes);
+    let any = Packet::decode(bytes);
+    match decoded {
+        Ok(v) => {
+            let mut out = Vec::new();
+            let crc = v.encode(&mut out);
+            assert_eq!(out, bytes, "decode → encode changed the bytes of {v:?}");
+            assert_eq!(crc, packet::carried_crc(bytes));
+            assert_eq!(bytes[1], T::KIND as u8);
+            v.extra_checks(bytes);
+            assert_eq!(any, Ok(v.into_packet()), "Packet::decode disagrees");
+            Ok(())
+        }
+        Err(e) => {
+            check_error(bytes, &e);
+            // On bytes of this decoder's kind, Packet::decode must fail the same way.
+            if bytes.len() >= 2 && bytes[1] == T::KIND as u8 {
+                assert_eq!(any, Err(e.clone()), "Packet::decode disagrees");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Fuzzes one kind-specific decoder (see the module documentation).
+pub fn check_decoder<T: Wire>(data: &[u8]) {
+    let _ = check_decoder_once::<T>(data);
+    if let Some(fixed) = with_fixed_crc(data)
+        && let Err(e) = check_decoder_once::<T>(&fixed)
+    {
+        assert!(
+            !matches!(e, DecodeError::BadCrc { .. }),
+            "a repaired CRC was refused: {e}"
+        );
+    }
+}
+
+fn check_packet_once(bytes: &[u8]) {
+    let any = Packet::decode(bytes);
+    match &any {
+        Ok(p) => {
+            assert_eq!(
+                p.to_vec(),
+                bytes,
+                "decode → encode changed the bytes of {p:?}"
+            );
+            assert_eq!(p.kind() as u8, bytes[1]);
+            assert_eq!(packet::peek_kind(bytes), Ok(p.kind()));
+        }
+        Err(e) => check_error(bytes, e),
+    }
+    // The dispatcher and the kind's own decoder agree.
+    let own = match packet::peek_kind(bytes) {
+        Err(e) => Err(e),
+        Ok(Kind::Token) => Token::decode(bytes).map(Packet::Token),
+        Ok(Kind::StartOfIsochron) => StartOfIsochron::decode(bytes).map(Packet::StartOfIsochron),
+        Ok(Kind::IsotachMessage) => IsotachMessage::decode(bytes).map(Packet::IsotachMessage),
+        Ok(Kind::EndOfIsochron) => EndOfIsochron::decode(bytes).map(Packet::EndOfIsochron),
+        Ok(Kind::IsochronMarker) => IsochronMarker::decode(bytes).map(Packet::IsochronMarker),
+        Ok(Kind::EopMarker) => EopMarker::decode(bytes).map(Packet::EopMarker),
+        Ok(Kind::BarrierSignalMarker) => {
+            BarrierSignalMarker::decode(bytes).map(Packet::BarrierSignalMarker)
+        }
+        Ok(Kind::Plain) => PlainMessage::decode(bytes).map(Packet::Plain),
+    };
+    assert_eq!(any, own);
+}
+
+/// Fuzzes `Packet::decode` (see the module documentation).
+pub fn check_packet(data: &[u8]) {
+    check_packet_once(data);
+    if let Some(fixed) = with_fixed_crc(data) {
+        check_packet_once(&fixed);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cluster configuration
+
+/// A TOML string literal (escaped by the `toml` crate itself).
+fn toml_str(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// Canonical TOML for an accepted configuration.
+pub fn render_config(c: &ClusterConfig) -> String {
+    use std::fmt::Write;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "[timing]\ntoken-timeout-us = {}\nepoch-pulses = {}\n",
+        c.timing.token_timeout_us, c.timing.epoch_pulses
+    );
+    let l = &c.limits;
+    let _ = writeln!(
+        t,
+        "[limits]\nchannels = {}\nisochron-messages-max = {}\npulses-ahead-max = {}\n\
+         queue-packets-max = {}\nisochron-open-us-max = {}\n",
+        l.channels,
+        l.isochron_messages_max,
+        l.pulses_ahead_max,
+        l.queue_packets_max,
+        l.isochron_open_us_max
+    );
+    for s in &c.switch_names {
+        let _ = writeln!(t, "[[switch]]\nname = {}", toml_str(s));
+    }
+    for (h, name) in c.host_names.iter().enumerate() {
+        let sw = &c.switch_names[usize::from(c.topology.switch_of(h as u16))];
+        let _ = writeln!(
+            t,
+            "[[host]]\nname = {}\nswitch = {}",
+            toml_str(name),
+            toml_str(sw)
+        );
+    }
+    for &(a, b) in c.topology.trunks() {
+        let (a, b) = (
+            &c.switch_names[usize::from(a)],
+            &c.switch_names[usize::from(b)],
+        );
+        let _ = writeln!(t, "[[trunk]]\nbetween = [{}, {}]", toml_str(a), toml_str(b));
+    }
+    t
+}
+
+/// Fuzzes `ClusterConfig::parse` (see the module documentation).
+pub fn check_cluster_config(text: &str) {
+    match ClusterConfig::parse(text, "fuzz.toml") {
+        Ok(c) => {
+            assert_eq!(c.switch_names.len(), c.topology.switch_count());
+            assert_eq!(c.host_names.len(), c.topology.host_count());
+            assert!(c.timing.token_timeout_us >= 1 && c.timing.epoch_pulses >= 2);
+            assert!(c.limits.channels >= 1);
+            // Routes and distances exist between every pair of hosts.
+            let hosts = c.topology.host_count().min(64) as u16;
+            for a in 0..hosts {
+                for b in 0..hosts {
+                    assert!(c.topology.distance(a, b) >= 1);
+                    let _ = c.topology.next_hop(c.topology.switch_of(a), b);
+                }
+            }
+            let _ = c.topology.max_distance();
+            let canonical = render_config(&c);
+            match ClusterConfig::parse(&canonical, "canonical.toml") {
+                Ok(again) => {
+                    assert_eq!(again, c, "canonical form parses differently:\n{canonical}")
+                }
+                Err(e) => panic!("canonical form refused: {e}\n{canonical}"),
+            }
+        }
+        Err(e) => {
+            assert_eq!(e.file, "fuzz.toml");
+            assert!(e.line >= 1 && e.column >= 1, "{e}");
+            assert!(!e.key.is_empty(), "{e}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// State machines
+
+/// A cursor over the fuzz input.
+#[derive(Debug)]
+pub struct Input<'a> {
+    data: &'a [u8],
+}
+
+impl<'a> Input<'a> {
+    /// A cursor at the start of `data`.
+    pub fn new(data: &'a [u8]) -> Self {
+        Self { data }
+    }
+    /// Next `n` bytes, or what is left.
+    pub fn take(&mut self, n: usize) -> &'a [u8] {
+        let n = n.min(self.data.len());
+        let (a, b) = self.data.split_at(n);
+        self.data = b;
+        a
+    }
+    /// Next byte, or `None` at the end.
+    pub fn byte(&mut self) -> Option<u8> {
+        self.take(1).first().copied()
+    }
+    /// Next byte, 0 past the end.
+    pub fn u8(&mut self) -> u8 {
+        self.byte().unwrap_or(0)
+    }
+    /// Next big-endian u16, zero-padded past the end.
+    pub fn u16(&mut self) -> u16 {
+        u16::from_be_bytes([self.u8(), self.u8()])
+    }
+    /// Next big-endian u32, zero-padded past the end.
+    pub fn u32(&mut self) -> u32 {
+        u32::from(self.u16()) << 16 | u32::from(self.u16())
+    }
+    /// Next big-endian u64, zero-padded past the end.
+    pub fn u64(&mut self) -> u64 {
+        u64::from(self.u32()) << 32 | u64::from(self.u32())
+    }
+    /// A length-prefixed byte string (prefix: u16 modulo `max + 1`).
+    pub fn blob(&mut self, max: usize) -> &'a [u8] {
+        let n = usize::from(self.u16()) % (max + 1);
+        self.take(n)
+    }
+}
+
+/// Limits and timing a config file could give for a topology whose largest logical distance is
+/// `reach` (every value passes `ClusterConfig`'s checks), small ones when `small` so queues,
+/// windows and isochron limits are actually reached.
+fn limits_timing(flags: u8, reach: u16, inp: &mut Input<'_>) -> (Limits, Timing) {
+    let small = flags & 0x02 != 0;
+    let limits = if small {
+        Limits {
+            channels: 1 + inp.u8() % 4,
+            isochron_messages_max: 1 + u32::from(inp.u8() % 4),
+            pulses_ahead_max: u32::from(inp.u8() % 5),
+            queue_packets_max: 1 + usize::from(inp.u8() % 12),
+            isochron_open_us_max: 1 + u64::from(inp.u16()),
+        }
+    } else {
+        Limits::default()
+    };
+    let timing = Timing {
+        token_timeout_us: 1 + u64::from(inp.u16()),
+        // The config refuses an epoch no longer than the largest logical distance.
+        epoch_pulses: (u32::from(reach) + 1).max(2) + u32::from(inp.u8() % 8),
+    };
+    (limits, timing)
+}
+
+/// A token built from fuzz bytes; `port`/`generation` are the plausible values, which the
+/// fuzzer may override.
+fn fuzz_token(inp: &mut Input<'_>, port: u16, generation: u32) -> Token {
+    let f = inp.u8();
+    let g = inp.u8();
+    Token {
+        seq: f & 3,
+        repeat: f & 0x04 != 0,
+        reset: f & 0x08 != 0,
+        end_of_epoch: f & 0x10 != 0,
+        restart: g & 0x40 != 0,
+        barrier: (f >> 5) & 3,
+        signals: if f & 0x80 != 0 { inp.u8() } else { 0 },
+        source_port: if g & 0x80 != 0 { inp.u16() } else { port },
+        generation: match g & 3 {
+            0 => generation,
+            1 => generation.wrapping_add(1),
+            2 => generation.wrapping_sub(1),
+            _ => inp.u32(),
+        },
+    }
+}
+
+fn fuzz_sref(inp: &mut Input<'_>) -> Sref {
+    let f = inp.u8();
+    if f % 5 == 4 {
+        let n = usize::from(inp.u8() % 48);
+        Sref::Msg {
+            handler: u16::from(inp.u8()),
+            payload: inp.take(n).to_vec(),
+        }
+    } else {
+        let op = [SrefOp::Read, SrefOp::Write, SrefOp::Sched, SrefOp::Assign][usize::from(f % 5)];
+        let width = if f & 0x80 != 0 {
+            Width::W64
+        } else {
+            Width::W32
+        };
+        Sref::Mem {
+            op,
+            width,
+            addr: u64::from(inp.u16()),
+            value: inp.u64() & width.max_value(),
+            ref_id: u32::from(inp.u8()),
+        }
+    }
+}
+
+fn fuzz_message(inp: &mut Input<'_>, hosts: usize) -> IsotachMessage {
+    IsotachMessage {
+        ts: 0,
+        source: 0,
+        dest: u16::from(inp.u8()) % (hosts as u16 + 1),
+        sequum: 0,
+        sref: fuzz_sref(inp),
+    }
+}
+
+/// Maybe flips one byte of an encoded packet (a corrupted or malformed packet).
+fn maybe_corrupt(inp: &mut Input<'_>, flag: bool, bytes: &mut [u8]) {
+    if flag && !bytes.is_empty() {
+        let at = usize::from(inp.u8()) % bytes.len();
+        bytes[at] ^= inp.u8() | 1;
+    }
+}
+
+fn encode(p: &Packet) -> Vec<u8> {
+    p.to_vec()
+}
+
+/// Every packet a state machine emits must decode.
+fn must_decode(bytes: &[u8], who: &str) -> Packet {
+    match Packet::decode(bytes) {
+        Ok(p) => p,
+        Err(e) => panic!("{who} emitted an undecodable packet ({e}): {bytes:02x?}"),
+    }
+}
+
+fn drain_siu(siu: &mut Siu, hosts: usize) {
+    while let Some(b) = siu.poll_host() {
+        let p = must_decode(&b, "SIU (to host)");
+        assert!(
+            matches!(
+                p.kind(),
+                Kind::IsotachMessage | Kind::IsochronMarker | Kind::EopMarker | Kind::Plain
+            ),
+            "SIU sent a {:?} to its host",
+            p.kind()
+        );
+    }
+    while let Some(t) = siu.poll_net() {
+        let p = must_decode(&t.bytes, "SIU (to net)");
+        match (t.route, p.kind()) {
+            (Route::Tm, Kind::Token | Kind::IsotachMessage) => {}
+            (Route::Host(h), Kind::Plain) => assert!(usize::from(h) < hosts),
+            (route, kind) => panic!("SIU sent a {kind:?} to {route:?}"),
+        }
+    }
+}
+
+/// Drives one SIU with the fuzz input. Layout: a header (mode and limit flags, hosts,
+/// switches, host id, limits, timing), then operations of one opcode byte each followed by
+/// their operands; missing bytes read as zero.
+pub fn run_siu(data: &[u8]) {
+    let mut inp = Input::new(data);
+    let flags = inp.u8();
+    let hosts = 1 + usize::from(inp.u8() % 8);
+    let switches = 1 + usize::from(inp.u8() % 4);
+    let host = (usize::from(inp.u8()) % hosts) as u16;
+    let topology = Arc::new(Topology::line(hosts, switches).expect("a line topology is valid"));
+    let (limits, timing) = limits_timing(flags, topology.max_distance(), &mut inp);
+    let mode = if flags & 0x01 != 0 {
+        Mode::Host
+    } else {
+        Mode::Siu
+    };
+    let tm_port = Topology::switch_port(topology.switch_of(host));
+    let port = Topology::host_port(host);
+    let mut siu = Siu::new(SiuConfig {
+        host,
+        mode,
+        topology: Arc::clone(&topology),
+        timing,
+        limits,
+        initiates_reset: flags & 0x04 != 0,
+    });
+    let mut now: u64 = 0;
+    if flags & 0x04 != 0 {
+        siu.start(now);
+    }
+    while let Some(op) = inp.byte() {
+        let corrupt = op & 0x80 != 0;
+        match op & 0x7f {
+            // Raw bytes from either side.
+            0 => {
+                let b = inp.blob(packet::PACKET_LEN_MAX + 8);
+                let _ = siu.handle_host(now, b);
+            }
+            1 => {
+                let b = inp.blob(packet::PACKET_LEN_MAX + 8);
+                let _ = siu.handle_net(now, b);
+            }
+            // Time passes; timers run.
+            2 => {
+                now += u64::from(inp.u16());
+                siu.handle_timeout(now);
+            }
+            3 => {
+                if let Some(t) = siu.poll_timeout() {
+                    now = now.max(t);
+                }
+                siu.handle_timeout(now);
+            }
+            // A token from the network built from fuzz fields.
+            4 => {
+                let t = fuzz_token(&mut inp, tm_port, siu.generation());
+                let mut b = t.to_bytes().to_vec();
+                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let _ = siu.handle_net(now, &b);
+            }
+            // The token manager's next token, as a well-behaved TM would send it.
+            5 => {
+                let f = inp.u8();
+                let t = Token {
+                    seq: (siu.recvclock().wrapping_add(1) % 4) as u8,
+                    end_of_epoch: f & 0x04 != 0,
+                    barrier: f & 3,
+                    signals: if f & 0x08 != 0 { inp.u8() } else { 0 },
+                    source_port: tm_port,
+                    generation: siu.generation(),
+                    ..Token::default()
+                };
+                let _ = siu.handle_net(now, &t.to_bytes());
+            }
+            // A token from the host (host mode), built from fuzz fields.
+            6 => {
+                let t = fuzz_token(&mut inp, port, siu.generation());
+                let mut b = t.to_bytes().to_vec();
+                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let _ = siu.handle_host(now, &b);
+            }
+            // The host's next token (host mode).
+            7 => {
+                let f = inp.u8();
+                let t = Token {
+                    seq: (siu.sendclock().wrapping_add(1) % 4) as u8,
+                    barrier: f & 3,
+                    source_port: port,
+                    generation: siu.generation(),
+                    ..Token::default()
+                };
+                let _ = siu.handle_host(now, &t.to_bytes());
+            }
+            // Isochrons from the host.
+            8 => {
+                let f = inp.u8();
+                let soi = StartOfIsochron {
+                    iso_id: u32::from(inp.u8() % 4),
+                    channel: inp.u8() % 6,
+                    seqset: f & 1,
+                    logged: f & 2 != 0,
+                    host_gap: f & 4 != 0,
+                    gap: if f & 8 != 0 {
+                        inp.u32()
+                    } else {
+                        u32::from(inp.u8())
+                    },
+                    send_delta: if f & 16 != 0 {
+                        inp.u32()
+                    } else {
+                        u32::from(inp.u8() % 8)
+                    },
+                    distance: if f & 32 != 0 {
+                        inp.u16()
+                    } else {
+                        u16::from(inp.u8() % 6)
+                    },
+                };
+                let mut b = encode(&Packet::StartOfIsochron(soi));
+                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let _ = siu.handle_host(now, &b);
+            }
+            9 => {
+                let m = fuzz_message(&mut inp, hosts);
+                let mut b = encode(&Packet::IsotachMessage(m));
+                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let _ = siu.handle_host(now, &b);
+            }
+            10 => {
+                let eoi = EndOfIsochron {
+                    iso_id: u32::from(inp.u8() % 4),
+                };
+                let _ = siu.handle_host(now, &encode(&Packet::EndOfIsochron(eoi)));
+            }
+            // Barrier/signal markers from the host.
+            11 => {
+                let f = inp.u8();
+                let m = BarrierSignalMarker {
+                    barrier: f & 3,
+                    barrier_count: u32::from(inp.u8() % 8),
+                    signals: if f & 4 != 0 { inp.u8() } else { 0 },
+                    reset: f & 8 != 0,
+                };
+                let _ = siu.handle_host(now, &encode(&Packet::BarrierSignalMarker(m)));
+            }
+            // An isotach message from the network, near the receive clock.
+            12 => {
+                let f = inp.u8();
+                let mut m = fuzz_message(&mut inp, hosts);
+                if f & 1 == 0 {
+                    m.dest = host;
+                }
+                let delta = i64::from(inp.u8() as i8);
+                m.ts = siu.recvclock().saturating_add_signed(delta % 8);
+                if f & 2 != 0 {
+                    m.ts = inp.u64();
+                }
+                m.source = u16::from(inp.u8() % 8);
+                m.sequum = u64::from(inp.u8());
+                let mut b = encode(&Packet::IsotachMessage(m));
+                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let _ = siu.handle_net(now, &b);
+            }
+            // Non-isotach traffic, either way.
+            13 => {
+                let f = inp.u8();
+                let n = usize::from(inp.u8());
+                let m = PlainMessage {
+                    source: u16::from(inp.u8() % 8),
+                    dest: u16::from(inp.u8() % 9),
+                    payload: inp.take(n).to_vec(),
+                };
+                let mut b = encode(&Packet::Plain(m));
+                maybe_corrupt(&mut inp, corrupt, &mut b);
+                if f & 1 == 0 {
+                    let _ = siu.handle_host(now, &b);
+                } else {
+                    let _ = siu.handle_net(now, &b);
+                }
+            }
+            // Other kinds either way (markers the host must never send, etc.).
+            14 => {
+                let f = inp.u8();
+                let p = match f % 3 {
+                    0 => Packet::EopMarker(EopMarker {
+                        count: u32::from(inp.u8()),
+                        ..EopMarker::default()
+                    }),
+                    1 => Packet::IsochronMarker(IsochronMarker {
+                        iso_id: u32::from(inp.u8()),
+                        ..IsochronMarker::default()
+                    }),
+                    _ => Packet::StartOfIsochron(StartOfIsochron {
+                        distance: 1,
+                        ..StartOfIsochron::default()
+                    }),
+                };
+                let b = encode(&p);
+                if f & 0x80 == 0 {
+                    let _ = siu.handle_host(now, &b);
+                } else {
+                    let _ = siu.handle_net(now, &b);
+                }
+            }
+            15 => siu.start(now),
+            _ => drain_siu(&mut siu, hosts),
+        }
+        if mode == Mode::Siu && siu.started() {
+            assert!(
+                siu.sendclock() <= siu.recvclock() + 1,
+                "SIU mode sent token {} before token {} arrived",
+                siu.sendclock(),
+                siu.sendclock() - 1
+            );
+        }
+    }
+    drain_siu(&mut siu, hosts);
+}
+
+fn hop_port(h: Hop) -> u16 {
+    match h {
+        Hop::Host(h) => Topology::host_port(h),
+        Hop::Switch(s) => Topology::switch_port(s),
+    }
+}
+
+fn drain_tm(tm: &mut TokenManager, links: usize, port: u16) {
+    while let Some((link, b)) = tm.poll_transmit() {
+        assert!(link < links, "TM sent on link {link} of {links}");
+        let p = must_decode(&b, "TM");
+        match p {
+            Packet::Token(t) => assert_eq!(t.source_port, port, "TM token with a foreign port"),
+            Packet::IsotachMessage(_) | Packet::Plain(_) => {}
+            other => panic!("TM forwarded a {:?}", other.kind()),
+        }
+    }
+}
+
+/// Drives one token manager with the fuzz input (same layout idea as [`run_siu`]).
+pub fn run_tm(data: &[u8]) {
+    let mut inp = Input::new(data);
+    let flags = inp.u8();
+    let hosts = 1 + usize::from(inp.u8() % 8);
+    let switches = 1 + usize::from(inp.u8() % 4);
+    let switch = (usize::from(inp.u8()) % switches) as u16;
+    let topology = Arc::new(Topology::line(hosts, switches).expect("a line topology is valid"));
+    let (limits, timing) = limits_timing(flags, topology.max_distance(), &mut inp);
+    let mut tm = TokenManager::new(TmConfig {
+        switch,
+        topology: Arc::clone(&topology),
+        timing,
+        limits,
+    });
+    let port = Topology::switch_port(switch);
+    let ports: Vec<u16> = tm.links().map(hop_port).collect();
+    let links = ports.len();
+    let mut now: u64 = 0;
+    // A link index, sometimes one past the last (which the TM must refuse).
+    let pick = |inp: &mut Input<'_>| usize::from(inp.u8()) % (links + 1);
+    let port_of = |l: usize| ports.get(l).copied().unwrap_or(0x7fff);
+    while let Some(op) = inp.byte() {
+        let corrupt = op & 0x80 != 0;
+        match op & 0x7f {
+            0 => {
+                let l = pick(&mut inp);
+                let b = inp.blob(packet::PACKET_LEN_MAX + 8);
+                let _ = tm.handle_input(now, l, b);
+            }
+            1 => {
+                now += u64::from(inp.u16());
+                tm.handle_timeout(now);
+            }
+            2 => {
+                if let Some(t) = tm.poll_timeout() {
+                    now = now.max(t);
+                }
+                tm.handle_timeout(now);
+            }
+            // A token from fuzz fields on some link.
+            3 => {
+                let l = pick(&mut inp);
+                let t = fuzz_token(&mut inp, port_of(l), tm.generation());
+                let mut b = t.to_bytes().to_vec();
+                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let _ = tm.handle_input(now, l, &b);
+            }
+            // A neighbour's reply to the last wave on one link.
+            4 => {
+                let l = pick(&mut inp);
+                let f = inp.u8();
+                let t = Token {
+                    seq: (tm.waves() % 4) as u8,
+                    barrier: f & 3,
+                    signals: if f & 4 != 0 { inp.u8() } else { 0 },
+                    source_port: port_of(l),
+                    generation: tm.generation(),
+                    ..Token::default()
+                };
+                let _ = tm.handle_input(now, l, &t.to_bytes());
+            }
+            // Every neighbour replies to the last wave (the next wave goes out).
+            5 => {
+                let f = inp.u8();
+                for (l, &p) in ports.iter().enumerate() {
+                    let t = Token {
+                        seq: (tm.waves() % 4) as u8,
+                        barrier: (f >> (l % 4)) & 3,
+                        source_port: p,
+                        generation: tm.generation(),
+                        ..Token::default()
+                    };
+                    let _ = tm.handle_input(now, l, &t.to_bytes());
+                }
+            }
+            // A restart token of a newer generation from some neighbour.
+            6 => {
+                let l = pick(&mut inp);
+                let t = Token {
+                    restart: true,
+                    source_port: port_of(l),
+                    generation: tm.generation().wrapping_add(1),
+                    ..Token::default()
+                };
+                let _ = tm.handle_input(now, l, &t.to_bytes());
+            }
+            // Isotach and non-isotach messages to forward.
+            7 => {
+                let l = pick(&mut inp);
+                let mut m = fuzz_message(&mut inp, hosts);
+                m.ts = u64::from(inp.u8());
+                m.source = u16::from(inp.u8() % 8);
+                let mut b = encode(&Packet::IsotachMessage(m));
+                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let _ = tm.handle_input(now, l, &b);
+            }
+            8 => {
+                let l = pick(&mut inp);
+                let n = usize::from(inp.u8());
+                let m = PlainMessage {
+                    source: u16::from(inp.u8() % 8),
+                    dest: u16::from(inp.u8() % 9),
+                    payload: inp.take(n).to_vec(),
+                };
+                let mut b = encode(&Packet::Plain(m));
+                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let _ = tm.handle_input(now, l, &b);
+            }
+            // Kinds a TM never handles.
+            9 => {
+                let l = pick(&mut inp);
+                let p = match inp.u8() % 3 {
+                    0 => Packet::EopMarker(EopMarker::default()),
+                    1 => Packet::EndOfIsochron(EndOfIsochron { iso_id: 1 }),
+                    _ => Packet::BarrierSignalMarker(BarrierSignalMarker::default()),
+                };
+                let _ = tm.handle_input(now, l, &encode(&p));
+            }
+            _ => drain_tm(&mut tm, links, port),
+        }
+    }
+    drain_tm(&mut tm, links, port);
+}
