@@ -102,6 +102,10 @@ pub struct BenchReport {
     pub raw_udp_rtt_p50_us: f64,
     /// 99th percentile of the same.
     pub raw_udp_rtt_p99_us: f64,
+    /// Raw UDP ping-pong from an unconnected client socket (`sendto`/`recvfrom`, a route
+    /// lookup per send, as an AM bundle that talks to many peers must do). Information only:
+    /// `rtt_ratio_udp` is against the connected `raw_udp_rtt_p50_us`.
+    pub raw_udp_unconnected_rtt_p50_us: f64,
     /// TCP_NODELAY ping-pong, 84-byte payload.
     pub raw_tcp_rtt_p50_us: f64,
     /// 99th percentile of the same.
@@ -546,17 +550,22 @@ const RTT_BLOCKS: usize = 10;
 /// Raw UDP ping-pong client (blocking `send` + `recv`).
 struct RawUdp {
     s: UdpSocket,
+    /// `Some(peer)`: unconnected (`send_to`/`recv_from`).
+    to: Option<SocketAddr>,
     buf: [u8; 2048],
     lost: usize,
 }
 
 impl RawUdp {
-    fn new(peer: SocketAddr) -> Result<Self, BenchError> {
+    fn new(peer: SocketAddr, connected: bool) -> Result<Self, BenchError> {
         let s = UdpSocket::bind("127.0.0.1:0")?;
-        s.connect(peer)?;
+        if connected {
+            s.connect(peer)?;
+        }
         s.set_read_timeout(Some(Duration::from_millis(200)))?;
         Ok(Self {
             s,
+            to: (!connected).then_some(peer),
             buf: [0; 2048],
             lost: 0,
         })
@@ -567,8 +576,14 @@ impl RawUdp {
         let msg = [0x5Au8; RAW_PING_BYTES];
         for i in 0..iters {
             let t0 = Instant::now();
-            self.s.send(&msg)?;
-            match self.s.recv(&mut self.buf) {
+            let got = match self.to {
+                None => self.s.send(&msg).and_then(|_| self.s.recv(&mut self.buf)),
+                Some(to) => self
+                    .s
+                    .send_to(&msg, to)
+                    .and_then(|_| self.s.recv_from(&mut self.buf).map(|(n, _)| n)),
+            };
+            match got {
                 Ok(_) if i >= iters / 10 => record(h, t0.elapsed()),
                 Ok(_) => {}
                 Err(_) => self.lost += 1,
@@ -838,18 +853,21 @@ pub fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
 
     // Small-message round trips: raw UDP, TCP and AM/UDP in interleaved blocks.
     let cfg = Config::default();
-    let mut udp = RawUdp::new(at(ports[0]))?;
+    let mut udp = RawUdp::new(at(ports[0]), true)?;
+    let mut udp_unc = RawUdp::new(at(ports[0]), false)?;
     let mut tcp = RawTcp::new(at(ports[2]))?;
     let mut c = Client::new(udp_bundle(opts.datagram_bytes, &cfg)?, at(ports[3]))?;
-    let (mut hu, mut ht, mut ha) = (hist(), hist(), hist());
+    let (mut hu, mut huu, mut ht, mut ha) = (hist(), hist(), hist(), hist());
     let per = opts.rtt_iters.div_ceil(RTT_BLOCKS);
     for _ in 0..RTT_BLOCKS {
         udp.block(per + per / 9, &mut hu)?;
-        tcp.block(per + per / 9, &mut ht)?;
         c.rtt_into(0, per, per / 10, &mut ha)?;
+        tcp.block(per + per / 9, &mut ht)?;
+        udp_unc.block(per + per / 9, &mut huu)?;
     }
-    drop((udp, tcp));
+    drop((udp, udp_unc, tcp));
     (r.raw_udp_rtt_p50_us, r.raw_udp_rtt_p99_us) = (us(&hu, 0.5), us(&hu, 0.99));
+    r.raw_udp_unconnected_rtt_p50_us = us(&huu, 0.5);
     (r.raw_tcp_rtt_p50_us, r.raw_tcp_rtt_p99_us) = (us(&ht, 0.5), us(&ht, 0.99));
     (r.am_udp_rtt_p50_us, r.am_udp_rtt_p99_us) = (us(&ha, 0.5), us(&ha, 0.99));
     let h = c.rtt(1, opts.rtt_iters / 2)?;

@@ -85,6 +85,8 @@ pub struct Bundle<T: Transport> {
     mask: EventMask,
     sema: bool,
     batch: usize,
+    /// The last clock reading (used by `poll` when no timer is armed).
+    last_now: crate::Time,
 }
 
 impl<T: Transport> fmt::Debug for Bundle<T> {
@@ -115,6 +117,7 @@ impl<T: Transport> Bundle<T> {
             mask: EventMask::NoEvents,
             sema: false,
             batch,
+            last_now: crate::Time(0),
         })
     }
 
@@ -497,7 +500,14 @@ impl<T: Transport> Bundle<T> {
     /// `poll_batch` arrived messages (running their handlers), run handler 0 for returned
     /// messages, and send what is due. Returns how many messages were handled.
     pub fn poll(&mut self) -> Result<usize, AmError> {
-        let now = self.transport.now();
+        // Nothing outstanding (a pure server): skip the clock read (~25 ns on the VM, on the
+        // path from a request's arrival to its reply); `now` would not be consulted.
+        let now = if self.core.timers_armed() {
+            self.last_now = self.transport.now();
+            self.last_now
+        } else {
+            self.last_now
+        };
         self.core.handle_timeout(now);
         let mut n = 0;
         while n < self.batch {

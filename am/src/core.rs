@@ -892,6 +892,13 @@ impl Core {
             .min()
     }
 
+    /// Whether any request (or reply-return notice) waits on a timer. When none does, the
+    /// core needs no clock reading: requests are handled without one, and a response can only
+    /// be stale (its slot is not waiting), so `now` is not consulted.
+    pub fn timers_armed(&self) -> bool {
+        self.timer_floor != Time(u64::MAX)
+    }
+
     /// Retransmit what is due (doubling its timeout) and give up on peers past the deadline.
     pub fn handle_timeout(&mut self, now: Time) {
         if now < self.timer_floor {
