@@ -9,7 +9,11 @@
 //! tests; the report says `"mode": "threads"`).
 //!
 //! Wait mode: every side blocks in the kernel between messages (raw sockets in `recv`, AM
-//! bundles in `epoll` through [`Bundle::wait`]); nobody busy-polls.
+//! bundles in `recvmsg` through [`Bundle::wait`]); nobody busy-polls. The small-message
+//! round trips (raw UDP, AM short, TCP, raw UDP from an unconnected socket) run in
+//! interleaved blocks, so load from other processes hits every series alike. Bulk is
+//! compared with a plain raw stream (one `send` per datagram; `bulk_ratio_udp`) and, for
+//! information, with a GSO/GRO raw stream (`bulk_ratio_udp_vs_gso`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};

@@ -11,11 +11,12 @@
 //! power-of-two quantum changes (the kernel rounds it up to whole jiffies, so the quantum
 //! stays one 4 ms jiffy below the deadline); waits shorter than [`BLOCKING_RECV_MIN`] use
 //! `poll(2)` (millisecond resolution, like `epoll_wait`). No epoll registration is kept (an
-//! arrival then wakes only the blocked receiver, without an epoll callback). Sends are gathered until the bundle flushes:
-//! consecutive equal-size datagrams to one destination leave in one `sendmsg` with
-//! `UDP_SEGMENT` (GSO; up to 64 segments), and a receiver with `UDP_GRO` takes such a batch
-//! with one `recvmsg`. Without GSO support (or on `EIO`/`EINVAL`) it sends one datagram per
-//! call.
+//! arrival then wakes only the blocked receiver, without an epoll callback).
+//!
+//! Sends are gathered until the bundle flushes ([`Transport::flush`]): consecutive
+//! equal-size datagrams to one destination leave in one `sendmsg` with `UDP_SEGMENT` (GSO;
+//! up to 64 segments), and a receiver with `UDP_GRO` takes such a batch with one `recvmsg`.
+//! Without GSO support (or on `EIO`/`EINVAL`) it sends one datagram per call.
 //!
 //! The async `wait_async` awaits tokio readiness when the transport was built inside a tokio
 //! runtime (the socket is registered with that runtime); built outside one, `wait_async`
