@@ -5,6 +5,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use isotach_proto::config::{ClusterConfig, Timing};
 use isotach_proto::topology::{HOSTS_MAX, SWITCHES_MAX};
+use isotach_sim::philo::{self, PhiloOptions};
 use isotach_sim::sc::{self, ScOptions};
 use isotach_sim::waves::{self, WavesLoad, WavesOptions, WavesReport};
 use isotach_sim::{Faults, Pauses, RangeUs, Tamper};
@@ -30,6 +31,11 @@ enum Workload {
     /// atomicity, every host's program order and that all copies agree. Exits 0 only when
     /// every count is 0.
     Sc(Box<ScArgs>),
+    /// Dining philosophers over the SMM: forks are shared variables taken with one isochron
+    /// (read both + sched both) and assigned back. An independent observer checks that no
+    /// two neighbours eat at once; the sequential-consistency oracle replays the forks'
+    /// history. Exits 0 only with no violation and every philosopher having eaten every meal.
+    Philo(Box<PhiloArgs>),
 }
 
 /// Where the hosts are: a generated line of switches, or a config file.
@@ -230,10 +236,41 @@ struct ScArgs {
     json: bool,
 }
 
+#[derive(Debug, Args)]
+struct PhiloArgs {
+    /// Philosophers (one host each), spread round-robin over the switches.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(2..=HOSTS_MAX as i64))]
+    philosophers: u16,
+    /// Switches, joined in a line; at most --philosophers.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=SWITCHES_MAX as i64))]
+    switches: u16,
+    /// Meals each philosopher eats.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    meals: u64,
+    /// Seed of every random choice (decimal or 0x-hex).
+    #[arg(long, env = "ISOTACH_SEED", default_value_t = 1, value_parser = parse_seed)]
+    seed: u64,
+    #[command(flatten)]
+    net: NetArgs,
+    /// Thinking time between meals, µs (A..B).
+    #[arg(long, default_value_t = RangeUs::new(0, 400), value_parser = parse_range)]
+    think_us: RangeUs,
+    /// Eating time, µs (A..B).
+    #[arg(long, default_value_t = RangeUs::new(50, 400), value_parser = parse_range)]
+    eat_us: RangeUs,
+    /// Virtual time without pulse progress that ends the run as stalled, µs.
+    #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    stall_us: u64,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
 pub(crate) fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     match args.workload {
         Workload::Waves(w) => waves_cmd(&w),
         Workload::Sc(a) => sc_cmd(&a),
+        Workload::Philo(a) => philo_cmd(&a),
     }
 }
 
@@ -362,6 +399,55 @@ fn sc_cmd(a: &ScArgs) -> anyhow::Result<ExitCode> {
         report.failed_seeds
     );
     for p in &report.problems {
+        eprintln!("  {p}");
+    }
+    Ok(ExitCode::from(EXIT_FAILED))
+}
+
+fn philo_cmd(a: &PhiloArgs) -> anyhow::Result<ExitCode> {
+    let mut cluster = generated_or_loaded(None, a.philosophers, a.switches)?;
+    a.net.apply_timing(&mut cluster)?;
+    let mut opts = PhiloOptions::new(cluster, a.meals, a.seed);
+    opts.faults = a.net.faults();
+    opts.pauses = a.net.pauses();
+    opts.think_us = a.think_us;
+    opts.eat_us = a.eat_us;
+    opts.stall_us = a.stall_us;
+    eprintln!(
+        "sim philo: {} philosophers, {} switches, {} meals each, seed {}",
+        a.philosophers, a.switches, a.meals, a.seed
+    );
+    let r = philo::run(&opts).map_err(|e| UsageError(e.to_string()))?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&r).context("encoding the report")?
+        );
+    } else {
+        println!(
+            "sim philo {}: {} meals of {} (fewest {}), safety violations {}, retries {}, \
+             max wait {} pulses, {} pulses, oracle: {} isochrons {} reads, {} violations",
+            if r.ok { "ok" } else { "FAILED" },
+            r.meals,
+            r.meals_target * r.philosophers as u64,
+            r.meals_min,
+            r.safety_violations,
+            r.retries,
+            r.max_wait_pulses,
+            r.pulses,
+            r.isochrons,
+            r.reads_checked,
+            r.sc_violations
+        );
+    }
+    if r.ok {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "sim philo: FAILED (completed={}); replay with --seed {}",
+        r.completed, r.seed
+    );
+    for p in &r.problems {
         eprintln!("  {p}");
     }
     Ok(ExitCode::from(EXIT_FAILED))

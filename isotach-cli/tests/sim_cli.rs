@@ -157,3 +157,59 @@ fn every_subcommand_has_help() {
     }
     assert!(!text.contains("--tamper"), "test-only flag stays hidden");
 }
+
+#[test]
+fn sim_sc_and_philo_print_their_reports_and_exit_0() {
+    let out = isotach(&[
+        "sim",
+        "sc",
+        "--hosts",
+        "4",
+        "--switches",
+        "2",
+        "--seeds",
+        "2",
+        "--isochrons",
+        "100",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "runs",
+        "isochrons",
+        "reads_checked",
+        "sc_violations",
+        "atomicity_violations",
+        "program_order_violations",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
+    }
+    assert_eq!(v["runs"], 2);
+    assert_eq!(v["sc_violations"], 0);
+    let out = isotach(&[
+        "sim",
+        "philo",
+        "--philosophers",
+        "4",
+        "--meals",
+        "3",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in ["meals", "safety_violations", "max_wait_pulses", "pulses"] {
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
+    }
+    assert_eq!(v["meals"], 12);
+    let out = isotach(&["sim", "philo", "--philosophers", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -19,6 +19,7 @@ pub mod hash;
 pub mod host;
 pub mod net;
 pub mod oracle;
+pub mod philo;
 pub mod rng;
 pub mod sc;
 mod sim;

@@ -358,7 +358,15 @@ fn run_one(opts: &ScOptions, seed: u64, report: &mut ScReport) -> Result<(), ScE
         tamper: crate::Tamper::None,
     };
     let mut sim = Sim::new(cfg, hosts, PulseOracle::new(n))?;
-    let end = run_to_quiescence(&mut sim, ScHost::done, |h| &h.port.node, opts.stall_us);
+    // Generous: a clean run needs a few pulses per isochron.
+    let pulses_max = 5_000 + 50 * per_host;
+    let end = run_to_quiescence(
+        &mut sim,
+        ScHost::done,
+        |h| &h.port.node,
+        opts.stall_us,
+        pulses_max,
+    );
     let recvclocks: Vec<u64> = sim.sius().map(|s| s.recvclock()).collect();
     sim.observer_mut().finish(&recvclocks);
     let before = violations(report);

@@ -86,16 +86,25 @@ impl SmmPort {
 }
 
 /// Runs `sim` until every host is `done` and every node and SIU has drained everything, then
-/// a few pulses more so copies elsewhere drain too. Returns how the run ended.
+/// a few pulses more so copies elsewhere drain too. Returns how the run ended: a run whose
+/// hosts are not done by `pulses_max` pulses (logical time runs on while hosts are stuck)
+/// ends as stalled.
 pub(crate) fn run_to_quiescence<H: Host, O: Observer>(
     sim: &mut Sim<H, O>,
     done: impl Fn(&H) -> bool,
     node: impl Fn(&H) -> &SmmNode,
     stall_us: u64,
+    pulses_max: u64,
 ) -> RunEnd {
-    let end = sim.run_until(|s| s.hosts().iter().all(&done), stall_us);
+    let end = sim.run_until(
+        |s| s.hosts().iter().all(&done) || s.min_recvclock() >= pulses_max,
+        stall_us,
+    );
     if end != RunEnd::Stopped {
         return end;
+    }
+    if !sim.hosts().iter().all(&done) {
+        return RunEnd::Stalled;
     }
     let grace = u64::from(sim.topology().max_distance()) * 2 + 4;
     let target = sim.min_recvclock() + grace;
