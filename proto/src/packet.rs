@@ -3,8 +3,8 @@
 //! Every packet starts with `[version, kind]` and ends with the CRC-32 (IEEE) of all bytes
 //! before it. Reserved bytes and flag bits must be zero. `docs/wire.md` lists every byte.
 //!
-//! Decoders check, in this order: length against the kind's minimum, version, kind, exact
-//! length, CRC, then every field's range. They return a [`DecodeError`] and never panic.
+//! Decoders check, in this order: the 6-byte minimum, version, kind, the kind's minimum and
+//! maximum length, CRC, then every field's range. They return a [`DecodeError`] and never panic.
 
 use thiserror::Error;
 
@@ -343,7 +343,8 @@ pub struct Token {
     pub signals: u8,
     /// The sender's port: a host id, or `0x8000 | switch id` for a token manager.
     pub source_port: u16,
-    /// Logical-time generation (bumped by every reset); stale generations are dropped.
+    /// Logical-time generation (bumped by every restart, compared in serial-number arithmetic);
+    /// tokens of another generation are dropped.
     pub generation: u32,
 }
 

@@ -13,6 +13,14 @@ pub fn seq_of(n: u64) -> u8 {
     (n % 4) as u8
 }
 
+/// Whether generation `a` is newer than `b`, in serial-number arithmetic (RFC 1982): the
+/// 32-bit generation wraps, and a forged or corrupted huge generation cannot pin a node for
+/// good — the next restart after it is newer again.
+pub fn generation_newer(a: u32, b: u32) -> bool {
+    let d = a.wrapping_sub(b);
+    d != 0 && d < 0x8000_0000
+}
+
 /// How a token relates to what the receiver has accepted so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arrival {
@@ -74,6 +82,19 @@ mod tests {
         assert_eq!(classify(5, seq_of(4)), Arrival::Duplicate);
         assert_eq!(classify(5, seq_of(7)), Arrival::Early);
         assert_eq!(classify(0, 1), Arrival::InSequence, "start = 1");
+    }
+
+    #[test]
+    fn generations_compare_across_the_wrap() {
+        assert!(generation_newer(1, 0));
+        assert!(!generation_newer(0, 0));
+        assert!(!generation_newer(0, 1));
+        assert!(
+            generation_newer(0, u32::MAX),
+            "the restart after the largest wraps to 0"
+        );
+        assert!(generation_newer(u32::MAX, 0x8000_0000));
+        assert!(!generation_newer(0x8000_0000, 0), "exactly half the space apart is not newer");
     }
 
     #[test]

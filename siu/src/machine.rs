@@ -7,7 +7,7 @@ use isotach_proto::packet::{
     Kind, PlainMessage, StartOfIsochron, Token,
 };
 use isotach_proto::topology::{HostId, Topology};
-use isotach_proto::wave::{Arrival, LastTwo, classify, seq_of};
+use isotach_proto::wave::{Arrival, LastTwo, classify, generation_newer, seq_of};
 use std::collections::VecDeque;
 
 /// The isochron the host is sending now.
@@ -177,7 +177,7 @@ impl Siu {
     /// Starts logical time: sends a reset token of a new generation, then the first token.
     /// Only the initiating SIU (node 0) calls this; the others start on the reset wave.
     pub fn start(&mut self, now_us: u64) {
-        let generation = self.generation + 1;
+        let generation = self.generation.wrapping_add(1);
         let reset = Token {
             restart: true,
             source_port: self.port,
@@ -200,10 +200,14 @@ impl Siu {
         if let Some(deadline) = self.token_deadline_us
             && now_us >= deadline
         {
-            let repeats: Vec<Token> = self.last_two.repeats().collect();
-            for t in repeats {
-                self.push_net_token(t);
-                self.stats.tokens_repeated += 1;
+            // With the network queue full (nobody drains it) the repeats would only pile up:
+            // skip this round; the timer re-arms and repeats once there is room.
+            if self.room(Side::Net, 2).is_ok() {
+                let repeats: Vec<Token> = self.last_two.repeats().collect();
+                for t in repeats {
+                    self.push_net_token(t);
+                    self.stats.tokens_repeated += 1;
+                }
             }
             self.token_deadline_us = Some(now_us + self.cfg.timing.token_timeout_us);
         }
@@ -390,7 +394,7 @@ impl Siu {
             return Err(SiuError::ForeignToken(t.source_port));
         }
         if t.restart {
-            if t.generation > self.generation {
+            if generation_newer(t.generation, self.generation) {
                 return self.reset_from_net(now_us, t, bytes);
             }
             // An echo or a repeat of the restart that started this generation.
@@ -619,7 +623,7 @@ impl Siu {
             }
         })?;
         if t.restart {
-            if t.generation > self.generation {
+            if generation_newer(t.generation, self.generation) {
                 self.restart(now_us, t.generation, None);
             }
             // The host's restart (or its repeat) goes to the network in order (requirement 23).

@@ -22,7 +22,7 @@
 use isotach_proto::config::{Limits, Timing};
 use isotach_proto::packet::{self, BARRIERS, DecodeError, IsotachMessage, Kind, Token};
 use isotach_proto::topology::{Hop, SwitchId, Topology};
-use isotach_proto::wave::{Arrival, LastTwo, classify, seq_of};
+use isotach_proto::wave::{Arrival, LastTwo, classify, generation_newer, seq_of};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use thiserror::Error;
@@ -250,7 +250,11 @@ impl TokenManager {
         if now_us < deadline {
             return;
         }
-        for link in 0..self.links.len() {
+        // With the output queue full (nobody drains it) repeats would only pile up: skip this
+        // round; the timer re-arms.
+        let full =
+            self.out.len() + self.held + 2 * self.links.len() > self.cfg.limits.queue_packets_max;
+        for link in (0..self.links.len()).filter(|_| !full) {
             let repeats: Vec<Token> = self.links[link].last_two.repeats().collect();
             for t in repeats {
                 self.push_token(link, t);
@@ -339,7 +343,7 @@ impl TokenManager {
             });
         }
         if t.restart {
-            if t.generation > self.generation {
+            if generation_newer(t.generation, self.generation) {
                 self.restart(now_us, t.generation);
             } else {
                 // An echo of our own reset wave, or a repeat of a restart already taken.
