@@ -471,7 +471,42 @@ pub fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), BenchErr
 /// Entry point of the hidden peer subcommand: `args` are ignored (everything comes over
 /// stdin). Runs [`run_peer`] on stdin/stdout.
 pub fn bench_peer_main(_args: &[String]) -> Result<(), BenchError> {
+    pin_to_cpu(Side::Peer);
     run_peer(std::io::stdin(), std::io::stdout())
+}
+
+/// Which process of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Driver,
+    Peer,
+}
+
+/// Pins the calling process (and the threads it starts later) to its own CPU when there are
+/// two or more, so the driver and the peer never share a core: otherwise the scheduler
+/// sometimes puts both on one core and a round trip pays two context switches, which made runs
+/// bimodal. Baselines and AM series run under the same pinning. Best effort: without the CPUs
+/// or the permission the processes run unpinned.
+fn pin_to_cpu(side: Side) {
+    use nix::sched::{CpuSet, sched_getaffinity, sched_setaffinity};
+    use nix::unistd::Pid;
+    let Ok(allowed) = sched_getaffinity(Pid::from_raw(0)) else {
+        return;
+    };
+    let cpus: Vec<usize> = (0..CpuSet::count())
+        .filter(|&c| allowed.is_set(c).unwrap_or(false))
+        .collect();
+    if cpus.len() < 2 {
+        return;
+    }
+    let cpu = match side {
+        Side::Driver => cpus[0],
+        Side::Peer => cpus[cpus.len() - 1],
+    };
+    let mut set = CpuSet::new();
+    if set.set(cpu).is_ok() {
+        let _ = sched_setaffinity(Pid::from_raw(0), &set);
+    }
 }
 
 // ------------------------------------------------------------------ the driver
@@ -825,6 +860,9 @@ pub fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
     let mine = make_node_identity(&ca, "bench-driver")?;
     let theirs = make_node_identity(&ca, "bench-peer")?;
     let mut link = start_peer(&opts)?;
+    if !opts.in_process {
+        pin_to_cpu(Side::Driver);
+    }
     writeln!(
         link.out,
         "{} {} {} {}",

@@ -6,6 +6,7 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod bench_cmd;
 mod sim_cmd;
 
 /// Exit code of a run whose checks failed.
@@ -37,12 +38,20 @@ struct Cli {
 enum Command {
     /// Run the deterministic simulator (virtual clock, seeded network faults).
     Sim(sim_cmd::SimArgs),
+    /// Benchmarks, each against a baseline measured in the same run.
+    Bench(bench_cmd::BenchArgs),
 }
 
 fn main() -> ExitCode {
+    // The AM benchmark starts this executable again as its peer process.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(bench_cmd::AM_PEER_ARG) {
+        return bench_cmd::am_peer(&args[1..]);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Sim(args) => sim_cmd::run(args),
+        Command::Bench(args) => bench_cmd::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,91 @@
+//! `isotach bench …`: measurements against a baseline taken in the same run.
+
+use crate::{EXIT_FAILED, UsageError};
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use isotach_am::bench::{BenchOptions, bench_peer_main, run_bench};
+use std::process::ExitCode;
+
+/// The hidden argument that makes this executable the AM benchmark's peer process.
+pub(crate) const AM_PEER_ARG: &str = "__am-bench-peer";
+
+/// Measure; every benchmark reports its baseline from the same run and the ratio.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Debug, Subcommand)]
+enum What {
+    /// Active Messages over UDP and QUIC against raw UDP and TCP_NODELAY ping-pong and raw UDP
+    /// streaming between the same two processes: round trips (p50, p99), message rate and
+    /// bulk bandwidth, with the ratios.
+    Am(AmArgs),
+}
+
+#[derive(Debug, Args)]
+struct AmArgs {
+    /// Round trips per small-message series.
+    #[arg(long, default_value_t = BenchOptions::default().rtt_iters as u64, value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
+    rtt_iters: u64,
+    /// Requests in the message-rate run.
+    #[arg(long, default_value_t = BenchOptions::default().rate_msgs as u64, value_parser = clap::value_parser!(u64).range(10..=100_000_000))]
+    rate_msgs: u64,
+    /// 64 KiB transfers in the bandwidth run.
+    #[arg(long, default_value_t = BenchOptions::default().bulk_msgs as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    bulk_msgs: u64,
+    /// Skip the QUIC series.
+    #[arg(long)]
+    no_quic: bool,
+    /// Run the peer on a thread of this process instead of a second process.
+    #[arg(long)]
+    in_process: bool,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    match args.what {
+        What::Am(a) => am(&a),
+    }
+}
+
+fn am(a: &AmArgs) -> anyhow::Result<ExitCode> {
+    let opts = BenchOptions {
+        peer_args: vec![AM_PEER_ARG.to_string()],
+        in_process: a.in_process,
+        rtt_iters: usize::try_from(a.rtt_iters).map_err(|e| UsageError(e.to_string()))?,
+        rate_msgs: usize::try_from(a.rate_msgs).map_err(|e| UsageError(e.to_string()))?,
+        bulk_msgs: usize::try_from(a.bulk_msgs).map_err(|e| UsageError(e.to_string()))?,
+        quic: !a.no_quic,
+        ..BenchOptions::default()
+    };
+    eprintln!("bench am: two processes over loopback (this takes well under a minute)");
+    let report = match run_bench(opts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("bench am: {e}");
+            return Ok(ExitCode::from(EXIT_FAILED));
+        }
+    };
+    let text = if a.json {
+        serde_json::to_string(&report)
+    } else {
+        serde_json::to_string_pretty(&report)
+    };
+    println!("{}", text.context("encoding the report")?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the benchmark's peer side (the hidden subcommand).
+pub(crate) fn am_peer(args: &[String]) -> ExitCode {
+    match bench_peer_main(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench peer: {e}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
