@@ -94,7 +94,10 @@ mod tests {
             "the restart after the largest wraps to 0"
         );
         assert!(generation_newer(u32::MAX, 0x8000_0000));
-        assert!(!generation_newer(0x8000_0000, 0), "exactly half the space apart is not newer");
+        assert!(
+            !generation_newer(0x8000_0000, 0),
+            "exactly half the space apart is not newer"
+        );
     }
 
     #[test]
