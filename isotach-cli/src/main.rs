@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod bench_cmd;
+mod cert_cmd;
+mod config_cmd;
 mod sim_cmd;
 
 /// Exit code of a run whose checks failed.
@@ -40,6 +42,10 @@ enum Command {
     Sim(sim_cmd::SimArgs),
     /// Benchmarks, each against a baseline measured in the same run.
     Bench(bench_cmd::BenchArgs),
+    /// Validate a cluster config and its shared-memory map; errors exit 2.
+    CheckConfig(config_cmd::CheckConfigArgs),
+    /// The cluster CA and node certificates for QUIC links (mutual TLS).
+    Cert(cert_cmd::CertArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +58,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(args) => sim_cmd::run(args),
         Command::Bench(args) => bench_cmd::run(args),
+        Command::CheckConfig(args) => config_cmd::run(args),
+        Command::Cert(args) => cert_cmd::run(args),
     };
     match result {
         Ok(code) => code,

@@ -109,6 +109,59 @@ pub fn make_node_identity(ca: &CertAuthority, node_name: &str) -> Result<QuicIde
     })
 }
 
+/// A node identity from PEM text, as `isotach cert` writes it: the cluster CA certificate
+/// (`ca.pem`), this node's certificate (`NAME.pem`, the first certificate in it is used) and
+/// its PKCS#8 private key (`NAME.key`). The node certificate is checked here, so a mismatch
+/// is reported at startup rather than as a failed handshake: it must be signed by the CA,
+/// be valid now and carry the SAN [`SERVER_NAME`].
+pub fn identity_from_pem(
+    ca_pem: &[u8],
+    cert_pem: &[u8],
+    key_pem: &[u8],
+) -> Result<QuicIdentity, AmError> {
+    use rustls::pki_types::pem::PemObject;
+    fn pem_err(what: &'static str) -> impl Fn(rustls::pki_types::pem::Error) -> AmError {
+        move |e| AmError::Backend(format!("{what}: {e}"))
+    }
+    let ca = CertificateDer::from_pem_slice(ca_pem).map_err(pem_err("CA certificate"))?;
+    let cert = CertificateDer::from_pem_slice(cert_pem).map_err(pem_err("node certificate"))?;
+    let key = PrivatePkcs8KeyDer::from_pem_slice(key_pem).map_err(pem_err("node key (PKCS#8)"))?;
+    let identity = QuicIdentity {
+        ca_der: ca.to_vec(),
+        cert_der: cert.to_vec(),
+        key_der: key.secret_pkcs8_der().to_vec(),
+    };
+    check_identity(&identity)?;
+    Ok(identity)
+}
+
+/// Checks that `identity`'s certificate chains to its CA, is valid now and names
+/// [`SERVER_NAME`] — what every peer will check in the handshake.
+pub fn check_identity(identity: &QuicIdentity) -> Result<(), AmError> {
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::{ServerName, UnixTime};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from(identity.ca_der.clone()))
+        .map_err(|e| AmError::Backend(format!("CA certificate: {e}")))?;
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(tls_err)?;
+    let name = ServerName::try_from(SERVER_NAME).map_err(tls_err)?;
+    verifier
+        .verify_server_cert(
+            &CertificateDer::from(identity.cert_der.clone()),
+            &[],
+            &name,
+            &[],
+            UnixTime::now(),
+        )
+        .map_err(|e| AmError::Backend(format!("node certificate: {e}")))?;
+    Ok(())
+}
+
 /// QUIC backend settings.
 #[derive(Clone, Debug)]
 pub struct QuicConfig {
@@ -544,5 +597,66 @@ impl Transport for QuicTransport {
         };
         self.stash = got;
         Ok(self.stash.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CA and a node certificate signed by it, as PEM (what `isotach cert` writes).
+    fn pem_ca_and_node(ca_name: &str, node: &str) -> (String, String, String) {
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, ca_name);
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_key = KeyPair::generate().unwrap();
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let params =
+            CertificateParams::new(vec![SERVER_NAME.to_string(), node.to_string()]).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = params
+            .signed_by(&key, &Issuer::from_params(&ca_params, &ca_key))
+            .unwrap();
+        (ca_cert.pem(), cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn identity_from_pem_round_trips_and_checks_the_chain() {
+        let (ca, cert, key) = pem_ca_and_node("test CA", "alpha");
+        let id = identity_from_pem(ca.as_bytes(), cert.as_bytes(), key.as_bytes()).unwrap();
+        assert!(!id.ca_der.is_empty() && !id.cert_der.is_empty() && !id.key_der.is_empty());
+        let (other_ca, _, _) = pem_ca_and_node("other CA", "beta");
+        let e = identity_from_pem(other_ca.as_bytes(), cert.as_bytes(), key.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("node certificate"), "{e}");
+        let e = identity_from_pem(b"junk", cert.as_bytes(), key.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("CA certificate"), "{e}");
+        let e = identity_from_pem(ca.as_bytes(), cert.as_bytes(), cert.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("node key"), "{e}");
+    }
+
+    #[test]
+    fn a_certificate_without_the_server_name_is_refused() {
+        let ca = make_ca("test CA").unwrap();
+        let params = CertificateParams::new(vec!["alpha".to_string()]).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let cert = params
+            .signed_by(&key, &Issuer::from_params(&ca.params, &ca.key))
+            .unwrap();
+        let id = QuicIdentity {
+            ca_der: ca.cert_der.clone(),
+            cert_der: cert.der().to_vec(),
+            key_der: key.serialize_der(),
+        };
+        assert!(check_identity(&id).is_err());
+        check_identity(&make_node_identity(&ca, "alpha").unwrap()).unwrap();
     }
 }

@@ -1,0 +1,171 @@
+//! `isotach check-config FILE [--map MAPFILE] [--json]`: validate a cluster config and its
+//! shared-memory map without starting anything.
+
+use crate::UsageError;
+use clap::Args;
+use isotach_proto::config::{ClusterConfig, ConfigError};
+use isotach_smm::map::MemoryMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Validate a cluster config (and its shared-memory map file) and print a summary. Any error
+/// is printed as one line naming the file, the line and the key, and exits 2.
+#[derive(Debug, Args)]
+pub(crate) struct CheckConfigArgs {
+    /// The cluster config (TOML).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// The shared-memory map file (pages -> copysets) to check against the config's hosts.
+    #[arg(long, value_name = "MAPFILE")]
+    map: Option<PathBuf>,
+    /// Print one JSON object instead of the summary.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What a map file holds.
+#[derive(Debug, serde::Serialize)]
+struct MapSummary {
+    file: String,
+    ranges: usize,
+    pages: u64,
+}
+
+/// The summary `--json` prints.
+#[derive(Debug, serde::Serialize)]
+struct Summary {
+    file: String,
+    switches: usize,
+    hosts: usize,
+    trunks: usize,
+    max_logical_distance: u16,
+    epoch_pulses: u32,
+    token_timeout_us: u64,
+    switch_names: Vec<String>,
+    host_names: Vec<String>,
+    map: Option<MapSummary>,
+}
+
+pub(crate) fn run(args: CheckConfigArgs) -> anyhow::Result<ExitCode> {
+    let summary = check(&args.file, args.map.as_deref())?;
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        print_summary(&summary);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Loads and validates the config and the map (from `map`, else the config's `map` key).
+fn check(file: &Path, map: Option<&Path>) -> Result<Summary, UsageError> {
+    let config = ClusterConfig::load(file).map_err(|e| UsageError(locate(e, file).to_string()))?;
+    let map_path = map.map(Path::to_path_buf);
+    let map = match map_path {
+        None => None,
+        Some(path) => Some(check_map(&path, &config)?),
+    };
+    let topology = &config.topology;
+    Ok(Summary {
+        file: file.display().to_string(),
+        switches: topology.switch_count(),
+        hosts: topology.host_count(),
+        trunks: topology.trunks().len(),
+        max_logical_distance: topology.max_distance(),
+        epoch_pulses: config.timing.epoch_pulses,
+        token_timeout_us: config.timing.token_timeout_us,
+        switch_names: config.switch_names,
+        host_names: config.host_names,
+        map,
+    })
+}
+
+/// Value checks report line 1 column 1 (the value has no span): point at the key's line
+/// instead when the key is written in the file.
+fn locate(mut e: ConfigError, file: &Path) -> ConfigError {
+    if (e.line, e.column) != (1, 1) || e.key == "-" {
+        return e;
+    }
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return e;
+    };
+    if let Some((line, column)) = key_position(&text, &e.key) {
+        (e.line, e.column) = (line, column);
+    }
+    e
+}
+
+/// 1-based line and column of `key` (`table.key`, `table` or a top-level `key`) in TOML
+/// text: the key's assignment inside its table, else the table header.
+fn key_position(text: &str, key: &str) -> Option<(usize, usize)> {
+    let (table, name) = match key.split_once('.') {
+        Some((t, n)) => (Some(t), Some(n)),
+        None if text.lines().any(|l| l.trim() == format!("[{key}]")) => (Some(key), None),
+        None => (None, Some(key)),
+    };
+    let mut current: Option<&str> = None;
+    let mut header = None;
+    for (i, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        let column = line.len() - trimmed.len() + 1;
+        if let Some(rest) = trimmed.strip_prefix('[') {
+            let t = rest
+                .trim_start_matches('[')
+                .split(']')
+                .next()
+                .unwrap_or("")
+                .trim();
+            current = Some(t);
+            if Some(t) == table && header.is_none() {
+                header = Some((i + 1, column));
+            }
+            continue;
+        }
+        let assigned = trimmed.split('=').next().map(str::trim);
+        if current == table && name.is_some() && assigned == name && trimmed.contains('=') {
+            return Some((i + 1, column));
+        }
+    }
+    header
+}
+
+fn check_map(path: &Path, config: &ClusterConfig) -> Result<MapSummary, UsageError> {
+    let file = path.display().to_string();
+    let map = MemoryMap::load(path, &config.host_names).map_err(|e| UsageError(e.to_string()))?;
+    map.check_hosts(&config.topology)
+        .map_err(|e| UsageError(format!("{file}: {e}")))?;
+    let (mut ranges, mut pages) = (0, 0u64);
+    for (first, last, _) in map.ranges() {
+        ranges += 1;
+        pages += u64::from(last - first) + 1;
+    }
+    Ok(MapSummary {
+        file,
+        ranges,
+        pages,
+    })
+}
+
+fn print_summary(s: &Summary) {
+    println!("{}: ok", s.file);
+    println!(
+        "  switches:             {} ({})",
+        s.switches,
+        s.switch_names.join(", ")
+    );
+    println!(
+        "  hosts:                {} ({})",
+        s.hosts,
+        s.host_names.join(", ")
+    );
+    println!("  trunks:               {}", s.trunks);
+    println!("  max logical distance: {}", s.max_logical_distance);
+    println!("  epoch:                {} pulses", s.epoch_pulses);
+    println!("  token timeout:        {} us", s.token_timeout_us);
+    match &s.map {
+        Some(m) => println!(
+            "  map:                  {}: ok, {} ranges, {} pages",
+            m.file, m.ranges, m.pages
+        ),
+        None => println!("  map:                  none"),
+    }
+}

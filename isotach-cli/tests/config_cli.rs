@@ -1,0 +1,175 @@
+//! `isotach check-config` through the built binary: the example config passes, and every bad
+//! config or map exits 2 with one error line naming the file, the line and the key.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn isotach(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_isotach"))
+        .args(args)
+        .output()
+        .expect("run the isotach binary")
+}
+
+fn example() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/cluster.toml")
+}
+
+/// A fresh directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "isotach-config-{}-{}-{nanos}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+    fn write(&self, name: &str, text: &str) -> String {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const GOOD: &str = r#"[timing]
+token-timeout-us = 2000
+
+[[switch]]
+name = "tm0"
+[[switch]]
+name = "tm1"
+
+[[host]]
+name = "alpha"
+switch = "tm0"
+[[host]]
+name = "beta"
+switch = "tm1"
+
+[[trunk]]
+between = ["tm0", "tm1"]
+"#;
+
+/// Runs check-config and expects exit 2 with exactly one error line starting with
+/// `file:line:`; returns that line.
+fn refused(args: &[&str], file: &str, line: usize) -> String {
+    let out = isotach(args);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "one error line: {stderr}");
+    let want = format!("error: {file}:{line}:");
+    assert!(stderr.starts_with(&want), "want {want}…, got {stderr}");
+    stderr
+}
+
+#[test]
+fn the_example_config_passes() {
+    let file = example();
+    let f = file.to_str().unwrap();
+    let out = isotach(&["check-config", f]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    for want in [
+        "switches:",
+        "hosts:",
+        "trunks:",
+        "max logical distance:",
+        "epoch:",
+    ] {
+        assert!(text.contains(want), "{want} missing in {text}");
+    }
+
+    let out = isotach(&["check-config", f, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "one JSON object: {stdout}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["switches"], 2);
+    assert_eq!(v["hosts"], 4);
+    assert_eq!(v["trunks"], 1);
+    assert_eq!(v["max_logical_distance"], 2);
+    assert_eq!(v["epoch_pulses"], 64);
+    assert_eq!(v["token_timeout_us"], 5000);
+}
+
+#[test]
+fn a_config_with_a_map_passes() {
+    let dir = TempDir::new();
+    let c = dir.write("c.toml", GOOD);
+    let m = dir.write("c.map", "# forks\n0-3 alpha beta\n4 1\n");
+    let out = isotach(&["check-config", &c, "--map", &m, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["map"]["ranges"], 2);
+    assert_eq!(v["map"]["pages"], 5);
+}
+
+#[test]
+fn unknown_key_names_file_line_and_key() {
+    let dir = TempDir::new();
+    let c = dir.write(
+        "c.toml",
+        &GOOD.replace("token-timeout-us", "token-timeout-ms"),
+    );
+    let e = refused(&["check-config", &c], &c, 2);
+    assert!(e.contains("token-timeout-ms"), "{e}");
+}
+
+#[test]
+fn bad_switch_name_names_the_host_line() {
+    let dir = TempDir::new();
+    let c = dir.write(
+        "c.toml",
+        &GOOD.replace("switch = \"tm1\"", "switch = \"tm9\""),
+    );
+    let e = refused(&["check-config", &c], &c, 14);
+    assert!(e.contains("host.switch") && e.contains("tm9"), "{e}");
+}
+
+#[test]
+fn zero_timeout_names_the_key_line() {
+    let dir = TempDir::new();
+    let c = dir.write("c.toml", &GOOD.replace("2000", "0"));
+    let e = refused(&["check-config", &c], &c, 2);
+    assert!(e.contains("timing.token-timeout-us"), "{e}");
+}
+
+#[test]
+fn bad_map_line_names_the_map_file_and_line() {
+    let dir = TempDir::new();
+    let c = dir.write("c.toml", GOOD);
+    let m = dir.write("c.map", "0-3 alpha beta\n4 zeta\n");
+    let e = refused(&["check-config", &c, "--map", &m], &m, 2);
+    assert!(e.contains("zeta"), "{e}");
+    let m = dir.write("overlap.map", "0-3 alpha\n\n2 beta\n");
+    refused(&["check-config", &c, "--map", &m], &m, 3);
+}
+
+#[test]
+fn missing_files_exit_2() {
+    let dir = TempDir::new();
+    let c = dir.0.join("nope.toml");
+    let c = c.to_str().unwrap();
+    let e = refused(&["check-config", c], c, 0);
+    assert!(e.contains("cannot read"), "{e}");
+    let good = dir.write("c.toml", GOOD);
+    let m = dir.0.join("nope.map");
+    let m = m.to_str().unwrap();
+    refused(&["check-config", &good, "--map", m], m, 0);
+}
