@@ -8,6 +8,7 @@
 //! - [`Core`]: the protocol state machine; time and datagrams in, datagrams, handler runs,
 //!   returned messages and timer deadlines out. No sockets, clocks or randomness.
 //! - [`Bundle`]: the API; drives one `Core` over one [`Transport`].
+//! - [`port`]: reliable per-peer FIFO packet links with a hello handshake, for the daemons.
 //! - [`backend`]: transports: [`backend::mem`] (deterministic, virtual time, fault model),
 //!   [`backend::udp`] (tokio + socket2 + batched receive), [`backend::quic`] (quinn, TLS
 //!   from a cluster CA).
@@ -21,6 +22,7 @@ mod core;
 mod error;
 pub mod frame;
 mod msg;
+pub mod port;
 pub mod rng;
 pub mod sim;
 mod transport;

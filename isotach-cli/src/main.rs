@@ -9,6 +9,9 @@ use std::process::ExitCode;
 mod bench_cmd;
 mod cert_cmd;
 mod config_cmd;
+mod daemon_cmd;
+mod demo_cmd;
+mod philo_app;
 mod sim_cmd;
 
 /// Exit code of a run whose checks failed.
@@ -46,6 +49,14 @@ enum Command {
     CheckConfig(config_cmd::CheckConfigArgs),
     /// The cluster CA and node certificates for QUIC links (mutual TLS).
     Cert(cert_cmd::CertArgs),
+    /// Run a token manager daemon (one per switch) until SIGINT/SIGTERM.
+    Tm(daemon_cmd::TmArgs),
+    /// Run an SIU daemon (one per host) until SIGINT/SIGTERM.
+    Siu(daemon_cmd::SiuArgs),
+    /// Run one dining philosopher on this host over its SIU daemon.
+    Philo(daemon_cmd::PhiloArgs),
+    /// Embedded demos: the whole system in one process over loopback.
+    Demo(demo_cmd::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +71,10 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_cmd::run(args),
         Command::CheckConfig(args) => config_cmd::run(args),
         Command::Cert(args) => cert_cmd::run(args),
+        Command::Tm(args) => daemon_cmd::run_tm(args),
+        Command::Siu(args) => daemon_cmd::run_siu(args),
+        Command::Philo(args) => daemon_cmd::run_philo(args),
+        Command::Demo(args) => demo_cmd::run(args),
     };
     match result {
         Ok(code) => code,

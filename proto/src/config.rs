@@ -1,13 +1,15 @@
 //! The cluster configuration (TOML): switches, hosts, trunks, protocol timing and limits.
 //!
 //! Keys are kebab-case and unknown keys are refused. Every error names the file, the line and
-//! column, and the key. The daemons (a later issue) add addresses and transports here; the
-//! simulator builds the same [`ClusterConfig`] in memory.
+//! column, and the key. The daemons read the addresses (`[[switch]] listen`, `[[host]] siu` and
+//! `app`), the transport (`[transport] kind`) and the SMM map file (`map`); the simulator builds
+//! the same [`ClusterConfig`] in memory without them.
 
 use crate::topology::{SwitchId, Topology, TopologyError};
 use serde::Deserialize;
 use std::collections::HashMap;
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use thiserror::Error;
 use toml::Spanned;
 
@@ -58,10 +60,31 @@ impl Default for Limits {
     }
 }
 
+/// Which transport carries the SIU↔TM, TM↔TM and SMM↔SIU links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransportKind {
+    /// Active Messages over UDP (reliable, per-peer FIFO): for trusted networks.
+    #[default]
+    Udp,
+    /// Active Messages over QUIC with mutual TLS (not yet driven by the daemons).
+    Quic,
+}
+
+/// The `[transport]` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct TransportConfig {
+    /// `"udp"` (default) or `"quic"`.
+    pub kind: TransportKind,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct SwitchEntry {
     name: Spanned<String>,
+    #[serde(default)]
+    listen: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -69,6 +92,10 @@ struct SwitchEntry {
 struct HostEntry {
     name: Spanned<String>,
     switch: Spanned<String>,
+    #[serde(default)]
+    siu: Option<Spanned<String>>,
+    #[serde(default)]
+    app: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -80,6 +107,10 @@ struct TrunkEntry {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct RawConfig {
+    #[serde(default)]
+    map: Option<Spanned<String>>,
+    #[serde(default)]
+    transport: TransportConfig,
     #[serde(default)]
     timing: Timing,
     #[serde(default)]
@@ -121,6 +152,16 @@ pub struct ClusterConfig {
     pub timing: Timing,
     /// Table limits.
     pub limits: Limits,
+    /// Where each switch's token manager listens (`[[switch]] listen`), by switch id.
+    pub switch_listen: Vec<Option<SocketAddr>>,
+    /// Where each host's SIU daemon listens (`[[host]] siu`), by host id.
+    pub host_siu: Vec<Option<SocketAddr>>,
+    /// Where each host's SMM application listens (`[[host]] app`), by host id.
+    pub host_app: Vec<Option<SocketAddr>>,
+    /// The transport of every link.
+    pub transport: TransportConfig,
+    /// The SMM map file (`map`), resolved against the config file's directory.
+    pub map_file: Option<PathBuf>,
 }
 
 impl ClusterConfig {
@@ -132,7 +173,24 @@ impl ClusterConfig {
             topology: Topology::line(hosts, switches)?,
             timing: Timing::default(),
             limits: Limits::default(),
+            switch_listen: vec![None; switches],
+            host_siu: vec![None; hosts],
+            host_app: vec![None; hosts],
+            transport: TransportConfig::default(),
+            map_file: None,
         })
+    }
+
+    /// The switch (token manager) called `name`.
+    pub fn switch_id(&self, name: &str) -> Option<SwitchId> {
+        let i = self.switch_names.iter().position(|n| n == name)?;
+        SwitchId::try_from(i).ok()
+    }
+
+    /// The host called `name`.
+    pub fn host_id(&self, name: &str) -> Option<crate::topology::HostId> {
+        let i = self.host_names.iter().position(|n| n == name)?;
+        crate::topology::HostId::try_from(i).ok()
     }
 
     /// Reads and validates a configuration file.
@@ -145,7 +203,13 @@ impl ClusterConfig {
             key: "-".into(),
             message: format!("cannot read: {e}"),
         })?;
-        Self::parse(&text, &file)
+        let mut c = Self::parse(&text, &file)?;
+        // A relative map path is relative to the config file, not to the working directory.
+        if let Some(m) = c.map_file.take() {
+            let base = path.parent().unwrap_or(Path::new(""));
+            c.map_file = Some(if m.is_relative() { base.join(m) } else { m });
+        }
+        Ok(c)
     }
 
     /// Parses and validates configuration text; `file` names it in errors.
@@ -200,6 +264,32 @@ impl ClusterConfig {
             };
             trunks.push((a, b));
         }
+        let addr =
+            |v: &Option<Spanned<String>>, key: &str| -> Result<Option<SocketAddr>, ConfigError> {
+                let Some(v) = v else { return Ok(None) };
+                v.get_ref().parse::<SocketAddr>().map(Some).map_err(|_| {
+                    let msg = format!("`{}` is not an IP:port socket address", v.get_ref());
+                    err(Some(v.span()), key, msg)
+                })
+            };
+        let mut switch_listen = Vec::new();
+        for s in &raw.switches {
+            switch_listen.push(addr(&s.listen, "switch.listen")?);
+        }
+        let (mut host_siu, mut host_app) = (Vec::new(), Vec::new());
+        for h in &raw.hosts {
+            host_siu.push(addr(&h.siu, "host.siu")?);
+            host_app.push(addr(&h.app, "host.app")?);
+        }
+        check_unique_addrs(&raw, &switch_listen, &host_siu, &host_app)
+            .map_err(|(span, key, msg)| err(Some(span), key, msg))?;
+        let map_file = match &raw.map {
+            Some(m) if m.get_ref().trim().is_empty() => {
+                return Err(err(Some(m.span()), "map", "empty path".into()));
+            }
+            Some(m) => Some(PathBuf::from(m.get_ref())),
+            None => None,
+        };
         check_values(&raw).map_err(|(key, msg)| err(None, key, msg))?;
         let topology = Topology::new(raw.switches.len(), host_switch, trunks)
             .map_err(|e| err(None, "-", e.to_string()))?;
@@ -214,8 +304,44 @@ impl ClusterConfig {
             topology,
             timing: raw.timing,
             limits: raw.limits,
+            switch_listen,
+            host_siu,
+            host_app,
+            transport: raw.transport,
+            map_file,
         })
     }
+}
+
+/// No two daemons or applications may be configured to listen on the same address.
+fn check_unique_addrs(
+    raw: &RawConfig,
+    switch_listen: &[Option<SocketAddr>],
+    host_siu: &[Option<SocketAddr>],
+    host_app: &[Option<SocketAddr>],
+) -> Result<(), (std::ops::Range<usize>, &'static str, String)> {
+    let mut seen: HashMap<SocketAddr, ()> = HashMap::new();
+    let switches = raw.switches.iter().zip(switch_listen);
+    let entries = switches
+        .filter_map(|(s, a)| Some((s.listen.as_ref()?.span(), "switch.listen", (*a)?)))
+        .chain(
+            raw.hosts
+                .iter()
+                .zip(host_siu)
+                .filter_map(|(h, a)| Some((h.siu.as_ref()?.span(), "host.siu", (*a)?))),
+        )
+        .chain(
+            raw.hosts
+                .iter()
+                .zip(host_app)
+                .filter_map(|(h, a)| Some((h.app.as_ref()?.span(), "host.app", (*a)?))),
+        );
+    for (span, key, a) in entries {
+        if a.port() != 0 && seen.insert(a, ()).is_some() {
+            return Err((span, key, format!("address {a} is used twice")));
+        }
+    }
+    Ok(())
 }
 
 fn check_values(raw: &RawConfig) -> Result<(), (&'static str, String)> {
@@ -335,6 +461,68 @@ between = ["tm0", "tm1"]
         let text = GOOD.replace("token-timeout-us = 2000", "epoch-pulses = 2");
         let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
         assert_eq!(e.key, "timing.epoch-pulses", "{e}");
+    }
+
+    const ADDRS: &str = r#"
+map = "forks.map"
+
+[transport]
+kind = "udp"
+
+[[switch]]
+name = "tm0"
+listen = "127.0.0.1:7000"
+
+[[host]]
+name = "alpha"
+switch = "tm0"
+siu = "127.0.0.1:7100"
+app = "127.0.0.1:7200"
+[[host]]
+name = "beta"
+switch = "tm0"
+"#;
+
+    #[test]
+    fn addresses_transport_and_map_are_read() {
+        let c = ClusterConfig::parse(ADDRS, "a.toml").unwrap();
+        assert_eq!(c.switch_listen, [Some("127.0.0.1:7000".parse().unwrap())]);
+        assert_eq!(c.host_siu[0], Some("127.0.0.1:7100".parse().unwrap()));
+        assert_eq!(c.host_app, [Some("127.0.0.1:7200".parse().unwrap()), None]);
+        assert_eq!(c.transport.kind, TransportKind::Udp);
+        assert_eq!(c.map_file, Some(PathBuf::from("forks.map")));
+        assert_eq!((c.switch_id("tm0"), c.host_id("beta")), (Some(0), Some(1)));
+        assert_eq!(c.host_id("zeta"), None);
+    }
+
+    #[test]
+    fn bad_address_names_line_and_key() {
+        let text = ADDRS.replace("127.0.0.1:7100", "localhost");
+        let e = ClusterConfig::parse(&text, "a.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (14, "host.siu"), "{e}");
+        assert!(e.to_string().starts_with("a.toml:14:"), "{e}");
+    }
+
+    #[test]
+    fn duplicate_address_is_refused() {
+        let text = ADDRS.replace("127.0.0.1:7200", "127.0.0.1:7000");
+        let e = ClusterConfig::parse(&text, "a.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (15, "host.app"), "{e}");
+    }
+
+    #[test]
+    fn unknown_transport_kind_is_refused() {
+        let text = ADDRS.replace("kind = \"udp\"", "kind = \"tcp\"");
+        let e = ClusterConfig::parse(&text, "a.toml").unwrap_err();
+        assert_eq!(e.line, 5, "{e}");
+        assert!(e.message.contains("tcp"), "{e}");
+    }
+
+    #[test]
+    fn unknown_host_key_is_refused() {
+        let text = ADDRS.replace("app = ", "application = ");
+        let e = ClusterConfig::parse(&text, "a.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (15, "application"), "{e}");
     }
 
     #[test]

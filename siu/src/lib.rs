@@ -14,6 +14,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "daemon")]
+pub mod daemon;
 mod machine;
 mod pulse;
 

@@ -104,6 +104,10 @@ impl Siu {
     // ---------------------------------------------------------------------------------------
     // Observers
 
+    /// The configuration.
+    pub fn config(&self) -> &SiuConfig {
+        &self.cfg
+    }
     /// The host this SIU serves.
     pub fn host(&self) -> HostId {
         self.cfg.host

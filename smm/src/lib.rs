@@ -11,6 +11,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "daemon")]
+pub mod am_link;
 pub mod driver;
 pub mod map;
 mod memory;

@@ -525,5 +525,8 @@ impl Link {
     }
 }
 
+#[cfg(feature = "daemon")]
+pub mod daemon;
+
 #[cfg(test)]
 mod tests;

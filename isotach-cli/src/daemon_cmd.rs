@@ -1,0 +1,245 @@
+//! `isotach tm`, `isotach siu` and `isotach philo`: the daemons and one application process.
+//!
+//! The drivers live with their state machines (`isotach_tm::daemon`, `isotach_siu::daemon`,
+//! feature `daemon`); this module loads the config, binds the sockets, installs the signal
+//! handlers and runs them.
+
+use crate::philo_app::{PhiloParams, forks_map, run_philosopher};
+use crate::{EXIT_FAILED, UsageError};
+use clap::Args;
+use isotach_am::backend::udp::UdpTransport;
+use isotach_am::port::{DEFAULT_TAG, PacketPort};
+use isotach_proto::config::{ClusterConfig, TransportKind};
+use isotach_siu::Siu;
+use isotach_siu::daemon::{SiuDaemon, siu_setup};
+use isotach_smm::am_link::AmSiuLink;
+use isotach_smm::{SmmConfig, SmmLimits, SmmNode};
+use isotach_tm::TokenManager;
+use isotach_tm::daemon::{TmDaemon, tm_setup};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+/// Run a token manager (one per switch).
+#[derive(Debug, Args)]
+pub(crate) struct TmArgs {
+    /// Cluster config (TOML).
+    #[arg(long, value_name = "FILE", env = "ISOTACH_CONFIG")]
+    config: PathBuf,
+    /// This token manager's switch name (`[[switch]] name`).
+    #[arg(long, env = "ISOTACH_NAME")]
+    name: String,
+}
+
+/// Run an SIU (one per host).
+#[derive(Debug, Args)]
+pub(crate) struct SiuArgs {
+    /// Cluster config (TOML).
+    #[arg(long, value_name = "FILE", env = "ISOTACH_CONFIG")]
+    config: PathBuf,
+    /// This SIU's host name (`[[host]] name`).
+    #[arg(long, env = "ISOTACH_HOST")]
+    host: String,
+}
+
+/// Run one dining philosopher on this host, over its SIU daemon. Every host of the config
+/// runs one; forks are shared variables held by neighbouring hosts. Exits 0 when this
+/// philosopher ate every meal and every philosopher reached the end barrier.
+#[derive(Debug, Args)]
+pub(crate) struct PhiloArgs {
+    /// Cluster config (TOML).
+    #[arg(long, value_name = "FILE", env = "ISOTACH_CONFIG")]
+    config: PathBuf,
+    /// This host's name (`[[host]] name`).
+    #[arg(long, env = "ISOTACH_HOST")]
+    host: String,
+    /// Meals to eat.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    meals: u64,
+    /// Give up (exit 1) after this many seconds.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    timeout_s: u64,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Loads the config; refuses a transport the daemons do not drive yet.
+pub(crate) fn load(path: &Path) -> Result<ClusterConfig, UsageError> {
+    let c = ClusterConfig::load(path).map_err(|e| UsageError(e.to_string()))?;
+    if c.transport.kind == TransportKind::Quic {
+        return Err(UsageError(format!(
+            "{}: transport.kind: \"quic\" is not driven by the daemons yet; use \"udp\"",
+            path.display()
+        )));
+    }
+    Ok(c)
+}
+
+/// Logs to stderr; `RUST_LOG` overrides `default`.
+pub(crate) fn init_logs(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub(crate) async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("signal received: shutting down");
+}
+
+pub(crate) fn run_tm(args: TmArgs) -> anyhow::Result<ExitCode> {
+    let cluster = load(&args.config)?;
+    let switch = cluster.switch_id(&args.name).ok_or_else(|| {
+        UsageError(format!(
+            "{}: no switch named `{}`",
+            args.config.display(),
+            args.name
+        ))
+    })?;
+    let (cfg, listen, peers) = tm_setup(&cluster, switch)
+        .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
+    init_logs("info");
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let t = UdpTransport::bind(listen).map_err(|e| anyhow::anyhow!("bind {listen}: {e}"))?;
+        let port = PacketPort::new(t, &peers, DEFAULT_TAG)?;
+        TmDaemon::new(TokenManager::new(cfg), port)
+            .run(shutdown_signal())
+            .await?;
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub(crate) fn run_siu(args: SiuArgs) -> anyhow::Result<ExitCode> {
+    let cluster = load(&args.config)?;
+    let host = cluster.host_id(&args.host).ok_or_else(|| {
+        UsageError(format!(
+            "{}: no host named `{}`",
+            args.config.display(),
+            args.host
+        ))
+    })?;
+    let (cfg, listen, peers) = siu_setup(&cluster, host)
+        .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
+    init_logs("info");
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let t = UdpTransport::bind(listen).map_err(|e| anyhow::anyhow!("bind {listen}: {e}"))?;
+        let port = PacketPort::new(t, &peers, DEFAULT_TAG)?;
+        SiuDaemon::new(Siu::new(cfg), port)
+            .run(shutdown_signal())
+            .await?;
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// `isotach philo --json` output.
+#[derive(Debug, Serialize)]
+struct PhiloSummary {
+    host: String,
+    meals: u64,
+    retries: u64,
+    elapsed_s: f64,
+    isochron_latency_p50_us: u64,
+    isochron_latency_p99_us: u64,
+    ok: bool,
+}
+
+pub(crate) fn run_philo(args: PhiloArgs) -> anyhow::Result<ExitCode> {
+    let cluster = load(&args.config)?;
+    let file = args.config.display().to_string();
+    let host = cluster
+        .host_id(&args.host)
+        .ok_or_else(|| UsageError(format!("{file}: no host named `{}`", args.host)))?;
+    let n = cluster.topology.host_count();
+    if n < 2 {
+        return Err(UsageError(format!(
+            "{file}: dining philosophers needs at least 2 hosts"
+        ))
+        .into());
+    }
+    let h = usize::from(host);
+    let (Some(app), Some(siu)) = (cluster.host_app[h], cluster.host_siu[h]) else {
+        return Err(UsageError(format!(
+            "{file}: host `{}` needs siu and app addresses",
+            args.host
+        ))
+        .into());
+    };
+    init_logs("warn");
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(args.timeout_s);
+    let link = AmSiuLink::connect_udp(app, siu, Duration::from_secs(args.timeout_s))?;
+    let node = SmmNode::new(SmmConfig {
+        host,
+        topology: Arc::new(cluster.topology.clone()),
+        map: Arc::new(forks_map(n)),
+        limits: SmmLimits::default(),
+        record: false,
+    });
+    let mut smm = isotach_smm::Smm::new(node, link);
+    let params = PhiloParams {
+        me: h,
+        n,
+        meals: args.meals,
+        deadline,
+        progress: Arc::new(AtomicU64::new(0)),
+    };
+    let out = match run_philosopher(&mut smm, &params) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(EXIT_FAILED));
+        }
+    };
+    let (p50, p99, _) = crate::demo_cmd::latency_summary(&out.latencies_us);
+    let s = PhiloSummary {
+        host: args.host.clone(),
+        meals: out.meals,
+        retries: out.retries,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        isochron_latency_p50_us: p50,
+        isochron_latency_p99_us: p99,
+        ok: out.meals == args.meals,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&s)?);
+    } else {
+        println!(
+            "philosopher {}: {} meals ({} retries) in {:.2} s; isochron latency p50 {} µs, p99 {} µs",
+            s.host,
+            s.meals,
+            s.retries,
+            s.elapsed_s,
+            s.isochron_latency_p50_us,
+            s.isochron_latency_p99_us
+        );
+    }
+    Ok(if s.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILED)
+    })
+}

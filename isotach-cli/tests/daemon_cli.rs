@@ -1,0 +1,234 @@
+//! The daemons, `isotach philo` and `isotach demo philo` as processes. No timed assertions:
+//! every deadline here is a liveness guard, and every process a test starts is killed when the
+//! test ends (also on failure).
+
+use std::fs::File;
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_isotach");
+/// Liveness guard for whole runs (a loaded 2-core machine may be slow; never an assertion).
+const GUARD: Duration = Duration::from_secs(180);
+
+/// Kills every child it holds when dropped.
+struct Procs(Vec<(String, Child)>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("isotach-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Free loopback UDP ports: bound to port 0 and released (all held until every one is picked,
+/// so they are distinct).
+fn free_addrs(n: usize) -> Vec<String> {
+    let socks: Vec<UdpSocket> = (0..n)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    socks
+        .iter()
+        .map(|s| s.local_addr().unwrap().to_string())
+        .collect()
+}
+
+fn spawn(dir: &Path, label: &str, args: &[&str]) -> (String, Child) {
+    let log = File::create(dir.join(format!("{label}.log"))).unwrap();
+    let child = Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    (label.to_string(), child)
+}
+
+fn wait_guarded(c: &mut Child, until: Instant) -> Option<ExitStatus> {
+    while Instant::now() < until {
+        if let Some(s) = c.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+fn logs(dir: &Path) -> String {
+    let mut all = String::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "log") {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            all.push_str(&format!("--- {}\n{text}\n", e.path().display()));
+        }
+    }
+    all
+}
+
+#[test]
+fn demo_philo_json_exits_0_with_the_keys() {
+    let out: Output = Command::new(BIN)
+        .args([
+            "demo",
+            "philo",
+            "--philosophers",
+            "3",
+            "--meals",
+            "5",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "status {:?}\nstdout {stdout}\nstderr {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    for key in [
+        "philosophers",
+        "meals",
+        "meals_per_s",
+        "pulses_per_s",
+        "isochron_latency_p50_us",
+        "isochron_latency_p99_us",
+        "safety_violations",
+        "elapsed_s",
+        "ok",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key}: {v}");
+    }
+    assert_eq!(v["meals"], 15);
+    assert_eq!(v["safety_violations"], 0);
+    assert_eq!(v["ok"], true);
+}
+
+#[test]
+fn daemons_and_two_philosopher_processes_on_loopback() {
+    let dir = scratch("daemons");
+    let a = free_addrs(5);
+    let config = format!(
+        r#"
+[transport]
+kind = "udp"
+
+[[switch]]
+name = "tm0"
+listen = "{}"
+
+[[host]]
+name = "alpha"
+switch = "tm0"
+siu = "{}"
+app = "{}"
+
+[[host]]
+name = "beta"
+switch = "tm0"
+siu = "{}"
+app = "{}"
+"#,
+        a[0], a[1], a[2], a[3], a[4]
+    );
+    let cfg = dir.join("cluster.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let mut procs = Procs(Vec::new());
+    // Start in an awkward order: applications and the non-initiating SIU first.
+    for (label, args) in [
+        (
+            "philo-beta",
+            vec!["philo", "--config", cfg, "--host", "beta", "--meals", "5"],
+        ),
+        ("siu-beta", vec!["siu", "--config", cfg, "--host", "beta"]),
+        (
+            "philo-alpha",
+            vec!["philo", "--config", cfg, "--host", "alpha", "--meals", "5"],
+        ),
+        ("siu-alpha", vec!["siu", "--config", cfg, "--host", "alpha"]),
+        ("tm0", vec!["tm", "--config", cfg, "--name", "tm0"]),
+    ] {
+        procs.0.push(spawn(&dir, label, &args));
+    }
+    let until = Instant::now() + GUARD;
+    for i in [0, 2] {
+        let status = wait_guarded(&mut procs.0[i].1, until);
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{} ended with {status:?}\n{}",
+            procs.0[i].0,
+            logs(&dir)
+        );
+    }
+    // Graceful shutdown: SIGTERM, then every daemon exits 0.
+    for i in [1, 3, 4] {
+        let pid = procs.0[i].1.id().to_string();
+        let ok = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(ok.success());
+    }
+    for i in [1, 3, 4] {
+        let status = wait_guarded(&mut procs.0[i].1, Instant::now() + GUARD);
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{} ended with {status:?}\n{}",
+            procs.0[i].0,
+            logs(&dir)
+        );
+    }
+    drop(procs);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_address_in_config_exits_2_naming_file_line_and_key() {
+    let dir = scratch("badcfg");
+    let cfg = dir.join("bad.toml");
+    std::fs::write(
+        &cfg,
+        "[[switch]]\nname = \"tm0\"\nlisten = \"127.0.0.1:7000\"\n\n[[host]]\nname = \"a\"\nswitch = \"tm0\"\nsiu = \"not-an-address\"\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["tm", "--config", cfg.to_str().unwrap(), "--name", "tm0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("bad.toml:8:"), "{stderr}");
+    assert!(stderr.contains("host.siu"), "{stderr}");
+    // A missing address the daemon needs, and an unknown name, are usage errors too.
+    std::fs::write(
+        &cfg,
+        "[[switch]]\nname = \"tm0\"\n\n[[host]]\nname = \"a\"\nswitch = \"tm0\"\n",
+    )
+    .unwrap();
+    for args in [
+        vec!["tm", "--name", "tm0"],
+        vec!["siu", "--host", "a"],
+        vec!["tm", "--name", "nope"],
+    ] {
+        let out = Command::new(BIN)
+            .args(&args)
+            .args(["--config", cfg.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("bad.toml"), "{args:?}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
