@@ -15,7 +15,7 @@ pub(crate) struct CheckConfigArgs {
     /// The cluster config (TOML).
     #[arg(value_name = "FILE")]
     file: PathBuf,
-    /// The shared-memory map file (pages -> copysets) to check against the config's hosts.
+    /// The shared-memory map file; overrides the config's `map` key.
     #[arg(long, value_name = "MAPFILE")]
     map: Option<PathBuf>,
     /// Print one JSON object instead of the summary.
@@ -59,7 +59,9 @@ pub(crate) fn run(args: CheckConfigArgs) -> anyhow::Result<ExitCode> {
 /// Loads and validates the config and the map (from `map`, else the config's `map` key).
 fn check(file: &Path, map: Option<&Path>) -> Result<Summary, UsageError> {
     let config = ClusterConfig::load(file).map_err(|e| UsageError(locate(e, file).to_string()))?;
-    let map_path = map.map(Path::to_path_buf);
+    let map_path = map
+        .map(Path::to_path_buf)
+        .or_else(|| config.map_file.clone());
     let map = match map_path {
         None => None,
         Some(path) => Some(check_map(&path, &config)?),

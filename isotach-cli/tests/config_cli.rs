@@ -173,3 +173,25 @@ fn missing_files_exit_2() {
     let m = m.to_str().unwrap();
     refused(&["check-config", &good, "--map", m], m, 0);
 }
+
+#[test]
+fn the_config_map_key_is_checked_relative_to_the_config() {
+    let dir = TempDir::new();
+    let c = dir.write("c.toml", &format!("map = \"c.map\"\n{GOOD}"));
+    let m = dir.write("c.map", "0-3 alpha beta\n");
+    let out = isotach(&["check-config", &c, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["map"]["file"], m.as_str());
+    assert_eq!(v["map"]["pages"], 4);
+    // A bad line in the map the config names is reported in the map file.
+    std::fs::write(&m, "0-3 alpha beta\n\n4 zeta\n").unwrap();
+    let e = refused(&["check-config", &c], &m, 3);
+    assert!(e.contains("zeta"), "{e}");
+    // --map wins over the config's key.
+    let other = dir.write("other.map", "7 beta\n");
+    let out = isotach(&["check-config", &c, "--map", &other, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["map"]["file"], other.as_str());
+}
