@@ -13,7 +13,7 @@
 //! A failing input is replayed with `cargo fuzz run <target> <file>`; inputs that found bugs
 //! are kept in `fuzz/regressions/`.
 
-use isotach_proto::config::{ClusterConfig, Limits, Timing};
+use isotach_proto::config::{ClusterConfig, Limits, Timing, TransportKind};
 use isotach_proto::packet::{
     self, BarrierSignalMarker, DecodeError, EndOfIsochron, EopMarker, IsochronMarker,
     IsotachMessage, Kind, Packet, PlainMessage, Sref, SrefOp, StartOfIsochron, Token, Width,
@@ -279,6 +279,14 @@ fn toml_str(s: &str) -> String {
 pub fn render_config(c: &ClusterConfig) -> String {
     use std::fmt::Write;
     let mut t = String::new();
+    if let Some(map) = &c.map_file {
+        let _ = writeln!(t, "map = {}\n", toml_str(&map.display().to_string()));
+    }
+    let kind = match c.transport.kind {
+        TransportKind::Udp => "udp",
+        TransportKind::Quic => "quic",
+    };
+    let _ = writeln!(t, "[transport]\nkind = {}\n", toml_str(kind));
     let _ = writeln!(
         t,
         "[timing]\ntoken-timeout-us = {}\nepoch-pulses = {}\n",
@@ -295,8 +303,11 @@ pub fn render_config(c: &ClusterConfig) -> String {
         l.queue_packets_max,
         l.isochron_open_us_max
     );
-    for s in &c.switch_names {
+    for (i, s) in c.switch_names.iter().enumerate() {
         let _ = writeln!(t, "[[switch]]\nname = {}", toml_str(s));
+        if let Some(a) = c.switch_listen.get(i).copied().flatten() {
+            let _ = writeln!(t, "listen = {}", toml_str(&a.to_string()));
+        }
     }
     for (h, name) in c.host_names.iter().enumerate() {
         let sw = &c.switch_names[usize::from(c.topology.switch_of(h as u16))];
@@ -306,6 +317,12 @@ pub fn render_config(c: &ClusterConfig) -> String {
             toml_str(name),
             toml_str(sw)
         );
+        if let Some(a) = c.host_siu.get(h).copied().flatten() {
+            let _ = writeln!(t, "siu = {}", toml_str(&a.to_string()));
+        }
+        if let Some(a) = c.host_app.get(h).copied().flatten() {
+            let _ = writeln!(t, "app = {}", toml_str(&a.to_string()));
+        }
     }
     for &(a, b) in c.topology.trunks() {
         let (a, b) = (
