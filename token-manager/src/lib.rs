@@ -460,11 +460,15 @@ impl TokenManager {
             } else {
                 self.barrier_bits(link)
             };
-            barrier_wave |= barrier != 0 && matches!(self.links[link].peer, Hop::Host(_));
+            let to_switch = matches!(self.links[link].peer, Hop::Switch(_));
+            barrier_wave |= barrier != 0 && !to_switch;
             let t = Token {
                 seq: seq_of(wave),
                 repeat: false,
-                reset: signals.reset,
+                // An SIU delivers a token's reset bit at once (requirement 37), so hosts see the
+                // gathered reset signal only on the epoch's last wave, like the other signals;
+                // neighbouring TMs get it on every wave so it spreads in time.
+                reset: signals.reset && (end_of_epoch || to_switch),
                 end_of_epoch,
                 restart: false,
                 barrier,

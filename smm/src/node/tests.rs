@@ -397,3 +397,85 @@ fn hybrid_drain_orders_more_than_the_vector_holds() {
     assert_eq!(c.nodes[2].local_value(Addr::new(0, 3)), Some(119));
     assert!(oracle::check(&c.records()).clean());
 }
+
+#[test]
+fn signals_reach_every_host_at_the_same_pulse() {
+    let mut c = Cluster::new(3, 2, map("0 0 1 2\n", 3));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    for h in 0..3 {
+        let s = seen.clone();
+        c.nodes[h].register_signal_handler(move |bits, ts| s.lock().unwrap().push((h, bits, ts)));
+    }
+    c.nodes[0].raise_signals(0b101);
+    c.nodes[2].raise_signals(0b010);
+    c.nodes[1].send_reset_signal();
+    c.run_until(|_| seen.lock().unwrap().len() >= 6);
+    let got = seen.lock().unwrap().clone();
+    // Every host sees the OR of the raised signals and the reset signal, at one pulse.
+    for h in 0..3 {
+        let mine: Vec<_> = got
+            .iter()
+            .filter(|(x, ..)| *x == h)
+            .map(|&(_, b, t)| (b, t))
+            .collect();
+        assert_eq!(mine.len(), 2, "host {h}: {got:?}");
+        assert!(mine.contains(&(0b111, mine[0].1)), "host {h}: {got:?}");
+        assert!(
+            mine.contains(&(SmmNode::RESET_SIGNAL, mine[0].1)),
+            "host {h}: {got:?}"
+        );
+    }
+    let pulses: Vec<u64> = got.iter().map(|&(.., t)| t).collect();
+    assert!(
+        pulses.windows(2).all(|w| w[0] == w[1]),
+        "one pulse for all: {got:?}"
+    );
+    assert_eq!(
+        (pulses[0] + 1) % 16,
+        0,
+        "delivered at the end of an epoch: {got:?}"
+    );
+}
+
+#[test]
+fn hit_buffer_and_sched_limits_are_back_pressure() {
+    let topo = Arc::new(Topology::line(2, 1).unwrap());
+    let mut n = SmmNode::new(SmmConfig {
+        host: 0,
+        topology: topo,
+        map: Arc::new(map("0 0\n1 1\n", 2)),
+        limits: SmmLimits {
+            hit_buffer_max: 2,
+            scheds_max: 1,
+            ..SmmLimits::default()
+        },
+        record: false,
+    });
+    for _ in 0..2 {
+        let mut iso = n.isochron();
+        iso.write(Addr::new(1, 0), Width::W32, 1).unwrap();
+        iso.end().unwrap();
+    }
+    let mut iso = n.isochron();
+    iso.write(Addr::new(1, 0), Width::W32, 1).unwrap();
+    assert_eq!(iso.end(), Err(SmmError::Limit(Table::HitBuffer)));
+    let mut n = SmmNode::new(SmmConfig {
+        host: 0,
+        topology: Arc::new(Topology::line(1, 1).unwrap()),
+        map: Arc::new(map("0 0\n", 1)),
+        limits: SmmLimits {
+            scheds_max: 1,
+            ..SmmLimits::default()
+        },
+        record: false,
+    });
+    let mut iso = n.isochron();
+    iso.sched(Addr::new(0, 0)).unwrap();
+    iso.sched(Addr::new(0, 1)).unwrap();
+    assert_eq!(iso.end(), Err(SmmError::Limit(Table::Scheds)));
+    assert_eq!(
+        n.stats().isochrons_issued,
+        0,
+        "a refused isochron is not issued"
+    );
+}
