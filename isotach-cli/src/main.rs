@@ -13,6 +13,7 @@ mod daemon_cmd;
 mod demo_cmd;
 mod philo_app;
 mod sim_cmd;
+mod tool_cmd;
 
 /// Exit code of a run whose checks failed.
 const EXIT_FAILED: u8 = 1;
@@ -57,6 +58,8 @@ enum Command {
     Philo(daemon_cmd::PhiloArgs),
     /// Embedded demos: the whole system in one process over loopback.
     Demo(demo_cmd::DemoArgs),
+    /// SIU test tools on the real wire: token bouncer, byte generator, receiver.
+    Tool(tool_cmd::ToolArgs),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         Command::Siu(args) => daemon_cmd::run_siu(args),
         Command::Philo(args) => daemon_cmd::run_philo(args),
         Command::Demo(args) => demo_cmd::run(args),
+        Command::Tool(args) => tool_cmd::run(args),
     };
     match result {
         Ok(code) => code,
