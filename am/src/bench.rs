@@ -969,6 +969,105 @@ pub fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
     Ok(r)
 }
 
+// ------------------------------------------------- the raw baseline for other benchmarks
+
+/// The raw UDP ping-pong of [`run_bench`] on its own, for benchmarks of higher layers that
+/// report their numbers against the raw round trip between two processes measured in the same
+/// run (`isotach bench tokens` / `isotach bench isochrons`).
+///
+/// [`RawUdpBaseline::start`] starts the same peer as [`run_bench`] (a second process, or a
+/// thread with [`BenchOptions::in_process`]); each [`RawUdpBaseline::measure`] adds a block of
+/// round trips to one histogram, so a caller can measure before and after its own run. In
+/// two-process mode the ping-pong runs on a thread pinned to the driver's CPU (the peer pins
+/// itself to the peer's), the placement `isotach bench am` measures in; the caller's other
+/// threads are not pinned.
+pub struct RawUdpBaseline {
+    link: PeerLink,
+    udp: RawUdp,
+    hist: Histogram<u64>,
+    pin: bool,
+}
+
+impl std::fmt::Debug for RawUdpBaseline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawUdpBaseline")
+            .field("samples", &self.hist.len())
+            .field("pin", &self.pin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RawUdpBaseline {
+    /// Starts the peer (only `peer_args`, `peer_exe` and `in_process` of `opts` matter).
+    pub fn start(opts: &BenchOptions) -> Result<Self, BenchError> {
+        let ca = make_ca("isotach bench CA")?;
+        let theirs = make_node_identity(&ca, "bench-peer")?;
+        let mut link = start_peer(opts)?;
+        writeln!(
+            link.out,
+            "{} {} {} {}",
+            opts.datagram_bytes,
+            hex(&theirs.ca_der),
+            hex(&theirs.cert_der),
+            hex(&theirs.key_der)
+        )?;
+        link.out.flush()?;
+        let ready = link.line()?;
+        let echo: Option<u16> = ready.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+        let (true, Some(echo)) = (ready.starts_with("READY"), echo) else {
+            return Err(BenchError::Peer(format!("bad READY line {ready:?}")));
+        };
+        let udp = RawUdp::new(SocketAddr::from(([127, 0, 0, 1], echo)), true)?;
+        Ok(Self {
+            link,
+            udp,
+            hist: hist(),
+            pin: !opts.in_process,
+        })
+    }
+
+    /// Adds `iters` round trips (the first tenth are warm-up, not recorded).
+    pub fn measure(&mut self, iters: usize) -> Result<(), BenchError> {
+        let (udp, h, pin) = (&mut self.udp, &mut self.hist, self.pin);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                if pin {
+                    pin_to_cpu(Side::Driver);
+                }
+                udp.block(iters, h)
+            })
+            .join()
+            .map_err(|_| BenchError::Peer("raw ping-pong thread panicked".into()))?
+        })
+    }
+
+    /// Median round trip so far, µs (0 before any sample).
+    pub fn p50_us(&self) -> f64 {
+        us(&self.hist, 0.5)
+    }
+
+    /// 99th percentile round trip so far, µs.
+    pub fn p99_us(&self) -> f64 {
+        us(&self.hist, 0.99)
+    }
+
+    /// Round trips recorded so far.
+    pub fn samples(&self) -> u64 {
+        self.hist.len()
+    }
+
+    /// `"two_processes"` or `"threads"`.
+    pub fn mode(&self) -> &'static str {
+        if self.pin { "two_processes" } else { "threads" }
+    }
+
+    /// Stops the peer and waits for it.
+    pub fn finish(self) -> Result<(), BenchError> {
+        drop(self.udp);
+        self.link.finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -994,5 +1093,20 @@ mod tests {
         ] {
             assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k} = {}", v[k]);
         }
+    }
+
+    #[test]
+    fn raw_baseline_in_process() {
+        let opts = BenchOptions {
+            in_process: true,
+            ..BenchOptions::quick()
+        };
+        let mut b = RawUdpBaseline::start(&opts).unwrap();
+        b.measure(100).unwrap();
+        b.measure(100).unwrap();
+        assert_eq!(b.samples(), 180);
+        assert!(b.p50_us() > 0.0 && b.p99_us() >= b.p50_us());
+        assert_eq!(b.mode(), "threads");
+        b.finish().unwrap();
     }
 }

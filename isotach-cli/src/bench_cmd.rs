@@ -6,6 +6,8 @@ use clap::{Args, Subcommand};
 use isotach_am::bench::{BenchOptions, bench_peer_main, run_bench};
 use std::process::ExitCode;
 
+mod daemons;
+
 /// The hidden argument that makes this executable the AM benchmark's peer process.
 pub(crate) const AM_PEER_ARG: &str = "__am-bench-peer";
 
@@ -22,6 +24,13 @@ enum What {
     /// streaming between the same two processes: round trips (p50, p99), message rate and
     /// bulk bandwidth, with the ratios.
     Am(AmArgs),
+    /// Pulse rate of the real daemons (a token manager and N SIU daemons, 4 by default) over
+    /// loopback UDP, against the raw UDP round trip between two processes.
+    Tokens(daemons::TokensArgs),
+    /// Isochron latency (issue to local part executed at the issuer) and sref rate of the real
+    /// daemons with every host issuing continuously, against the raw UDP round trip between
+    /// two processes.
+    Isochrons(daemons::IsochronsArgs),
 }
 
 #[derive(Debug, Args)]
@@ -49,6 +58,8 @@ struct AmArgs {
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Am(a) => am(&a),
+        What::Tokens(a) => daemons::tokens(&a),
+        What::Isochrons(a) => daemons::isochrons(&a),
     }
 }
 

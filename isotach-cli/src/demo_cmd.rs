@@ -116,11 +116,30 @@ fn bind() -> anyhow::Result<UdpTransport> {
     UdpTransport::bind(any).map_err(|e| anyhow::anyhow!("bind a loopback UDP socket: {e}"))
 }
 
-fn philo(args: PhiloDemoArgs) -> anyhow::Result<ExitCode> {
-    crate::daemon_cmd::init_logs("warn");
-    let n = usize::from(args.philosophers);
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs(args.timeout_s);
+/// A token manager and N SIU daemons running on their own tokio runtime over loopback UDP,
+/// plus the N (not yet used) loopback sockets of the hosts' applications.
+pub(crate) struct LoopbackCluster {
+    /// The generated cluster config, with every address filled in.
+    pub(crate) cluster: ClusterConfig,
+    /// Each SIU daemon's gauges, by host.
+    pub(crate) gauges: Vec<Arc<SiuGauges>>,
+    /// Each host's application socket (blocking; for [`AmSiuLink`]), by host.
+    pub(crate) app_ts: Vec<UdpTransport>,
+    /// The running daemon tasks.
+    pub(crate) daemons: RunningDaemons,
+}
+
+/// The daemon tasks of a [`LoopbackCluster`] and their runtime.
+pub(crate) struct RunningDaemons {
+    rt: tokio::runtime::Runtime,
+    stop_tx: tokio::sync::watch::Sender<bool>,
+    tm_task: tokio::task::JoinHandle<Result<TokenManager, isotach_tm::daemon::DaemonError>>,
+    siu_tasks: Vec<tokio::task::JoinHandle<Result<Siu, isotach_siu::daemon::DaemonError>>>,
+}
+
+/// Starts a token manager and `n` SIU daemons (the same drivers as `isotach tm` / `isotach
+/// siu`) on a two-worker tokio runtime, over fresh loopback UDP sockets.
+pub(crate) fn start_loopback_cluster(n: usize) -> anyhow::Result<LoopbackCluster> {
     let mut cluster = ClusterConfig::generated(n, 1).map_err(|e| UsageError(e.to_string()))?;
     // The daemons' sockets are registered with the runtime (async waits); the applications'
     // are plain blocking sockets on their own threads.
@@ -163,6 +182,66 @@ fn philo(args: PhiloDemoArgs) -> anyhow::Result<ExitCode> {
         }
         (tm_task, siu_tasks)
     };
+    Ok(LoopbackCluster {
+        cluster,
+        gauges,
+        app_ts,
+        daemons: RunningDaemons {
+            rt,
+            stop_tx,
+            tm_task,
+            siu_tasks,
+        },
+    })
+}
+
+impl RunningDaemons {
+    /// Tells every daemon task to stop and waits for them (at most 10 s); returns the
+    /// daemons' errors and a note when they did not stop in time.
+    pub(crate) fn stop(self) -> Vec<String> {
+        let Self {
+            rt,
+            stop_tx,
+            tm_task,
+            siu_tasks,
+        } = self;
+        let mut problems = Vec::new();
+        let _ = stop_tx.send(true);
+        let joined = rt.block_on(async {
+            let all = async {
+                let mut errors = Vec::new();
+                if let Ok(Err(e)) = tm_task.await {
+                    errors.push(format!("token manager: {e}"));
+                }
+                for (h, t) in siu_tasks.into_iter().enumerate() {
+                    if let Ok(Err(e)) = t.await {
+                        errors.push(format!("SIU {h}: {e}"));
+                    }
+                }
+                errors
+            };
+            tokio::time::timeout(Duration::from_secs(10), all).await
+        });
+        match joined {
+            Ok(errors) => problems.extend(errors),
+            Err(_) => problems.push("daemon tasks did not stop within 10 s".into()),
+        }
+        rt.shutdown_timeout(Duration::from_secs(1));
+        problems
+    }
+}
+
+fn philo(args: PhiloDemoArgs) -> anyhow::Result<ExitCode> {
+    crate::daemon_cmd::init_logs("warn");
+    let n = usize::from(args.philosophers);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(args.timeout_s);
+    let LoopbackCluster {
+        cluster,
+        gauges,
+        app_ts,
+        daemons,
+    } = start_loopback_cluster(n)?;
     let progress = Arc::new(AtomicU64::new(0));
     let map = Arc::new(forks_map(n));
     let topology = Arc::new(cluster.topology.clone());
@@ -239,27 +318,7 @@ fn philo(args: PhiloDemoArgs) -> anyhow::Result<ExitCode> {
         }
     }
     // Stop every daemon task and wait for them (bounded).
-    let _ = stop_tx.send(true);
-    let joined = rt.block_on(async {
-        let all = async {
-            let mut errors = Vec::new();
-            if let Ok(Err(e)) = tm_task.await {
-                errors.push(format!("token manager: {e}"));
-            }
-            for (h, t) in siu_tasks.into_iter().enumerate() {
-                if let Ok(Err(e)) = t.await {
-                    errors.push(format!("SIU {h}: {e}"));
-                }
-            }
-            errors
-        };
-        tokio::time::timeout(Duration::from_secs(10), all).await
-    });
-    match joined {
-        Ok(errors) => problems.extend(errors),
-        Err(_) => problems.push("daemon tasks did not stop within 10 s".into()),
-    }
-    rt.shutdown_timeout(Duration::from_secs(1));
+    problems.extend(daemons.stop());
     if Instant::now() >= deadline {
         problems.insert(
             0,

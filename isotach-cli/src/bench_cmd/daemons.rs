@@ -1,0 +1,542 @@
+//! `isotach bench tokens` and `isotach bench isochrons`: the real daemons (a token manager and
+//! N SIU daemons, the drivers of `isotach tm` / `isotach siu`, started as in `isotach demo
+//! philo`) and N SMM applications in this process over loopback UDP, against the raw UDP round
+//! trip between two processes measured in the same run (the ping-pong of `isotach bench am`,
+//! half its round trips before the daemons start and half after they stopped, so the baseline
+//! never competes with them for the CPUs).
+//!
+//! - `tokens`: the applications only keep their links moving; the pulse rate is host 0's SIU
+//!   receive clock over the measurement window.
+//! - `isochrons`: every host issues isochrons continuously with at most `--outstanding` in
+//!   flight. Page `p` has copies at hosts `p` and `p + 1` (mod N); host `h`'s isochron reads
+//!   page `h` (its own copy) and writes pages `h` and `h - 1` (both replicated here and at one
+//!   neighbour), `--ops` operations in all. Its latency runs from handing it to the SMM
+//!   (`Isochron` built and ended) until its read resolved at the issuer, which happens when
+//!   its local part executed. `srefs_per_s` counts the operations of the isochrons completed
+//!   in the window; `bucket_srefs_executed_per_s` the srefs every SMM executed from its pulse
+//!   buckets (the copies other hosts' isochrons updated here), summed over hosts.
+
+use crate::demo_cmd::{LoopbackCluster, start_loopback_cluster};
+use crate::{EXIT_FAILED, UsageError};
+use anyhow::Context;
+use clap::Args;
+use hdrhistogram::Histogram;
+use isotach_am::NodeAddr;
+use isotach_am::backend::udp::UdpTransport;
+use isotach_am::bench::{BenchOptions, RawUdpBaseline};
+use isotach_am::port::{DEFAULT_TAG, PacketPort};
+use isotach_proto::packet::Width;
+use isotach_proto::topology::{HostId, Topology};
+use isotach_smm::am_link::AmSiuLink;
+use isotach_smm::{Addr, MemoryMap, ReadHandle, Smm, SmmConfig, SmmLimits, SmmNode, WaitError};
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long the daemons may take to start logical time at every SIU.
+const STARTUP_MAX: Duration = Duration::from_secs(30);
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if !(0.01..=3600.0).contains(&v) {
+        return Err(format!("{v} is not in 0.01..=3600"));
+    }
+    Ok(v)
+}
+
+/// Options both daemon benchmarks take.
+#[derive(Debug, Args)]
+pub(crate) struct CommonArgs {
+    /// Hosts (one SIU daemon and one SMM application each) under one token manager.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=64))]
+    hosts: u16,
+    /// Length of the measurement window, seconds (after a short warm-up).
+    #[arg(long, default_value_t = 3.0, value_parser = parse_seconds)]
+    seconds: f64,
+    /// Raw UDP round trips of the baseline (half before the daemons start, half after).
+    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(20..=10_000_000))]
+    rtt_iters: u64,
+    /// Run the baseline's peer on a thread of this process instead of a second process.
+    #[arg(long)]
+    in_process: bool,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `isotach bench tokens`.
+#[derive(Debug, Args)]
+pub(crate) struct TokensArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+/// `isotach bench isochrons`.
+#[derive(Debug, Args)]
+pub(crate) struct IsochronsArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Isochrons each host keeps in flight at most.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    outstanding: u32,
+    /// Operations per isochron: one read of the host's own page plus writes to its two
+    /// replicated pages.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    ops: u32,
+}
+
+/// `isotach bench tokens --json` (keys documented in `docs/bench.md`).
+#[derive(Debug, Serialize)]
+struct TokensReport {
+    hosts: usize,
+    seconds: f64,
+    mode: &'static str,
+    pulses: u64,
+    pulses_per_s: f64,
+    pulse_period_us: f64,
+    pulses_per_s_min_host: f64,
+    raw_udp_rtt_p50_us: f64,
+    raw_udp_rtt_p99_us: f64,
+    raw_udp_samples: u64,
+    period_to_raw_rtt_ratio: f64,
+    startup_s: f64,
+    elapsed_s: f64,
+    ok: bool,
+    problems: Vec<String>,
+}
+
+/// `isotach bench isochrons --json` (keys documented in `docs/bench.md`).
+#[derive(Debug, Serialize)]
+struct IsochronsReport {
+    hosts: usize,
+    seconds: f64,
+    mode: &'static str,
+    outstanding: u32,
+    ops_per_isochron: u32,
+    isochrons: u64,
+    isochrons_per_s: f64,
+    srefs: u64,
+    srefs_per_s: f64,
+    bucket_srefs_executed_per_s: f64,
+    isochron_latency_p50_us: f64,
+    isochron_latency_p99_us: f64,
+    isochron_latency_max_us: f64,
+    pulses_per_s: f64,
+    raw_udp_rtt_p50_us: f64,
+    raw_udp_rtt_p99_us: f64,
+    raw_udp_samples: u64,
+    latency_to_raw_rtt_ratio: f64,
+    startup_s: f64,
+    elapsed_s: f64,
+    ok: bool,
+    problems: Vec<String>,
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
+fn left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
+}
+
+/// The raw baseline's peer: the AM bench's (this executable again, or a thread).
+fn baseline(c: &CommonArgs) -> anyhow::Result<RawUdpBaseline> {
+    let opts = BenchOptions {
+        peer_args: vec![crate::bench_cmd::AM_PEER_ARG.to_string()],
+        in_process: c.in_process,
+        ..BenchOptions::default()
+    };
+    RawUdpBaseline::start(&opts).context("starting the raw UDP baseline's peer")
+}
+
+fn half_iters(c: &CommonArgs) -> anyhow::Result<usize> {
+    usize::try_from(c.rtt_iters.div_ceil(2)).map_err(|e| UsageError(e.to_string()).into())
+}
+
+/// The replicated map: page `p` at hosts `p` and `p + 1` (mod `n`).
+fn ring_map(n: usize) -> MemoryMap {
+    let mut map = MemoryMap::default();
+    for p in 0..n {
+        let copies = vec![p as HostId, ((p + 1) % n) as HostId];
+        map.insert(p as u32, p as u32, copies)
+            .expect("one page per host");
+    }
+    map
+}
+
+/// Connects host `h`'s application socket to its SIU daemon.
+fn connect(
+    t: UdpTransport,
+    lc_siu: std::net::SocketAddr,
+    h: usize,
+    map: Arc<MemoryMap>,
+    topology: Arc<Topology>,
+    deadline: Instant,
+) -> Result<Smm<AmSiuLink<UdpTransport>>, String> {
+    let port =
+        PacketPort::new(t, &[NodeAddr::Ip(lc_siu)], DEFAULT_TAG).map_err(|e| e.to_string())?;
+    let link = AmSiuLink::connect(port, left(deadline))
+        .map_err(|e| format!("host {h}: connect to the SIU: {e}"))?;
+    let node = SmmNode::new(SmmConfig {
+        host: h as HostId,
+        topology,
+        map,
+        limits: SmmLimits::default(),
+        record: false,
+    });
+    Ok(Smm::new(node, link))
+}
+
+/// Waits until logical time runs at every SIU (or the startup limit passed).
+fn wait_started(lc: &LoopbackCluster, problems: &mut Vec<String>) -> bool {
+    let limit = Instant::now() + STARTUP_MAX;
+    loop {
+        if lc
+            .gauges
+            .iter()
+            .all(|g| g.started.load(Ordering::Relaxed) == 1)
+        {
+            return true;
+        }
+        if Instant::now() >= limit {
+            problems.push(format!(
+                "logical time did not start at every SIU within {} s",
+                STARTUP_MAX.as_secs()
+            ));
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn clocks(lc: &LoopbackCluster) -> Vec<u64> {
+    lc.gauges
+        .iter()
+        .map(|g| g.recvclock.load(Ordering::Relaxed))
+        .collect()
+}
+
+fn print<T: Serialize>(r: &T, json: bool) -> anyhow::Result<()> {
+    let text = if json {
+        serde_json::to_string(r)
+    } else {
+        serde_json::to_string_pretty(r)
+    };
+    println!("{}", text.context("encoding the report")?);
+    Ok(())
+}
+
+fn exit(ok: bool) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAILED)
+    }
+}
+
+/// `isotach bench tokens`.
+pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
+    let c = &a.common;
+    crate::daemon_cmd::init_logs("warn");
+    let started = Instant::now();
+    let n = usize::from(c.hosts);
+    eprintln!(
+        "bench tokens: a token manager and {n} SIU daemons over loopback UDP, {} s",
+        c.seconds
+    );
+    let mut base = baseline(c)?;
+    base.measure(half_iters(c)?)
+        .context("raw UDP baseline (before)")?;
+    let mut problems = Vec::new();
+    let mut lc = start_loopback_cluster(n)?;
+    let app_ts = std::mem::take(&mut lc.app_ts);
+    let cluster = &lc.cluster;
+    let deadline = Instant::now() + STARTUP_MAX + Duration::from_secs_f64(c.seconds * 2.0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let map = Arc::new(MemoryMap::default());
+    let topology = Arc::new(cluster.topology.clone());
+    let mut apps = Vec::new();
+    for (h, t) in app_ts.into_iter().enumerate() {
+        let siu = cluster.host_siu[h].expect("filled by start_loopback_cluster");
+        let (map, topology, stop) = (Arc::clone(&map), Arc::clone(&topology), Arc::clone(&stop));
+        apps.push(
+            std::thread::Builder::new()
+                .name(format!("bench-app-{h}"))
+                .spawn(move || -> Result<(), String> {
+                    let mut smm = connect(t, siu, h, map, topology, deadline)?;
+                    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                        match smm.wait_until(Duration::from_millis(20), |_| false) {
+                            Ok(()) | Err(WaitError::TimedOut(_)) => {}
+                            Err(e) => return Err(format!("host {h}: {e}")),
+                        }
+                    }
+                    Ok(())
+                })?,
+        );
+    }
+    let t_start = Instant::now();
+    let mut startup_s = 0.0;
+    let (mut pulses, mut pps, mut pps_min) = (0, 0.0, 0.0);
+    if wait_started(&lc, &mut problems) {
+        startup_s = t_start.elapsed().as_secs_f64();
+        std::thread::sleep(Duration::from_secs_f64((c.seconds / 5.0).min(0.2)));
+        let (t0, c0) = (Instant::now(), clocks(&lc));
+        std::thread::sleep(Duration::from_secs_f64(c.seconds));
+        let (t1, c1) = (Instant::now(), clocks(&lc));
+        let span = (t1 - t0).as_secs_f64();
+        let rates: Vec<f64> = c0
+            .iter()
+            .zip(&c1)
+            .map(|(a, b)| b.saturating_sub(*a) as f64 / span)
+            .collect();
+        pulses = c1[0].saturating_sub(c0[0]);
+        pps = rates[0];
+        pps_min = rates.iter().copied().fold(f64::INFINITY, f64::min);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for (h, t) in apps.into_iter().enumerate() {
+        match t.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => problems.push(e),
+            Err(_) => problems.push(format!("host {h}'s application panicked")),
+        }
+    }
+    problems.extend(lc.daemons.stop());
+    base.measure(half_iters(c)?)
+        .context("raw UDP baseline (after)")?;
+    let mode = base.mode();
+    let (raw50, raw99, raw_n) = (base.p50_us(), base.p99_us(), base.samples());
+    base.finish().context("stopping the baseline's peer")?;
+    if pulses == 0 && problems.is_empty() {
+        problems.push("no pulse during the measurement window".into());
+    }
+    let period = if pps > 0.0 { 1e6 / pps } else { 0.0 };
+    problems.truncate(16);
+    let r = TokensReport {
+        hosts: n,
+        seconds: c.seconds,
+        mode,
+        pulses,
+        pulses_per_s: pps,
+        pulse_period_us: period,
+        pulses_per_s_min_host: if pps_min.is_finite() { pps_min } else { 0.0 },
+        raw_udp_rtt_p50_us: raw50,
+        raw_udp_rtt_p99_us: raw99,
+        raw_udp_samples: raw_n,
+        period_to_raw_rtt_ratio: ratio(period, raw50),
+        startup_s,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        ok: problems.is_empty(),
+        problems,
+    };
+    print(&r, c.json)?;
+    Ok(exit(r.ok))
+}
+
+/// What one host's load generator measured.
+struct HostLoad {
+    lat_ns: Histogram<u64>,
+    isochrons: u64,
+    srefs: u64,
+    window_s: f64,
+}
+
+/// One host's load: isochrons with at most `w` outstanding for `warm + seconds`, then a
+/// drain and an end barrier (nobody leaves while others still write to its copies).
+fn host_load(
+    smm: &mut Smm<AmSiuLink<UdpTransport>>,
+    h: usize,
+    n: usize,
+    w: usize,
+    ops: u32,
+    seconds: f64,
+    deadline: Instant,
+) -> Result<HostLoad, String> {
+    let err = |what: &str, e: &dyn std::fmt::Display| format!("host {h}: {what}: {e}");
+    let own = h as u32;
+    let left_page = ((h + n - 1) % n) as u32;
+    let mut lat = Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3)
+        .map_err(|e| err("histogram", &e))?;
+    smm.barrier(0, 1, left(deadline))
+        .map_err(|e| err("start barrier", &e))?;
+    let t_begin = Instant::now();
+    let warm_end = t_begin + Duration::from_secs_f64((seconds / 5.0).min(0.2));
+    let end = warm_end + Duration::from_secs_f64(seconds);
+    let mut q: VecDeque<(ReadHandle, Instant)> = VecDeque::new();
+    let (mut isochrons, mut stats0, mut value) = (0u64, None, 0u64);
+    let mut stats1 = smm.node().stats();
+    while Instant::now() < end {
+        if stats0.is_none() && Instant::now() >= warm_end {
+            stats0 = Some(smm.node().stats());
+        }
+        while q.len() < w {
+            let t0 = Instant::now();
+            let mut iso = smm.node().isochron();
+            let rh = iso
+                .read(Addr::new(own, 0), Width::W32)
+                .map_err(|e| err("read", &e))?;
+            for i in 1..ops {
+                value = (value + 1) & 0xFFFF_FFFF;
+                let page = if i % 2 == 1 { own } else { left_page };
+                iso.write(Addr::new(page, 1 + h as u32), Width::W32, value)
+                    .map_err(|e| err("write", &e))?;
+            }
+            iso.end().map_err(|e| err("issue", &e))?;
+            q.push_back((rh, t0));
+        }
+        let (front, _) = q[0];
+        smm.wait_until(left(deadline), |node| node.read_value(front).is_some())
+            .map_err(|e| err("isochron", &e))?;
+        let now = Instant::now();
+        while let Some(&(rh, t0)) = q.front() {
+            if smm.node().read_value(rh).is_none() {
+                break;
+            }
+            let _ = smm.node().take_read(rh);
+            q.pop_front();
+            if t0 >= warm_end && now < end {
+                let _ = lat.record((now - t0).as_nanos().max(1) as u64);
+                isochrons += 1;
+            }
+        }
+        if now < end {
+            stats1 = smm.node().stats();
+        }
+    }
+    let window_s = (end - warm_end).as_secs_f64();
+    for (rh, _) in q.drain(..) {
+        smm.wait(rh, left(deadline))
+            .map_err(|e| err("draining", &e))?;
+    }
+    smm.barrier(1, 1, left(deadline))
+        .map_err(|e| err("end barrier", &e))?;
+    let _ = smm.wait_until(left(deadline).min(Duration::from_secs(5)), |node| {
+        node.is_idle()
+    });
+    let s0 = stats0.unwrap_or_default();
+    Ok(HostLoad {
+        lat_ns: lat,
+        isochrons,
+        srefs: stats1.srefs_executed.saturating_sub(s0.srefs_executed),
+        window_s,
+    })
+}
+
+/// `isotach bench isochrons`.
+pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
+    let c = &a.common;
+    crate::daemon_cmd::init_logs("warn");
+    let started = Instant::now();
+    let n = usize::from(c.hosts);
+    let w = a.outstanding as usize;
+    eprintln!(
+        "bench isochrons: {n} hosts issuing isochrons of {} ops ({} in flight each) over the \
+         daemons on loopback UDP, {} s",
+        a.ops, a.outstanding, c.seconds
+    );
+    let mut base = baseline(c)?;
+    base.measure(half_iters(c)?)
+        .context("raw UDP baseline (before)")?;
+    let mut problems = Vec::new();
+    let mut lc = start_loopback_cluster(n)?;
+    let app_ts = std::mem::take(&mut lc.app_ts);
+    let cluster = &lc.cluster;
+    let deadline = Instant::now() + STARTUP_MAX + Duration::from_secs_f64(c.seconds * 3.0 + 10.0);
+    let map = Arc::new(ring_map(n));
+    let topology = Arc::new(cluster.topology.clone());
+    let (ops, seconds) = (a.ops, c.seconds);
+    let mut apps = Vec::new();
+    for (h, t) in app_ts.into_iter().enumerate() {
+        let siu = cluster.host_siu[h].expect("filled by start_loopback_cluster");
+        let (map, topology) = (Arc::clone(&map), Arc::clone(&topology));
+        apps.push(
+            std::thread::Builder::new()
+                .name(format!("bench-app-{h}"))
+                .spawn(move || -> Result<HostLoad, String> {
+                    let mut smm = connect(t, siu, h, map, topology, deadline)?;
+                    host_load(&mut smm, h, n, w, ops, seconds, deadline)
+                })?,
+        );
+    }
+    let t_start = Instant::now();
+    let mut startup_s = 0.0;
+    let mut clock0 = None;
+    if wait_started(&lc, &mut problems) {
+        startup_s = t_start.elapsed().as_secs_f64();
+        clock0 = Some((Instant::now(), clocks(&lc)[0]));
+    }
+    let mut loads = Vec::new();
+    for (h, t) in apps.into_iter().enumerate() {
+        match t.join() {
+            Ok(Ok(l)) => loads.push(l),
+            Ok(Err(e)) => problems.push(e),
+            Err(_) => problems.push(format!("host {h}'s application panicked")),
+        }
+    }
+    let pulses_per_s = clock0.map_or(0.0, |(t0, c0)| {
+        clocks(&lc)[0].saturating_sub(c0) as f64 / t0.elapsed().as_secs_f64().max(1e-6)
+    });
+    problems.extend(lc.daemons.stop());
+    base.measure(half_iters(c)?)
+        .context("raw UDP baseline (after)")?;
+    let mode = base.mode();
+    let (raw50, raw99, raw_n) = (base.p50_us(), base.p99_us(), base.samples());
+    base.finish().context("stopping the baseline's peer")?;
+
+    let mut lat = Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3)?;
+    let (mut isos, mut bucket_srefs, mut window) = (0u64, 0u64, 0.0f64);
+    for l in &loads {
+        let _ = lat.add(&l.lat_ns);
+        isos += l.isochrons;
+        bucket_srefs += l.srefs;
+        window = window.max(l.window_s);
+    }
+    if isos == 0 && problems.is_empty() {
+        problems.push("no isochron completed during the measurement window".into());
+    }
+    let us = |q: f64| {
+        if lat.is_empty() {
+            0.0
+        } else {
+            lat.value_at_quantile(q) as f64 / 1000.0
+        }
+    };
+    let window = window.max(1e-6);
+    problems.truncate(16);
+    let p50 = us(0.5);
+    let srefs = isos * u64::from(a.ops);
+    let r = IsochronsReport {
+        hosts: n,
+        seconds: c.seconds,
+        mode,
+        outstanding: a.outstanding,
+        ops_per_isochron: a.ops,
+        isochrons: isos,
+        isochrons_per_s: isos as f64 / window,
+        srefs,
+        srefs_per_s: srefs as f64 / window,
+        bucket_srefs_executed_per_s: bucket_srefs as f64 / window,
+        isochron_latency_p50_us: p50,
+        isochron_latency_p99_us: us(0.99),
+        isochron_latency_max_us: if lat.is_empty() {
+            0.0
+        } else {
+            lat.max() as f64 / 1000.0
+        },
+        pulses_per_s,
+        raw_udp_rtt_p50_us: raw50,
+        raw_udp_rtt_p99_us: raw99,
+        raw_udp_samples: raw_n,
+        latency_to_raw_rtt_ratio: ratio(p50, raw50),
+        startup_s,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        ok: problems.is_empty(),
+        problems,
+    };
+    print(&r, c.json)?;
+    Ok(exit(r.ok))
+}

@@ -1,0 +1,102 @@
+//! `isotach bench tokens` and `isotach bench isochrons` run the real daemons over loopback and
+//! report their numbers with the raw UDP baseline of the same run. Tiny durations; nothing
+//! here asserts on timings, only that the keys are there and positive.
+
+use std::process::{Command, Output};
+
+fn isotach(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_isotach"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json_ok(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn positive(v: &serde_json::Value, keys: &[&str]) {
+    for key in keys {
+        let x = v[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} missing in {v}"));
+        assert!(x > 0.0, "{key} = {x} in {v}");
+    }
+}
+
+#[test]
+fn bench_tokens_reports_pulse_rate_and_baseline() {
+    let v = json_ok(&isotach(&[
+        "bench",
+        "tokens",
+        "--seconds",
+        "0.2",
+        "--rtt-iters",
+        "100",
+        "--json",
+    ]));
+    assert_eq!(v["hosts"], 4);
+    assert_eq!(v["mode"], "two_processes");
+    assert_eq!(v["ok"], true);
+    positive(
+        &v,
+        &[
+            "pulses_per_s",
+            "pulse_period_us",
+            "raw_udp_rtt_p50_us",
+            "period_to_raw_rtt_ratio",
+        ],
+    );
+}
+
+#[test]
+fn bench_isochrons_reports_latency_rate_and_baseline() {
+    let v = json_ok(&isotach(&[
+        "bench",
+        "isochrons",
+        "--hosts",
+        "3",
+        "--seconds",
+        "0.2",
+        "--rtt-iters",
+        "100",
+        "--json",
+    ]));
+    assert_eq!(v["hosts"], 3);
+    assert_eq!(v["ok"], true);
+    positive(
+        &v,
+        &[
+            "isochron_latency_p50_us",
+            "isochron_latency_p99_us",
+            "latency_to_raw_rtt_ratio",
+            "srefs_per_s",
+            "isochrons_per_s",
+            "raw_udp_rtt_p50_us",
+        ],
+    );
+}
+
+#[test]
+fn bench_daemons_bad_flags_exit_2() {
+    for args in [
+        &["bench", "tokens", "--hosts", "1"][..],
+        &["bench", "tokens", "--seconds", "0"],
+        &["bench", "tokens", "--seconds", "soon"],
+        &["bench", "tokens", "--outstanding", "2"],
+        &["bench", "isochrons", "--outstanding", "0"],
+        &["bench", "isochrons", "--ops", "0"],
+        &["bench", "isochrons", "--hosts", "65"],
+        &["bench", "isochrons", "--bogus"],
+    ] {
+        let out = isotach(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
