@@ -2,80 +2,13 @@
 //! every deadline here is a liveness guard, and every process a test starts is killed when the
 //! test ends (also on failure).
 
-use std::fs::File;
-use std::net::UdpSocket;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::time::{Duration, Instant};
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_isotach");
-/// Liveness guard for whole runs (a loaded 2-core machine may be slow; never an assertion).
-const GUARD: Duration = Duration::from_secs(180);
-
-/// Kills every child it holds when dropped.
-struct Procs(Vec<(String, Child)>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for (_, c) in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("isotach-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Free loopback UDP ports: bound to port 0 and released (all held until every one is picked,
-/// so they are distinct).
-fn free_addrs(n: usize) -> Vec<String> {
-    let socks: Vec<UdpSocket> = (0..n)
-        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
-        .collect();
-    socks
-        .iter()
-        .map(|s| s.local_addr().unwrap().to_string())
-        .collect()
-}
-
-fn spawn(dir: &Path, label: &str, args: &[&str]) -> (String, Child) {
-    let log = File::create(dir.join(format!("{label}.log"))).unwrap();
-    let child = Command::new(BIN)
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    (label.to_string(), child)
-}
-
-fn wait_guarded(c: &mut Child, until: Instant) -> Option<ExitStatus> {
-    while Instant::now() < until {
-        if let Some(s) = c.try_wait().unwrap() {
-            return Some(s);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
-}
-
-fn logs(dir: &Path) -> String {
-    let mut all = String::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        if e.path().extension().is_some_and(|x| x == "log") {
-            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-            all.push_str(&format!("--- {}\n{text}\n", e.path().display()));
-        }
-    }
-    all
-}
+use common::{
+    BIN, GUARD, Procs, free_addrs, logs, scratch, sigterm, spawn, two_host_config, wait_guarded,
+};
+use std::process::{Command, Output};
+use std::time::Instant;
 
 #[test]
 fn demo_philo_json_exits_0_with_the_keys() {
@@ -121,29 +54,7 @@ fn demo_philo_json_exits_0_with_the_keys() {
 fn daemons_and_two_philosopher_processes_on_loopback() {
     let dir = scratch("daemons");
     let a = free_addrs(5);
-    let config = format!(
-        r#"
-[transport]
-kind = "udp"
-
-[[switch]]
-name = "tm0"
-listen = "{}"
-
-[[host]]
-name = "alpha"
-switch = "tm0"
-siu = "{}"
-app = "{}"
-
-[[host]]
-name = "beta"
-switch = "tm0"
-siu = "{}"
-app = "{}"
-"#,
-        a[0], a[1], a[2], a[3], a[4]
-    );
+    let config = two_host_config(&a);
     let cfg = dir.join("cluster.toml");
     std::fs::write(&cfg, config).unwrap();
     let cfg = cfg.to_str().unwrap();
@@ -176,9 +87,7 @@ app = "{}"
     }
     // Graceful shutdown: SIGTERM, then every daemon exits 0.
     for i in [1, 3, 4] {
-        let pid = procs.0[i].1.id().to_string();
-        let ok = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(ok.success());
+        sigterm(&procs.0[i].1);
     }
     for i in [1, 3, 4] {
         let status = wait_guarded(&mut procs.0[i].1, Instant::now() + GUARD);

@@ -159,6 +159,8 @@ impl<T: Transport> SiuDaemon<T> {
             host = self.siu.host(),
             recvclock = self.siu.recvclock(),
             stats = ?self.siu.stats(),
+            port = ?self.port.stats(),
+            am = ?self.port.bundle().stats(),
             "SIU stopped"
         );
         Ok(self.siu)

@@ -116,7 +116,13 @@ impl<T: Transport> TmDaemon<T> {
                 r = self.port.wait_async(timeout) => { r?; }
             }
         }
-        tracing::info!(waves = self.tm.waves(), stats = ?self.tm.stats(), "token manager stopped");
+        tracing::info!(
+            waves = self.tm.waves(),
+            stats = ?self.tm.stats(),
+            port = ?self.port.stats(),
+            am = ?self.port.bundle().stats(),
+            "token manager stopped"
+        );
         Ok(self.tm)
     }
 
