@@ -4,6 +4,7 @@
 //! feature `daemon`); this module loads the config, binds the sockets, installs the signal
 //! handlers and runs them.
 
+use crate::admin::Source;
 use crate::philo_app::{PhiloParams, forks_map, run_philosopher};
 use crate::{EXIT_FAILED, UsageError};
 use clap::Args;
@@ -17,11 +18,13 @@ use isotach_smm::{SmmConfig, SmmLimits, SmmNode};
 use isotach_tm::TokenManager;
 use isotach_tm::daemon::{TmDaemon, tm_setup};
 use serde::Serialize;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// Run a token manager (one per switch).
 #[derive(Debug, Args)]
@@ -32,6 +35,10 @@ pub(crate) struct TmArgs {
     /// This token manager's switch name (`[[switch]] name`).
     #[arg(long, env = "ISOTACH_NAME")]
     name: String,
+    /// Serve the admin gRPC service (`isotach status`) on this address, e.g. 127.0.0.1:7070
+    /// (port 0 picks a free one; the address is logged). Off by default.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<SocketAddr>,
 }
 
 /// Run an SIU (one per host).
@@ -43,6 +50,10 @@ pub(crate) struct SiuArgs {
     /// This SIU's host name (`[[host]] name`).
     #[arg(long, env = "ISOTACH_HOST")]
     host: String,
+    /// Serve the admin gRPC service (`isotach status`) on this address, e.g. 127.0.0.1:7070
+    /// (port 0 picks a free one; the address is logged). Off by default.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<SocketAddr>,
 }
 
 /// Run one dining philosopher on this host, over its SIU daemon. Every host of the config
@@ -109,6 +120,31 @@ pub(crate) async fn shutdown_signal() {
     tracing::info!("signal received: shutting down");
 }
 
+/// Starts the admin service when `--admin` was given; returns what its `Shutdown` fires.
+fn admin(
+    addr: Option<SocketAddr>,
+    name: &str,
+    source: Source,
+) -> anyhow::Result<Option<Arc<Notify>>> {
+    match addr {
+        Some(a) => Ok(Some(crate::admin::serve(a, name.to_string(), source)?.1)),
+        None => Ok(None),
+    }
+}
+
+/// Completes on SIGINT, SIGTERM or the admin service's `Shutdown`.
+async fn shutdown_or(admin: Option<Arc<Notify>>) {
+    match admin {
+        Some(n) => {
+            tokio::select! {
+                () = shutdown_signal() => {}
+                () = n.notified() => {}
+            }
+        }
+        None => shutdown_signal().await,
+    }
+}
+
 pub(crate) fn run_tm(args: TmArgs) -> anyhow::Result<ExitCode> {
     let cluster = load(&args.config)?;
     let switch = cluster.switch_id(&args.name).ok_or_else(|| {
@@ -125,9 +161,9 @@ pub(crate) fn run_tm(args: TmArgs) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let t = UdpTransport::bind(listen).map_err(|e| anyhow::anyhow!("bind {listen}: {e}"))?;
         let port = PacketPort::new(t, &peers, DEFAULT_TAG)?;
-        TmDaemon::new(TokenManager::new(cfg), port)
-            .run(shutdown_signal())
-            .await?;
+        let daemon = TmDaemon::new(TokenManager::new(cfg), port);
+        let stop = admin(args.admin, &args.name, Source::Tm(daemon.snapshot()))?;
+        daemon.run(shutdown_or(stop)).await?;
         anyhow::Ok(ExitCode::SUCCESS)
     })
 }
@@ -148,9 +184,9 @@ pub(crate) fn run_siu(args: SiuArgs) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let t = UdpTransport::bind(listen).map_err(|e| anyhow::anyhow!("bind {listen}: {e}"))?;
         let port = PacketPort::new(t, &peers, DEFAULT_TAG)?;
-        SiuDaemon::new(Siu::new(cfg), port)
-            .run(shutdown_signal())
-            .await?;
+        let daemon = SiuDaemon::new(Siu::new(cfg), port);
+        let stop = admin(args.admin, &args.host, Source::Siu(daemon.snapshot()))?;
+        daemon.run(shutdown_or(stop)).await?;
         anyhow::Ok(ExitCode::SUCCESS)
     })
 }

@@ -6,6 +6,7 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod admin;
 mod bench_cmd;
 mod cert_cmd;
 mod config_cmd;
@@ -54,6 +55,8 @@ enum Command {
     Tm(daemon_cmd::TmArgs),
     /// Run an SIU daemon (one per host) until SIGINT/SIGTERM.
     Siu(daemon_cmd::SiuArgs),
+    /// Show a running daemon's status from its admin service (`--admin`).
+    Status(admin::StatusArgs),
     /// Run one dining philosopher on this host over its SIU daemon.
     Philo(daemon_cmd::PhiloArgs),
     /// Embedded demos: the whole system in one process over loopback.
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
         Command::Cert(args) => cert_cmd::run(args),
         Command::Tm(args) => daemon_cmd::run_tm(args),
         Command::Siu(args) => daemon_cmd::run_siu(args),
+        Command::Status(args) => admin::run_status(args),
         Command::Philo(args) => daemon_cmd::run_philo(args),
         Command::Demo(args) => demo_cmd::run(args),
         Command::Tool(args) => tool_cmd::run(args),

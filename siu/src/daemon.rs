@@ -11,8 +11,8 @@
 //! a held packet waits behind it); network packets refused with back-pressure likewise. The
 //! initiating SIU (host 0) calls [`Siu::start`] once its token manager answered the hello.
 
-use crate::{Route, Siu, SiuConfig, SiuError};
-use isotach_am::port::{PacketPort, PortEvent};
+use crate::{Route, Siu, SiuConfig, SiuError, SiuStats};
+use isotach_am::port::{PacketPort, PortEvent, PortStats};
 use isotach_am::{AmError, NodeAddr, Transport};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::topology::HostId;
@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use thiserror::Error;
+use tokio::sync::watch;
 
 /// Peer id of the token manager.
 pub const PEER_TM: usize = 0;
@@ -32,6 +33,36 @@ pub const PEER_APP: usize = 1;
 const WAIT_MAX: Duration = Duration::from_millis(50);
 /// Wait while held input is pending (it is retried after this).
 const RETRY: Duration = Duration::from_millis(1);
+
+/// How often the driver loop publishes its [`SiuSnapshot`] at most.
+const PUBLISH_EVERY: Duration = Duration::from_millis(5);
+
+/// A running SIU's state, published by the driver loop (read by the admin service).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SiuSnapshot {
+    /// Logical time has started.
+    pub started: bool,
+    /// Current generation.
+    pub generation: u32,
+    /// Normal tokens sent in this generation.
+    pub sendclock: u64,
+    /// The current pulse.
+    pub recvclock: u64,
+    /// Packets queued for the host.
+    pub to_host: usize,
+    /// Packets queued for the network.
+    pub to_net: usize,
+    /// Host packets held by the driver (not started yet, or back-pressure).
+    pub host_held: usize,
+    /// Network packets held by the driver for back-pressure.
+    pub net_held: usize,
+    /// Microseconds since the daemon started.
+    pub uptime_us: u64,
+    /// The state machine's counters.
+    pub stats: SiuStats,
+    /// The port's counters.
+    pub port: PortStats,
+}
 
 /// Why a daemon could not start or stopped with an error.
 #[derive(Debug, Error)]
@@ -103,6 +134,8 @@ pub struct SiuDaemon<T: Transport> {
     start_pending: bool,
     origin: Instant,
     gauges: Arc<SiuGauges>,
+    snapshot: watch::Sender<SiuSnapshot>,
+    published: Instant,
 }
 
 impl<T: Transport> SiuDaemon<T> {
@@ -126,7 +159,33 @@ impl<T: Transport> SiuDaemon<T> {
             net_held: VecDeque::new(),
             origin: Instant::now(),
             gauges: Arc::new(SiuGauges::default()),
+            snapshot: watch::Sender::new(SiuSnapshot::default()),
+            published: Instant::now(),
         }
+    }
+
+    /// The state the driver loop publishes (every few milliseconds while it runs).
+    pub fn snapshot(&self) -> watch::Receiver<SiuSnapshot> {
+        self.snapshot.subscribe()
+    }
+
+    fn publish(&mut self) {
+        self.published = Instant::now();
+        let (to_host, to_net) = self.siu.queue_depths();
+        let s = SiuSnapshot {
+            started: self.siu.started(),
+            generation: self.siu.generation(),
+            sendclock: self.siu.sendclock(),
+            recvclock: self.siu.recvclock(),
+            to_host,
+            to_net,
+            host_held: self.host_held.len(),
+            net_held: self.net_held.len(),
+            uptime_us: self.now_us(),
+            stats: self.siu.stats(),
+            port: self.port.stats(),
+        };
+        self.snapshot.send_replace(s);
     }
 
     /// The gauges this daemon updates.
@@ -189,6 +248,9 @@ impl<T: Transport> SiuDaemon<T> {
         self.gauges
             .started
             .store(u64::from(self.siu.started()), Ordering::Relaxed);
+        if self.published.elapsed() >= PUBLISH_EVERY {
+            self.publish();
+        }
         Ok(())
     }
 

@@ -8,8 +8,8 @@
 //! back-pressure is held (in order) and retried; every other refusal is counted by the TM and
 //! logged at debug level.
 
-use crate::{LinkId, TmConfig, TmError, TokenManager};
-use isotach_am::port::{PacketPort, PortEvent};
+use crate::{LinkId, TmConfig, TmError, TmStats, TokenManager};
+use isotach_am::port::{PacketPort, PortEvent, PortStats};
 use isotach_am::{AmError, NodeAddr, Transport};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::topology::{Hop, SwitchId};
@@ -19,9 +19,38 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use thiserror::Error;
+use tokio::sync::watch;
 
 /// Longest single wait of the driver loop (the loop re-checks timers at least this often).
 const WAIT_MAX: Duration = Duration::from_millis(50);
+
+/// How often the driver loop publishes its [`TmSnapshot`] at most.
+const PUBLISH_EVERY: Duration = Duration::from_millis(5);
+
+/// A running token manager's state, published by the driver loop (read by the admin service).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TmSnapshot {
+    /// Logical time has started.
+    pub started: bool,
+    /// Current generation.
+    pub generation: u32,
+    /// Waves sent in this generation.
+    pub waves: u64,
+    /// Packets in the TM's output queue.
+    pub queue_depth: usize,
+    /// Inputs held by the driver for back-pressure.
+    pub held: usize,
+    /// Neighbours that answered the hello, of `links`.
+    pub peers_up: usize,
+    /// Neighbours.
+    pub links: usize,
+    /// Microseconds since the daemon started.
+    pub uptime_us: u64,
+    /// The state machine's counters.
+    pub stats: TmStats,
+    /// The port's counters.
+    pub port: PortStats,
+}
 
 /// Why a daemon could not start or stopped with an error.
 #[derive(Debug, Error)]
@@ -77,6 +106,8 @@ pub struct TmDaemon<T: Transport> {
     held: VecDeque<(LinkId, Vec<u8>)>,
     origin: Instant,
     peers_up: usize,
+    snapshot: watch::Sender<TmSnapshot>,
+    published: Instant,
 }
 
 impl<T: Transport> TmDaemon<T> {
@@ -88,7 +119,31 @@ impl<T: Transport> TmDaemon<T> {
             held: VecDeque::new(),
             origin: Instant::now(),
             peers_up: 0,
+            snapshot: watch::Sender::new(TmSnapshot::default()),
+            published: Instant::now(),
         }
+    }
+
+    /// The state the driver loop publishes (every few milliseconds while it runs).
+    pub fn snapshot(&self) -> watch::Receiver<TmSnapshot> {
+        self.snapshot.subscribe()
+    }
+
+    fn publish(&mut self) {
+        self.published = Instant::now();
+        let s = TmSnapshot {
+            started: self.tm.started(),
+            generation: self.tm.generation(),
+            waves: self.tm.waves(),
+            queue_depth: self.tm.queue_depth(),
+            held: self.held.len(),
+            peers_up: self.peers_up,
+            links: self.tm.links.len(),
+            uptime_us: self.now_us(),
+            stats: self.tm.stats(),
+            port: self.port.stats(),
+        };
+        self.snapshot.send_replace(s);
     }
 
     fn now_us(&self) -> u64 {
@@ -135,6 +190,9 @@ impl<T: Transport> TmDaemon<T> {
         self.tm.handle_timeout(now);
         self.drain()?;
         self.port.poll()?;
+        if self.published.elapsed() >= PUBLISH_EVERY {
+            self.publish();
+        }
         Ok(())
     }
 

@@ -1,0 +1,309 @@
+//! The admin gRPC service of the daemons (`--admin ADDR`) and `isotach status`, its client.
+//!
+//! The service and its messages are generated from `proto/admin.proto` by `build.rs`
+//! (protox; no protoc). The daemon's driver loop publishes a snapshot of its state on a watch
+//! channel every few milliseconds; `Status` reads the latest one, `Shutdown` stops the daemon
+//! as SIGTERM does.
+
+use crate::UsageError;
+use clap::Args;
+use isotach_am::port::PortStats;
+use isotach_siu::SiuStats;
+use isotach_siu::daemon::SiuSnapshot;
+use isotach_tm::TmStats;
+use isotach_tm::daemon::TmSnapshot;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+use tonic::{Request, Response, Status};
+
+/// Code generated from `proto/admin.proto`.
+#[allow(
+    missing_debug_implementations,
+    unreachable_pub,
+    unused_qualifications,
+    clippy::all,
+    clippy::pedantic,
+    clippy::use_self,
+    missing_docs
+)]
+pub(crate) mod pb {
+    tonic::include_proto!("isotach.admin");
+}
+
+use pb::admin_client::AdminClient;
+use pb::admin_server::{Admin, AdminServer};
+use pb::{ShutdownReply, ShutdownRequest, StatusReply, StatusRequest};
+
+/// Where a daemon's state comes from.
+#[derive(Debug)]
+pub(crate) enum Source {
+    /// A token manager's snapshots.
+    Tm(watch::Receiver<TmSnapshot>),
+    /// An SIU's snapshots.
+    Siu(watch::Receiver<SiuSnapshot>),
+}
+
+/// The admin service of one daemon.
+#[derive(Debug)]
+struct AdminService {
+    name: String,
+    source: Source,
+    shutdown: Arc<Notify>,
+}
+
+fn map(entries: &[(&str, u64)]) -> HashMap<String, u64> {
+    entries.iter().map(|&(k, v)| (k.to_string(), v)).collect()
+}
+
+fn port_counters(p: &PortStats) -> [(&'static str, u64); 6] {
+    [
+        ("port.packets_sent", p.packets_sent),
+        ("port.packets_received", p.packets_received),
+        ("port.unknown_peer", p.unknown_peer),
+        ("port.oversize", p.oversize),
+        ("port.fragments_lost", p.fragments_lost),
+        ("port.hellos", p.hellos),
+    ]
+}
+
+fn tm_counters(s: &TmStats) -> [(&'static str, u64); 11] {
+    [
+        ("waves", s.waves),
+        ("tokens_accepted", s.tokens_accepted),
+        ("tokens_duplicate", s.tokens_duplicate),
+        ("tokens_early", s.tokens_early),
+        ("tokens_dropped", s.tokens_dropped),
+        ("tokens_repeated", s.tokens_repeated),
+        ("messages_forwarded", s.messages_forwarded),
+        ("messages_held", s.messages_held),
+        ("barrier_rounds", s.barrier_rounds),
+        ("resets", s.resets),
+        ("errors", s.errors),
+    ]
+}
+
+fn siu_counters(s: &SiuStats) -> [(&'static str, u64); 20] {
+    [
+        ("tokens_sent", s.tokens_sent),
+        ("tokens_repeated", s.tokens_repeated),
+        ("tokens_accepted", s.tokens_accepted),
+        ("tokens_duplicate", s.tokens_duplicate),
+        ("tokens_early", s.tokens_early),
+        ("tokens_bad", s.tokens_bad),
+        ("tokens_stale", s.tokens_stale),
+        ("resets", s.resets),
+        ("eops_sent", s.eops_sent),
+        ("isochrons", s.isochrons),
+        ("isochrons_forced_closed", s.isochrons_forced_closed),
+        ("messages_sent", s.messages_sent),
+        ("messages_delivered", s.messages_delivered),
+        ("messages_late", s.messages_late),
+        ("messages_refused", s.messages_refused),
+        ("markers_sent", s.markers_sent),
+        ("barriers_completed", s.barriers_completed),
+        ("plain_to_net", s.plain_to_net),
+        ("plain_to_host", s.plain_to_host),
+        ("errors", s.errors),
+    ]
+}
+
+impl AdminService {
+    fn reply(&self) -> StatusReply {
+        match &self.source {
+            Source::Tm(rx) => {
+                let s = *rx.borrow();
+                let mut counters = map(&tm_counters(&s.stats));
+                counters.extend(map(&port_counters(&s.port)));
+                counters.insert("peers_up".into(), s.peers_up as u64);
+                counters.insert("links".into(), s.links as u64);
+                StatusReply {
+                    role: "tm".into(),
+                    name: self.name.clone(),
+                    started: s.started,
+                    generation: s.generation,
+                    uptime_ms: s.uptime_us / 1000,
+                    waves: s.waves,
+                    sendclock: 0,
+                    recvclock: 0,
+                    queues: map(&[("out", s.queue_depth as u64), ("held", s.held as u64)]),
+                    counters,
+                }
+            }
+            Source::Siu(rx) => {
+                let s = *rx.borrow();
+                let mut counters = map(&siu_counters(&s.stats));
+                counters.extend(map(&port_counters(&s.port)));
+                StatusReply {
+                    role: "siu".into(),
+                    name: self.name.clone(),
+                    started: s.started,
+                    generation: s.generation,
+                    uptime_ms: s.uptime_us / 1000,
+                    waves: 0,
+                    sendclock: s.sendclock,
+                    recvclock: s.recvclock,
+                    queues: map(&[
+                        ("to_host", s.to_host as u64),
+                        ("to_net", s.to_net as u64),
+                        ("host_held", s.host_held as u64),
+                        ("net_held", s.net_held as u64),
+                    ]),
+                    counters,
+                }
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
+        Ok(Response::new(self.reply()))
+    }
+
+    async fn shutdown(
+        &self,
+        _: Request<ShutdownRequest>,
+    ) -> Result<Response<ShutdownReply>, Status> {
+        tracing::info!("shutdown requested over the admin service");
+        self.shutdown.notify_one();
+        Ok(Response::new(ShutdownReply {}))
+    }
+}
+
+/// Binds `addr` and serves the admin service of daemon `name` on the current runtime. Returns
+/// the bound address (port 0 picks a free one) and a notifier the service fires on `Shutdown`.
+pub(crate) fn serve(
+    addr: SocketAddr,
+    name: String,
+    source: Source,
+) -> anyhow::Result<(SocketAddr, Arc<Notify>)> {
+    let incoming = tonic::transport::server::TcpIncoming::bind(addr)
+        .map_err(|e| anyhow::anyhow!("admin: bind {addr}: {e}"))?;
+    let local = incoming.local_addr()?;
+    let shutdown = Arc::new(Notify::new());
+    let svc = AdminService {
+        name,
+        source,
+        shutdown: Arc::clone(&shutdown),
+    };
+    tokio::spawn(async move {
+        let r = tonic::transport::Server::builder()
+            .add_service(AdminServer::new(svc))
+            .serve_with_incoming(incoming)
+            .await;
+        if let Err(e) = r {
+            tracing::error!(%e, "admin service stopped");
+        }
+    });
+    tracing::info!(admin = %local, "admin service listening");
+    Ok((local, shutdown))
+}
+
+/// Show a running daemon's status (clocks, queues, counters) from its admin service.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The daemon's admin address (its `--admin`).
+    #[arg(long, value_name = "ADDR", env = "ISOTACH_ADMIN")]
+    admin: String,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Ask the daemon to shut down gracefully (as SIGTERM) after printing its status.
+    #[arg(long)]
+    shutdown: bool,
+    /// Give up (exit 1) when the daemon does not answer within this many seconds.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    timeout_s: u64,
+}
+
+fn json(r: &StatusReply) -> serde_json::Value {
+    let sorted = |m: &HashMap<String, u64>| m.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    let queues: BTreeMap<String, u64> = sorted(&r.queues);
+    let counters: BTreeMap<String, u64> = sorted(&r.counters);
+    serde_json::json!({
+        "role": r.role,
+        "name": r.name,
+        "started": r.started,
+        "generation": r.generation,
+        "uptime_ms": r.uptime_ms,
+        "waves": r.waves,
+        "sendclock": r.sendclock,
+        "recvclock": r.recvclock,
+        "queues": queues,
+        "counters": counters,
+    })
+}
+
+fn table(r: &StatusReply) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(out, "{k:<28} {v}");
+    };
+    row("role", r.role.clone());
+    row("name", r.name.clone());
+    row("started", r.started.to_string());
+    row("generation", r.generation.to_string());
+    row("uptime", format!("{:.1} s", r.uptime_ms as f64 / 1000.0));
+    if r.role == "tm" {
+        row("waves", r.waves.to_string());
+    } else {
+        row("sendclock", r.sendclock.to_string());
+        row("recvclock", r.recvclock.to_string());
+    }
+    let queues: BTreeMap<_, _> = r.queues.iter().collect();
+    for (k, v) in queues {
+        row(&format!("queue {k}"), v.to_string());
+    }
+    let counters: BTreeMap<_, _> = r.counters.iter().collect();
+    for (k, v) in counters {
+        row(k, v.to_string());
+    }
+    out
+}
+
+pub(crate) fn run_status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let addr: SocketAddr = args
+        .admin
+        .parse()
+        .map_err(|e| UsageError(format!("--admin {}: {e}", args.admin)))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let timeout = Duration::from_secs(args.timeout_s);
+    rt.block_on(async move {
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+            .connect_timeout(timeout)
+            .timeout(timeout);
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| anyhow::anyhow!("admin {addr}: cannot connect: {e}"))?;
+        let mut client = AdminClient::new(channel);
+        let reply = client
+            .status(StatusRequest {})
+            .await
+            .map_err(|e| anyhow::anyhow!("admin {addr}: status: {}", e.message()))?
+            .into_inner();
+        if args.json {
+            println!("{}", json(&reply));
+        } else {
+            print!("{}", table(&reply));
+        }
+        if args.shutdown {
+            client
+                .shutdown(ShutdownRequest {})
+                .await
+                .map_err(|e| anyhow::anyhow!("admin {addr}: shutdown: {}", e.message()))?;
+            if !args.json {
+                println!("shutdown requested");
+            }
+        }
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
+}
