@@ -649,6 +649,26 @@ impl IsotachMessage {
 
     /// Decodes an isotach message.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let (m, payload) = Self::parse(bytes)?;
+        let sref = match (m.sref, payload) {
+            (Sref::Msg { handler, .. }, Some(p)) => Sref::Msg {
+                handler,
+                payload: p.to_vec(),
+            },
+            (sref, _) => sref,
+        };
+        Ok(Self { sref, ..m })
+    }
+
+    /// Checks an encoded message exactly as [`IsotachMessage::decode`] does, without copying
+    /// its payload, and returns its destination: what a token manager needs to forward it.
+    pub fn validate(bytes: &[u8]) -> Result<u16, DecodeError> {
+        Self::parse(bytes).map(|(m, _)| m.dest)
+    }
+
+    /// Parses and checks every field. A `msg` sref comes back with an empty payload and the
+    /// payload's bytes beside it, borrowed, so callers choose whether to copy.
+    fn parse(bytes: &[u8]) -> Result<(Self, Option<&[u8]>), DecodeError> {
         let len_max = MSG_MESSAGE_LEN_MIN + MSG_PAYLOAD_MAX;
         let mut f = Fields::new(open(bytes, Kind::IsotachMessage, len_max)?);
         let op = SrefOp::from_byte(f.u8()?)?;
@@ -657,6 +677,7 @@ impl IsotachMessage {
         let source = f.u16()?;
         let dest = f.u16()?;
         let sequum = f.u64()?;
+        let mut payload = None;
         let sref = if op == SrefOp::Msg {
             if width_byte != 0 {
                 return Err(DecodeError::OutOfRange {
@@ -672,8 +693,11 @@ impl IsotachMessage {
                     value: len as u64,
                 });
             }
-            let payload = f.take(len)?.to_vec();
-            Sref::Msg { handler, payload }
+            payload = Some(f.take(len)?);
+            Sref::Msg {
+                handler,
+                payload: Vec::new(),
+            }
         } else {
             let width = match width_byte {
                 4 => Width::W32,
@@ -703,13 +727,14 @@ impl IsotachMessage {
             }
         };
         f.finish(len_max)?;
-        Ok(Self {
+        let m = Self {
             ts,
             source,
             dest,
             sequum,
             sref,
-        })
+        };
+        Ok((m, payload))
     }
 
     /// Reads the destination of an encoded message whose CRC was already checked.

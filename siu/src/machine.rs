@@ -727,18 +727,19 @@ impl Siu {
         let Some(mut open) = self.open else {
             return Err(SiuError::NoIsochron);
         };
-        let m = IsotachMessage::decode(bytes).map_err(|e| SiuError::Decode {
+        // Checked in full, but only the destination is needed: no decoded copy.
+        let dest = IsotachMessage::validate(bytes).map_err(|e| SiuError::Decode {
             side: Side::Host,
             error: e,
         })?;
         let topo = &self.cfg.topology;
-        if usize::from(m.dest) >= topo.host_count() {
-            return Err(SiuError::NoSuchHost(m.dest));
+        if usize::from(dest) >= topo.host_count() {
+            return Err(SiuError::NoSuchHost(dest));
         }
-        let needs = topo.distance(self.cfg.host, m.dest);
+        let needs = topo.distance(self.cfg.host, dest);
         if needs > open.distance {
             return Err(SiuError::DistanceTooShort {
-                dest: m.dest,
+                dest,
                 needs,
                 declared: open.distance,
             });
@@ -839,14 +840,16 @@ impl Siu {
     // Isotach messages from the network
 
     fn message_from_net(&mut self, bytes: &[u8]) -> Result<(), SiuError> {
-        let m = IsotachMessage::decode(bytes).map_err(|e| SiuError::Decode {
+        let dest = IsotachMessage::validate(bytes).map_err(|e| SiuError::Decode {
             side: Side::Net,
             error: e,
         })?;
-        if m.dest != self.cfg.host {
+        let (ts, source, sequum) =
+            IsotachMessage::peek_stamp(bytes).expect("a valid message has its stamp fields");
+        if dest != self.cfg.host {
             self.stats.messages_refused += 1;
             return Err(SiuError::Misrouted {
-                dest: m.dest,
+                dest,
                 host: self.cfg.host,
             });
         }
@@ -854,13 +857,13 @@ impl Siu {
             self.stats.messages_refused += 1;
             return Err(SiuError::NotStarted);
         }
-        match self.pulses.record(m.ts, m.source, m.sequum) {
+        match self.pulses.record(ts, source, sequum) {
             Placement::Counted => {}
             Placement::Late => self.stats.messages_late += 1,
             Placement::TooFarAhead => {
                 self.stats.messages_refused += 1;
                 return Err(SiuError::TooFarAhead {
-                    ts: m.ts,
+                    ts,
                     recvclock: self.recvclock,
                     window: self.cfg.limits.pulses_ahead_max,
                 });

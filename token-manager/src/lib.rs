@@ -292,8 +292,9 @@ impl TokenManager {
                 }
             },
             Kind::IsotachMessage => {
-                let m = IsotachMessage::decode(bytes).map_err(decode)?;
-                self.forward(m.dest, bytes, true)
+                // Checked in full (a forwarded message is never malformed) but not copied out.
+                let dest = IsotachMessage::validate(bytes).map_err(decode)?;
+                self.forward(dest, bytes, true)
             }
             Kind::Plain => {
                 let m = packet::PlainMessage::decode(bytes).map_err(decode)?;

@@ -229,6 +229,17 @@ proptest! {
     }
 
     #[test]
+    fn validate_agrees_with_decode(p in arb_packet(), at in any::<prop::sample::Index>(), bit in 0u8..8, flip in any::<bool>()) {
+        let mut bytes = p.to_vec();
+        if flip {
+            let i = at.index(bytes.len());
+            bytes[i] ^= 1 << bit;
+        }
+        let decoded = IsotachMessage::decode(&bytes);
+        prop_assert_eq!(IsotachMessage::validate(&bytes), decoded.map(|m| m.dest));
+    }
+
+    #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
         let _ = Packet::decode(&bytes);
     }
