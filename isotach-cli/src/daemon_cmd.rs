@@ -145,23 +145,34 @@ async fn shutdown_or(admin: Option<Arc<Notify>>) {
     }
 }
 
+/// A node named in the config, or a usage error naming the config file.
+fn named<T>(found: Option<T>, config: &Path, what: &str, name: &str) -> anyhow::Result<T> {
+    found
+        .ok_or_else(|| UsageError(format!("{}: no {what} named `{name}`", config.display())).into())
+}
+
+/// Binds the daemon's link to its configured peers.
+fn bind_port(
+    listen: SocketAddr,
+    peers: &[isotach_am::NodeAddr],
+) -> anyhow::Result<PacketPort<UdpTransport>> {
+    let t = UdpTransport::bind(listen).map_err(|e| anyhow::anyhow!("bind {listen}: {e}"))?;
+    Ok(PacketPort::new(t, peers, DEFAULT_TAG)?)
+}
+
 pub(crate) fn run_tm(args: TmArgs) -> anyhow::Result<ExitCode> {
     let cluster = load(&args.config)?;
-    let switch = cluster.switch_id(&args.name).ok_or_else(|| {
-        UsageError(format!(
-            "{}: no switch named `{}`",
-            args.config.display(),
-            args.name
-        ))
-    })?;
+    let switch = named(
+        cluster.switch_id(&args.name),
+        &args.config,
+        "switch",
+        &args.name,
+    )?;
     let (cfg, listen, peers) = tm_setup(&cluster, switch)
         .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
     init_logs("info");
-    let rt = runtime()?;
-    rt.block_on(async move {
-        let t = UdpTransport::bind(listen).map_err(|e| anyhow::anyhow!("bind {listen}: {e}"))?;
-        let port = PacketPort::new(t, &peers, DEFAULT_TAG)?;
-        let daemon = TmDaemon::new(TokenManager::new(cfg), port);
+    runtime()?.block_on(async move {
+        let daemon = TmDaemon::new(TokenManager::new(cfg), bind_port(listen, &peers)?);
         let stop = admin(args.admin, &args.name, Source::Tm(daemon.snapshot()))?;
         daemon.run(shutdown_or(stop)).await?;
         anyhow::Ok(ExitCode::SUCCESS)
@@ -170,21 +181,17 @@ pub(crate) fn run_tm(args: TmArgs) -> anyhow::Result<ExitCode> {
 
 pub(crate) fn run_siu(args: SiuArgs) -> anyhow::Result<ExitCode> {
     let cluster = load(&args.config)?;
-    let host = cluster.host_id(&args.host).ok_or_else(|| {
-        UsageError(format!(
-            "{}: no host named `{}`",
-            args.config.display(),
-            args.host
-        ))
-    })?;
+    let host = named(
+        cluster.host_id(&args.host),
+        &args.config,
+        "host",
+        &args.host,
+    )?;
     let (cfg, listen, peers) = siu_setup(&cluster, host)
         .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
     init_logs("info");
-    let rt = runtime()?;
-    rt.block_on(async move {
-        let t = UdpTransport::bind(listen).map_err(|e| anyhow::anyhow!("bind {listen}: {e}"))?;
-        let port = PacketPort::new(t, &peers, DEFAULT_TAG)?;
-        let daemon = SiuDaemon::new(Siu::new(cfg), port);
+    runtime()?.block_on(async move {
+        let daemon = SiuDaemon::new(Siu::new(cfg), bind_port(listen, &peers)?);
         let stop = admin(args.admin, &args.host, Source::Siu(daemon.snapshot()))?;
         daemon.run(shutdown_or(stop)).await?;
         anyhow::Ok(ExitCode::SUCCESS)
