@@ -2,8 +2,10 @@
 //!
 //! Keys are kebab-case and unknown keys are refused. Every error names the file, the line and
 //! column, and the key. The daemons read the addresses (`[[switch]] listen`, `[[host]] siu` and
-//! `app`), the transport (`[transport] kind`) and the SMM map file (`map`); the simulator builds
-//! the same [`ClusterConfig`] in memory without them.
+//! `app`, and the optional `admin`), the transport (`[transport] kind`, `tag`, and for QUIC the
+//! `ca` file and the `certs` directory) and the SMM map file (`map`); the simulator builds the
+//! same [`ClusterConfig`] in memory without them. Files named by the config are not read here:
+//! `isotach check-config` and the daemons check them.
 
 use crate::topology::{SwitchId, Topology, TopologyError};
 use serde::Deserialize;
@@ -64,19 +66,75 @@ impl Default for Limits {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TransportKind {
-    /// Active Messages over UDP (reliable, per-peer FIFO): for trusted networks.
-    #[default]
+    /// Active Messages over UDP (reliable, per-peer FIFO), unauthenticated: for trusted LANs.
     Udp,
-    /// Active Messages over QUIC with mutual TLS (not yet driven by the daemons).
+    /// Active Messages over QUIC with mutual TLS: every node presents a certificate the
+    /// cluster CA signed (`[transport] ca` and `certs`). The default.
+    #[default]
     Quic,
 }
 
-/// The `[transport]` table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+/// The AM tag of Isotach cluster traffic when `[transport] tag` is not given (the value of
+/// `isotach_am::port::DEFAULT_TAG`).
+pub const DEFAULT_TAG: u64 = 0x1507_AC40_0000_0001;
+
+/// The `[transport]` table: how every link is carried and authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransportConfig {
-    /// `"udp"` (default) or `"quic"`.
+    /// `"quic"` (default) or `"udp"`.
     pub kind: TransportKind,
+    /// The AM tag every port of the cluster uses (`tag`): a message with another tag is
+    /// refused by the receiving endpoint. Never 0 (matches nothing) or `u64::MAX` (matches
+    /// everything).
+    pub tag: u64,
+    /// The cluster CA certificate (`ca`, PEM), resolved against the config file's directory.
+    pub ca: Option<PathBuf>,
+    /// The directory holding every node's `NAME.pem` and `NAME.key` (`certs`), as `isotach
+    /// cert issue` writes them, resolved against the config file's directory.
+    pub certs: Option<PathBuf>,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        Self {
+            kind: TransportKind::default(),
+            tag: DEFAULT_TAG,
+            ca: None,
+            certs: None,
+        }
+    }
+}
+
+/// The files a node presents on QUIC links (see [`ClusterConfig::quic_files`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuicFiles {
+    /// The cluster CA certificate.
+    pub ca: PathBuf,
+    /// The node's certificate (`CERTS/NAME.pem`).
+    pub cert: PathBuf,
+    /// The node's PKCS#8 private key (`CERTS/NAME.key`).
+    pub key: PathBuf,
+}
+
+/// A tag as written: an integer, or a string holding a decimal or `0x` hexadecimal number.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum TagValue {
+    Int(i64),
+    Str(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawTransport {
+    #[serde(default)]
+    kind: TransportKind,
+    #[serde(default)]
+    tag: Option<Spanned<TagValue>>,
+    #[serde(default)]
+    ca: Option<Spanned<String>>,
+    #[serde(default)]
+    certs: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -85,6 +143,8 @@ struct SwitchEntry {
     name: Spanned<String>,
     #[serde(default)]
     listen: Option<Spanned<String>>,
+    #[serde(default)]
+    admin: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -96,6 +156,8 @@ struct HostEntry {
     siu: Option<Spanned<String>>,
     #[serde(default)]
     app: Option<Spanned<String>>,
+    #[serde(default)]
+    admin: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -110,7 +172,7 @@ struct RawConfig {
     #[serde(default)]
     map: Option<Spanned<String>>,
     #[serde(default)]
-    transport: TransportConfig,
+    transport: RawTransport,
     #[serde(default)]
     timing: Timing,
     #[serde(default)]
@@ -158,6 +220,11 @@ pub struct ClusterConfig {
     pub host_siu: Vec<Option<SocketAddr>>,
     /// Where each host's SMM application listens (`[[host]] app`), by host id.
     pub host_app: Vec<Option<SocketAddr>>,
+    /// Where each switch's token manager serves the admin service (`[[switch]] admin`), by
+    /// switch id.
+    pub switch_admin: Vec<Option<SocketAddr>>,
+    /// Where each host's SIU daemon serves the admin service (`[[host]] admin`), by host id.
+    pub host_admin: Vec<Option<SocketAddr>>,
     /// The transport of every link.
     pub transport: TransportConfig,
     /// The SMM map file (`map`), resolved against the config file's directory.
@@ -176,6 +243,8 @@ impl ClusterConfig {
             switch_listen: vec![None; switches],
             host_siu: vec![None; hosts],
             host_app: vec![None; hosts],
+            switch_admin: vec![None; switches],
+            host_admin: vec![None; hosts],
             transport: TransportConfig::default(),
             map_file: None,
         })
@@ -193,6 +262,40 @@ impl ClusterConfig {
         crate::topology::HostId::try_from(i).ok()
     }
 
+    /// The CA certificate, certificate and key that node `name` (a switch or host name)
+    /// presents on QUIC links: `[transport] ca`, `CERTS/NAME.pem` and `CERTS/NAME.key`. `Err`
+    /// gives the key at fault (`transport.ca` or `transport.certs`) and what is wrong.
+    pub fn quic_files(&self, name: &str) -> Result<QuicFiles, (&'static str, String)> {
+        let missing = |key: &'static str, what: &str| {
+            let msg = format!("kind \"quic\" needs {what} (or kind = \"udp\" on a trusted LAN)");
+            (key, msg)
+        };
+        let ca =
+            self.transport.ca.clone().ok_or_else(|| {
+                missing("transport.ca", "the cluster CA certificate: ca = \"FILE\"")
+            })?;
+        let certs = self.transport.certs.as_ref().ok_or_else(|| {
+            missing(
+                "transport.certs",
+                "the directory of the nodes' certificates: certs = \"DIR\"",
+            )
+        })?;
+        let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        if name.is_empty() || name == "ca" || name.starts_with('.') || !name.chars().all(plain) {
+            return Err((
+                "transport.certs",
+                format!(
+                    "node name `{name}` cannot name a certificate file (letters, digits, `-`, `_`, `.`; not `ca`)"
+                ),
+            ));
+        }
+        Ok(QuicFiles {
+            ca,
+            cert: certs.join(format!("{name}.pem")),
+            key: certs.join(format!("{name}.key")),
+        })
+    }
+
     /// Reads and validates a configuration file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let file = path.display().to_string();
@@ -204,11 +307,12 @@ impl ClusterConfig {
             message: format!("cannot read: {e}"),
         })?;
         let mut c = Self::parse(&text, &file)?;
-        // A relative map path is relative to the config file, not to the working directory.
-        if let Some(m) = c.map_file.take() {
-            let base = path.parent().unwrap_or(Path::new(""));
-            c.map_file = Some(if m.is_relative() { base.join(m) } else { m });
-        }
+        // Relative paths are relative to the config file, not to the working directory.
+        let base = path.parent().unwrap_or(Path::new(""));
+        let resolve = |p: PathBuf| if p.is_relative() { base.join(p) } else { p };
+        c.map_file = c.map_file.take().map(resolve);
+        c.transport.ca = c.transport.ca.take().map(resolve);
+        c.transport.certs = c.transport.certs.take().map(resolve);
         Ok(c)
     }
 
@@ -272,17 +376,23 @@ impl ClusterConfig {
                     err(Some(v.span()), key, msg)
                 })
             };
-        let mut switch_listen = Vec::new();
+        let (mut switch_listen, mut switch_admin) = (Vec::new(), Vec::new());
         for s in &raw.switches {
             switch_listen.push(addr(&s.listen, "switch.listen")?);
+            switch_admin.push(addr(&s.admin, "switch.admin")?);
         }
-        let (mut host_siu, mut host_app) = (Vec::new(), Vec::new());
+        let (mut host_siu, mut host_app, mut host_admin) = (Vec::new(), Vec::new(), Vec::new());
         for h in &raw.hosts {
             host_siu.push(addr(&h.siu, "host.siu")?);
             host_app.push(addr(&h.app, "host.app")?);
+            host_admin.push(addr(&h.admin, "host.admin")?);
         }
         check_unique_addrs(&raw, &switch_listen, &host_siu, &host_app)
             .map_err(|(span, key, msg)| err(Some(span), key, msg))?;
+        check_unique_admin(&raw, &switch_admin, &host_admin)
+            .map_err(|(span, key, msg)| err(Some(span), key, msg))?;
+        let transport =
+            transport(&raw.transport).map_err(|(span, key, msg)| err(Some(span), key, msg))?;
         let map_file = match &raw.map {
             Some(m) if m.get_ref().trim().is_empty() => {
                 return Err(err(Some(m.span()), "map", "empty path".into()));
@@ -307,7 +417,9 @@ impl ClusterConfig {
             switch_listen,
             host_siu,
             host_app,
-            transport: raw.transport,
+            switch_admin,
+            host_admin,
+            transport,
             map_file,
         })
     }
@@ -342,6 +454,77 @@ fn check_unique_addrs(
         }
     }
     Ok(())
+}
+
+/// No two daemons may be configured to serve the admin service on the same address (TCP; the
+/// link addresses are UDP, so an admin address may equal one of them).
+fn check_unique_admin(
+    raw: &RawConfig,
+    switch_admin: &[Option<SocketAddr>],
+    host_admin: &[Option<SocketAddr>],
+) -> Result<(), (std::ops::Range<usize>, &'static str, String)> {
+    let mut seen: HashMap<SocketAddr, ()> = HashMap::new();
+    let entries = raw
+        .switches
+        .iter()
+        .zip(switch_admin)
+        .filter_map(|(s, a)| Some((s.admin.as_ref()?.span(), "switch.admin", (*a)?)))
+        .chain(
+            raw.hosts
+                .iter()
+                .zip(host_admin)
+                .filter_map(|(h, a)| Some((h.admin.as_ref()?.span(), "host.admin", (*a)?))),
+        );
+    for (span, key, a) in entries {
+        if a.port() != 0 && seen.insert(a, ()).is_some() {
+            return Err((span, key, format!("admin address {a} is used twice")));
+        }
+    }
+    Ok(())
+}
+
+/// Parses a tag: an integer, or a string with a decimal or `0x` hexadecimal number (`_`
+/// between digits allowed).
+fn parse_tag(v: &TagValue) -> Result<u64, String> {
+    let n = match v {
+        TagValue::Int(i) => u64::try_from(*i).map_err(|_| format!("{i} is negative"))?,
+        TagValue::Str(s) => {
+            let t = s.trim().replace('_', "");
+            let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => t.parse::<u64>(),
+            };
+            parsed.map_err(|_| {
+                format!("`{s}` is not a 64-bit number (decimal, or hexadecimal with 0x)")
+            })?
+        }
+    };
+    match n {
+        0 => Err("0 matches no message; pick another tag".into()),
+        u64::MAX => Err("0xffffffffffffffff matches every tag; pick another".into()),
+        n => Ok(n),
+    }
+}
+
+/// The `[transport]` table, checked.
+fn transport(
+    raw: &RawTransport,
+) -> Result<TransportConfig, (std::ops::Range<usize>, &'static str, String)> {
+    let tag = match &raw.tag {
+        None => DEFAULT_TAG,
+        Some(t) => parse_tag(t.get_ref()).map_err(|m| (t.span(), "transport.tag", m))?,
+    };
+    let path = |v: &Option<Spanned<String>>, key: &'static str| match v {
+        Some(p) if p.get_ref().trim().is_empty() => Err((p.span(), key, "empty path".into())),
+        Some(p) => Ok(Some(PathBuf::from(p.get_ref()))),
+        None => Ok(None),
+    };
+    Ok(TransportConfig {
+        kind: raw.kind,
+        tag,
+        ca: path(&raw.ca, "transport.ca")?,
+        certs: path(&raw.certs, "transport.certs")?,
+    })
 }
 
 fn check_values(raw: &RawConfig) -> Result<(), (&'static str, String)> {
@@ -523,6 +706,124 @@ switch = "tm0"
         let text = ADDRS.replace("app = ", "application = ");
         let e = ClusterConfig::parse(&text, "a.toml").unwrap_err();
         assert_eq!((e.line, e.key.as_str()), (15, "application"), "{e}");
+    }
+
+    #[test]
+    fn transport_defaults_to_quic_with_the_default_tag() {
+        let c = ClusterConfig::parse(GOOD, "c.toml").unwrap();
+        assert_eq!(c.transport, TransportConfig::default());
+        assert_eq!(c.transport.kind, TransportKind::Quic);
+        assert_eq!(c.transport.tag, DEFAULT_TAG);
+        let (key, msg) = c.quic_files("alpha").unwrap_err();
+        assert_eq!(key, "transport.ca");
+        assert!(msg.contains("udp"), "{msg}");
+    }
+
+    const QUIC: &str = r#"
+[transport]
+kind = "quic"
+tag = "0x1507_ac40_0000_0002"
+ca = "pki/ca.pem"
+certs = "pki"
+
+[[switch]]
+name = "tm0"
+listen = "127.0.0.1:7000"
+admin = "127.0.0.1:7070"
+
+[[host]]
+name = "alpha"
+switch = "tm0"
+siu = "127.0.0.1:7100"
+app = "127.0.0.1:7200"
+admin = "127.0.0.1:7071"
+[[host]]
+name = "beta"
+switch = "tm0"
+"#;
+
+    #[test]
+    fn quic_keys_tag_and_admin_addresses_are_read() {
+        let c = ClusterConfig::parse(QUIC, "q.toml").unwrap();
+        assert_eq!(c.transport.kind, TransportKind::Quic);
+        assert_eq!(c.transport.tag, 0x1507_AC40_0000_0002);
+        assert_eq!(c.transport.ca, Some(PathBuf::from("pki/ca.pem")));
+        let f = c.quic_files("alpha").unwrap();
+        assert_eq!(f.cert, PathBuf::from("pki/alpha.pem"));
+        assert_eq!(f.key, PathBuf::from("pki/alpha.key"));
+        assert_eq!(c.switch_admin, [Some("127.0.0.1:7070".parse().unwrap())]);
+        assert_eq!(
+            c.host_admin,
+            [Some("127.0.0.1:7071".parse().unwrap()), None]
+        );
+        // A node name that is not a plain file name cannot name a certificate.
+        assert_eq!(c.quic_files("../x").unwrap_err().0, "transport.certs");
+        assert_eq!(c.quic_files("ca").unwrap_err().0, "transport.certs");
+    }
+
+    #[test]
+    fn quic_paths_are_relative_to_the_config_file() {
+        let dir = std::env::temp_dir().join(format!("isotach-proto-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("q.toml");
+        std::fs::write(&file, QUIC).unwrap();
+        let c = ClusterConfig::load(&file).unwrap();
+        assert_eq!(c.transport.ca, Some(dir.join("pki/ca.pem")));
+        assert_eq!(c.quic_files("tm0").unwrap().key, dir.join("pki/tm0.key"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn tags_parse_as_integers_decimal_or_hex_strings() {
+        for (v, want) in [
+            ("7", 7u64),
+            ("\"42\"", 42),
+            ("\"0xFF\"", 255),
+            ("\"0x1507_AC40_0000_0001\"", DEFAULT_TAG),
+            ("\"18446744073709551614\"", u64::MAX - 1),
+        ] {
+            let text = QUIC.replace("\"0x1507_ac40_0000_0002\"", v);
+            let c = ClusterConfig::parse(&text, "q.toml").unwrap_or_else(|e| panic!("{v}: {e}"));
+            assert_eq!(c.transport.tag, want, "{v}");
+        }
+        for v in [
+            "0",
+            "-1",
+            "\"0x\"",
+            "\"zz\"",
+            "\"0x1_0000_0000_0000_0000\"",
+            "\"0xffffffffffffffff\"",
+            "true",
+        ] {
+            let text = QUIC.replace("\"0x1507_ac40_0000_0002\"", v);
+            let e = ClusterConfig::parse(&text, "q.toml").unwrap_err();
+            assert_eq!(e.line, 4, "{v}: {e}");
+            if v != "true" {
+                assert_eq!(e.key, "transport.tag", "{v}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_quic_keys_name_line_and_key() {
+        let e = ClusterConfig::parse(&QUIC.replace("\"pki\"", "\" \""), "q.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (6, "transport.certs"), "{e}");
+        let e = ClusterConfig::parse(&QUIC.replace("ca = ", "cert-authority = "), "q.toml")
+            .unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (5, "cert-authority"), "{e}");
+    }
+
+    #[test]
+    fn bad_or_duplicate_admin_address_is_refused() {
+        let text = QUIC.replace("127.0.0.1:7071", "nowhere");
+        let e = ClusterConfig::parse(&text, "q.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (18, "host.admin"), "{e}");
+        let text = QUIC.replace("127.0.0.1:7071", "127.0.0.1:7070");
+        let e = ClusterConfig::parse(&text, "q.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (18, "host.admin"), "{e}");
+        // Admin is TCP: it may share an address with a UDP link.
+        let text = QUIC.replace("127.0.0.1:7071", "127.0.0.1:7100");
+        ClusterConfig::parse(&text, "q.toml").unwrap();
     }
 
     #[test]
