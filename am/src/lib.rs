@@ -8,7 +8,8 @@
 //! - [`Core`]: the protocol state machine; time and datagrams in, datagrams, handler runs,
 //!   returned messages and timer deadlines out. No sockets, clocks or randomness.
 //! - [`Bundle`]: the API; drives one `Core` over one [`Transport`].
-//! - [`port`]: reliable per-peer FIFO packet links with a hello handshake, for the daemons.
+//! - [`port`]: reliable per-peer FIFO packet links with a hello handshake, for the daemons;
+//!   [`telemetry`]: their latency histograms and rate meters.
 //! - [`backend`]: transports: [`backend::mem`] (deterministic, virtual time, fault model),
 //!   [`backend::udp`] (tokio + socket2 + batched receive), [`backend::quic`] (quinn, TLS
 //!   from a cluster CA).
@@ -25,6 +26,8 @@ mod msg;
 pub mod port;
 pub mod rng;
 pub mod sim;
+pub mod telemetry;
+pub mod telemetry;
 mod transport;
 mod types;
 

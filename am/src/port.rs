@@ -10,6 +10,17 @@
 //!   word 0 says "more follows"); FIFO delivery makes reassembly a concatenation;
 //! - a peer is *up* once it answered our hello. Packets for a peer that is not up wait in the
 //!   port (in order) and leave when it is: daemons may start in any order;
+//! - a link *breaks* when a data fragment comes back undelivered (the AM layer gave up, or the
+//!   peer restarted and refused it), when the peer says hello from a new incarnation (it
+//!   restarted and forgot the stream), or when a queue overflowed. The port then reports
+//!   [`PortEvent::PeerLost`], drops what it had queued for the peer (the stream has a hole:
+//!   sending the rest would pretend it has not), marks the peer down and says hello again;
+//!   [`PortEvent::PeerUp`] follows when the peer answers. What a broken stream means above the
+//!   port (a new logical-time generation) is the daemons' business;
+//! - every queue is bounded by [`PacketPort::set_queue_max`] fragments per peer. Towards a
+//!   peer that is up, [`PacketPort::has_room`] tells the driver to hold back (back-pressure);
+//!   a packet sent anyway to a full queue, or arriving when the inbox is full, is dropped,
+//!   counted and breaks the link;
 //! - packets from addresses that are not configured peers, and messages with a foreign tag,
 //!   are dropped and counted ([`PortStats`]).
 //!
@@ -40,21 +51,41 @@ const PORT_EP: EpId = EpId(0);
 /// The tag of Isotach cluster traffic when the configuration names none.
 pub const DEFAULT_TAG: Tag = Tag(0x1507_AC40_0000_0001);
 
+/// Why a link broke (see [`PortEvent::PeerLost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossReason {
+    /// A data fragment came back undelivered with this status (`Unreachable`: the AM layer
+    /// gave up after its give-up time, or the peer restarted and refused it).
+    Returned(Status),
+    /// The peer said hello from a new incarnation: it restarted.
+    Restarted,
+    /// Our queue towards the peer was full and a packet was dropped.
+    SendOverflow,
+    /// Our inbox was full and a packet from the peer was dropped.
+    InboxOverflow,
+}
+
 /// Something a driver should know about its peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PortEvent {
-    /// The peer answered our hello: packets flow.
+    /// The peer answered our hello: packets flow (again, after a [`PortEvent::PeerLost`]).
     PeerUp(usize),
-    /// A packet or hello to the peer came back undelivered (`Unreachable` after the AM
-    /// give-up time, or another status). Data packets queued after it still go out once the
-    /// peer answers a new hello; the returned fragment is lost and counted.
-    Returned {
+    /// The link to the peer broke: the peer is down until it answers a new hello.
+    PeerLost {
+        /// The peer.
+        peer: usize,
+        /// Why.
+        reason: LossReason,
+        /// Fragments that were queued for the peer and are dropped.
+        dropped: usize,
+    },
+    /// A hello to the peer came back unanswered (it is not there yet); the port keeps
+    /// trying.
+    HelloReturned {
         /// The peer.
         peer: usize,
         /// Why.
         status: Status,
-        /// A data fragment (true) or a hello (false).
-        data: bool,
     },
 }
 
@@ -73,6 +104,12 @@ pub struct PortStats {
     pub fragments_lost: u64,
     /// Hellos sent.
     pub hellos: u64,
+    /// Times a link broke (see [`PortEvent::PeerLost`]).
+    pub links_lost: u64,
+    /// Fragments dropped because a link broke or a queue was full.
+    pub fragments_dropped: u64,
+    /// Packets dropped because the inbox was full.
+    pub inbox_overflow: u64,
 }
 
 #[derive(Debug, Default)]
@@ -84,7 +121,35 @@ struct Inbox {
     acked: Vec<usize>,
     /// Peers whose hello came back (consumed by `poll`).
     hello_failed: Vec<usize>,
+    /// Links broken inside a handler (consumed by `poll`).
+    broken: Vec<(usize, LossReason)>,
+    /// Each peer's incarnation, from its hellos (0: none seen yet).
+    incarnations: Vec<u64>,
+    /// Most packets the inbox holds.
+    packets_max: usize,
     stats: PortStats,
+}
+
+impl Inbox {
+    /// Records a broken link once per poll.
+    fn break_link(&mut self, peer: usize, reason: LossReason) {
+        if !self.broken.iter().any(|&(p, _)| p == peer) {
+            self.broken.push((peer, reason));
+        }
+    }
+}
+
+/// One peer's state, for status displays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerStatus {
+    /// Its address.
+    pub addr: NodeAddr,
+    /// It answered our last hello and no loss happened since.
+    pub up: bool,
+    /// Fragments queued towards it.
+    pub queued: usize,
+    /// Times its link broke.
+    pub links_lost: u64,
 }
 
 #[derive(Debug)]
@@ -92,6 +157,7 @@ struct Peer {
     addr: NodeAddr,
     idx: TransIdx,
     up: bool,
+    links_lost: u64,
     hello_outstanding: bool,
     /// Fragments waiting for credit: (bytes, more follows).
     out: VecDeque<(Vec<u8>, bool)>,
@@ -104,6 +170,8 @@ pub struct PacketPort<T: Transport> {
     peers: Vec<Peer>,
     inbox: Arc<Mutex<Inbox>>,
     tag: Tag,
+    /// Most fragments queued towards one peer.
+    queue_max: usize,
 }
 
 fn lock(inbox: &Mutex<Inbox>) -> MutexGuard<'_, Inbox> {
@@ -113,6 +181,8 @@ fn lock(inbox: &Mutex<Inbox>) -> MutexGuard<'_, Inbox> {
 impl<T: Transport> PacketPort<T> {
     /// Largest packet the port carries (a bigger one is refused at [`PacketPort::send`]).
     pub const PACKET_MAX: usize = 64 * 1024;
+    /// Default of [`PacketPort::set_queue_max`].
+    pub const QUEUE_MAX_DEFAULT: usize = 65_536;
 
     /// AM settings for a port: full credits (64 outstanding fragments per peer), otherwise
     /// the defaults.
@@ -134,6 +204,8 @@ impl<T: Transport> PacketPort<T> {
         }
         let inbox = Arc::new(Mutex::new(Inbox {
             partial: vec![Vec::new(); peers.len()],
+            incarnations: vec![0; peers.len()],
+            packets_max: Self::QUEUE_MAX_DEFAULT,
             ..Inbox::default()
         }));
         let by_addr: Arc<HashMap<NodeAddr, usize>> =
@@ -156,15 +228,33 @@ impl<T: Transport> PacketPort<T> {
             partial.extend_from_slice(req.data());
             if !more {
                 let packet = std::mem::take(partial);
+                if ib.packets.len() >= ib.packets_max {
+                    // The driver is not keeping up: drop rather than grow, and say so.
+                    ib.stats.inbox_overflow += 1;
+                    ib.break_link(peer, LossReason::InboxOverflow);
+                    return;
+                }
                 ib.packets.push_back((peer, packet));
                 ib.stats.packets_received += 1;
             }
         })?;
         let (ib, map) = (Arc::clone(&inbox), Arc::clone(&by_addr));
         bundle.set_request_handler(ep, H_HELLO, move |req| {
-            if !map.contains_key(&req.source().node) {
+            let Some(&peer) = map.get(&req.source().node) else {
                 lock(&ib).stats.unknown_peer += 1;
                 return;
+            };
+            // args: [tag, incarnation]. A new incarnation means the peer restarted.
+            let inc = req.args().get(1).copied().unwrap_or(0);
+            {
+                let mut ib = lock(&ib);
+                let known = ib.incarnations[peer];
+                if inc != 0 && known != inc {
+                    ib.incarnations[peer] = inc;
+                    if known != 0 {
+                        ib.break_link(peer, LossReason::Restarted);
+                    }
+                }
             }
             let _ = req.reply_short(H_HELLO_ACK, &[]);
         })?;
@@ -180,17 +270,16 @@ impl<T: Transport> PacketPort<T> {
                 return;
             };
             let mut ib = lock(&ib);
-            let data = r.handler == H_DATA;
-            if data {
+            if r.handler == H_DATA {
                 ib.stats.fragments_lost += 1;
+                ib.break_link(peer, LossReason::Returned(r.status));
             } else {
                 ib.hello_failed.push(peer);
+                ib.events.push_back(PortEvent::HelloReturned {
+                    peer,
+                    status: r.status,
+                });
             }
-            ib.events.push_back(PortEvent::Returned {
-                peer,
-                status: r.status,
-                data,
-            });
         })?;
         let mut ps = Vec::with_capacity(peers.len());
         for &addr in peers {
@@ -207,6 +296,7 @@ impl<T: Transport> PacketPort<T> {
                 addr,
                 idx,
                 up: false,
+                links_lost: 0,
                 hello_outstanding: false,
                 out: VecDeque::new(),
             });
@@ -216,7 +306,23 @@ impl<T: Transport> PacketPort<T> {
             peers: ps,
             inbox,
             tag,
+            queue_max: Self::QUEUE_MAX_DEFAULT,
         })
+    }
+
+    /// Bounds every per-peer send queue and the inbox to `fragments` (at least 1); the cluster
+    /// config's `queue-packets-max` is the daemons' value.
+    pub fn set_queue_max(&mut self, fragments: usize) {
+        self.queue_max = fragments.max(1);
+        lock(&self.inbox).packets_max = self.queue_max;
+    }
+
+    /// Can `peer` take another packet of up to a medium message without overflowing its
+    /// queue? A driver holds its output back while this is false (back-pressure).
+    pub fn has_room(&self, peer: usize) -> bool {
+        self.peers
+            .get(peer)
+            .is_some_and(|p| p.out.len() < self.queue_max)
     }
 
     /// This port's transport address.
@@ -249,6 +355,19 @@ impl<T: Transport> PacketPort<T> {
         self.peers.iter().map(|p| p.out.len()).sum()
     }
 
+    /// Every peer's state, by peer id.
+    pub fn peer_status(&self) -> Vec<PeerStatus> {
+        self.peers
+            .iter()
+            .map(|p| PeerStatus {
+                addr: p.addr,
+                up: p.up,
+                queued: p.out.len(),
+                links_lost: p.links_lost,
+            })
+            .collect()
+    }
+
     /// Counters.
     pub fn stats(&self) -> PortStats {
         lock(&self.inbox).stats
@@ -269,6 +388,13 @@ impl<T: Transport> PacketPort<T> {
             .peers
             .get_mut(peer)
             .ok_or(AmError::BadArg("no such peer"))?;
+        let fragments = packet.len().div_ceil(MAX_MEDIUM_BYTES).max(1);
+        if p.out.len() + fragments > self.queue_max {
+            let mut ib = lock(&self.inbox);
+            ib.stats.fragments_dropped += fragments as u64;
+            ib.break_link(peer, LossReason::SendOverflow);
+            return Ok(());
+        }
         let mut chunks = packet.chunks(MAX_MEDIUM_BYTES).peekable();
         if packet.is_empty() {
             p.out.push_back((Vec::new(), false));
@@ -306,17 +432,21 @@ impl<T: Transport> PacketPort<T> {
         Ok(handled)
     }
 
-    /// Takes hello outcomes out of the inbox.
+    /// Takes hello outcomes and broken links out of the inbox.
     fn absorb(&mut self) {
-        let (acked, failed) = {
+        let (acked, failed, broken) = {
             let mut ib = lock(&self.inbox);
             (
                 std::mem::take(&mut ib.acked),
                 std::mem::take(&mut ib.hello_failed),
+                std::mem::take(&mut ib.broken),
             )
         };
         for peer in failed {
             self.peers[peer].hello_outstanding = false;
+        }
+        for (peer, reason) in broken {
+            self.break_link(peer, reason);
         }
         for peer in acked {
             let p = &mut self.peers[peer];
@@ -328,15 +458,35 @@ impl<T: Transport> PacketPort<T> {
         }
     }
 
+    /// The link to `peer` broke: drop its queue and half-assembled packet, mark it down (a
+    /// new hello goes out at the next push) and tell the driver.
+    fn break_link(&mut self, peer: usize, reason: LossReason) {
+        let p = &mut self.peers[peer];
+        let dropped = p.out.len();
+        p.out.clear();
+        p.up = false;
+        p.links_lost += 1;
+        let mut ib = lock(&self.inbox);
+        ib.partial[peer].clear();
+        ib.stats.links_lost += 1;
+        ib.stats.fragments_dropped += dropped as u64;
+        ib.events.push_back(PortEvent::PeerLost {
+            peer,
+            reason,
+            dropped,
+        });
+    }
+
     /// Sends hellos and queued fragments; returns the messages sent.
     fn push(&mut self) -> Result<usize, AmError> {
         let mut sent = 0;
+        let inc = self.bundle.core().incarnation();
         for p in &mut self.peers {
             if !p.up {
                 if !p.hello_outstanding {
                     match self
                         .bundle
-                        .try_request_short(PORT_EP, p.idx, H_HELLO, &[self.tag.0])
+                        .try_request_short(PORT_EP, p.idx, H_HELLO, &[self.tag.0, inc])
                     {
                         Ok(()) => {
                             p.hello_outstanding = true;
@@ -446,5 +596,111 @@ mod tests {
         }
         assert!(!c.is_up(0));
         assert_eq!(a.recv(), None);
+    }
+
+    /// Polls both ports until `done` holds (a liveness guard, not a timed assertion).
+    fn pump(
+        a: &mut PacketPort<UdpTransport>,
+        b: &mut PacketPort<UdpTransport>,
+        mut done: impl FnMut(&mut PacketPort<UdpTransport>, &mut PacketPort<UdpTransport>) -> bool,
+    ) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !done(a, b) {
+            assert!(std::time::Instant::now() < deadline, "liveness guard");
+            a.poll().unwrap();
+            b.poll().unwrap();
+            a.wait(Duration::from_millis(1)).unwrap();
+        }
+    }
+
+    fn events(p: &mut PacketPort<UdpTransport>) -> Vec<PortEvent> {
+        std::iter::from_fn(|| p.take_event()).collect()
+    }
+
+    #[test]
+    fn a_restarted_peer_breaks_the_link_and_comes_back() {
+        let (mut a, mut b) = pair();
+        a.send(0, b"before").unwrap();
+        pump(&mut a, &mut b, |_, b| b.recv().is_some());
+        pump(&mut a, &mut b, |a, b| a.is_up(0) && b.is_up(0));
+        events(&mut a);
+        // b restarts: a new process on the same address (a new incarnation).
+        let b_addr = b.local_addr();
+        let NodeAddr::Ip(sock) = b_addr else {
+            unreachable!("UDP addresses are IP")
+        };
+        let a_addr = a.local_addr();
+        drop(b);
+        let t = UdpTransport::bind(sock).unwrap();
+        let mut b = PacketPort::new(t, &[a_addr], DEFAULT_TAG).unwrap();
+        let mut seen = Vec::new();
+        pump(&mut a, &mut b, |a, _| {
+            seen.extend(events(a));
+            seen.iter().any(|e| *e == PortEvent::PeerUp(0))
+        });
+        let lost = seen
+            .iter()
+            .position(|e| matches!(e, PortEvent::PeerLost { peer: 0, reason: LossReason::Restarted, .. }))
+            .expect("the restart is reported");
+        let up = seen.iter().position(|e| *e == PortEvent::PeerUp(0)).unwrap();
+        assert!(lost < up, "{seen:?}");
+        assert_eq!(a.stats().links_lost, 1);
+        assert_eq!(a.peer_status()[0].links_lost, 1);
+        // The stream flows again, from the start.
+        a.send(0, b"after").unwrap();
+        let mut got = None;
+        pump(&mut a, &mut b, |_, b| {
+            got = b.recv();
+            got.is_some()
+        });
+        assert_eq!(got, Some((0, b"after".to_vec())));
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_breaks_the_link() {
+        let (mut a, _b) = pair();
+        a.set_queue_max(4);
+        for _ in 0..4 {
+            assert!(a.has_room(0));
+            a.send(0, b"x").unwrap();
+        }
+        assert!(!a.has_room(0), "the peer is not up yet: four wait");
+        a.send(0, b"one too many").unwrap();
+        a.poll().unwrap();
+        let ev = events(&mut a);
+        assert!(
+            ev.contains(&PortEvent::PeerLost {
+                peer: 0,
+                reason: LossReason::SendOverflow,
+                dropped: 4
+            }),
+            "{ev:?}"
+        );
+        let s = a.stats();
+        assert_eq!((s.links_lost, s.fragments_dropped), (1, 5));
+        assert!(a.has_room(0));
+    }
+
+    #[test]
+    fn a_full_inbox_drops_and_breaks_the_link() {
+        let (mut a, mut b) = pair();
+        b.set_queue_max(3);
+        for i in 0..10u8 {
+            a.send(0, &[i]).unwrap();
+        }
+        pump(&mut a, &mut b, |_, b| b.stats().inbox_overflow > 0);
+        let ev = events(&mut b);
+        assert!(
+            ev.iter().any(|e| matches!(
+                e,
+                PortEvent::PeerLost {
+                    reason: LossReason::InboxOverflow,
+                    ..
+                }
+            )),
+            "{ev:?}"
+        );
+        let got: Vec<_> = std::iter::from_fn(|| b.recv()).collect();
+        assert_eq!(got.len(), 3, "the inbox kept what fit");
     }
 }

@@ -70,6 +70,52 @@ impl LastTwo {
     }
 }
 
+/// When a daemon starts a new logical-time generation after a broken link (see
+/// `docs/operations.md`, "Peer loss and restarts").
+///
+/// A link breaks when the peer restarted or data to it was lost: the FIFO streams the token
+/// protocol relies on have a hole, so the current generation cannot go on. When the peer is
+/// back, one side starts generation `g + 1` — but only if logical time is still in the
+/// generation `g` it was in when the link broke. If another node already restarted logical
+/// time because of the same event, the restart wave got here first (links are FIFO, and a
+/// restarted peer's hello precedes its data), and starting another would only cost a second
+/// restart. Two nodes that start at once both start `g + 1`: the same wave.
+#[derive(Debug, Clone, Default)]
+pub struct Rejoin {
+    /// Per peer: the generation in force when its link broke.
+    broken_in: Vec<Option<u32>>,
+}
+
+impl Rejoin {
+    /// A tracker for `peers` peers.
+    pub fn new(peers: usize) -> Self {
+        Self {
+            broken_in: vec![None; peers],
+        }
+    }
+
+    /// The link to `peer` broke during `generation` (the first break counts until the peer
+    /// is back).
+    pub fn broken(&mut self, peer: usize, generation: u32) {
+        if let Some(slot) = self.broken_in.get_mut(peer) {
+            slot.get_or_insert(generation);
+        }
+    }
+
+    /// `peer` is back, logical time is in `generation`: should this node start a new one?
+    pub fn back(&mut self, peer: usize, generation: u32) -> bool {
+        self.broken_in
+            .get_mut(peer)
+            .and_then(Option::take)
+            .is_some_and(|g| g == generation)
+    }
+
+    /// Peers whose link is broken.
+    pub fn pending(&self) -> usize {
+        self.broken_in.iter().filter(|g| g.is_some()).count()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +158,27 @@ mod tests {
         let r: Vec<_> = l.repeats().collect();
         assert_eq!(r.iter().map(|t| t.seq).collect::<Vec<_>>(), vec![2, 3]);
         assert!(r.iter().all(|t| t.repeat));
+    }
+
+    #[test]
+    fn rejoin_starts_a_generation_only_if_none_started_since_the_break() {
+        let mut r = Rejoin::new(3);
+        assert!(
+            !r.back(0, 5),
+            "a peer coming up the first time starts nothing"
+        );
+        r.broken(1, 5);
+        r.broken(1, 6);
+        assert_eq!(r.pending(), 1);
+        assert!(r.back(1, 5), "still in the generation of the break");
+        assert!(!r.back(1, 5), "once per break");
+        r.broken(2, 5);
+        assert!(
+            !r.back(2, 6),
+            "somebody else restarted logical time already"
+        );
+        r.broken(9, 1);
+        assert!(!r.back(9, 1), "unknown peers are ignored");
+        assert_eq!(r.pending(), 0);
     }
 }

@@ -364,6 +364,15 @@ impl TokenManager {
         Ok(())
     }
 
+    /// Starts the next generation from here (a reset wave to every neighbour), after a broken
+    /// link came back (see `isotach_proto::wave::Rejoin`). Does nothing before logical time
+    /// started: the first reset comes from host 0's SIU.
+    pub fn begin_restart(&mut self, now_us: u64) {
+        if self.started {
+            self.restart(now_us, self.generation.wrapping_add(1));
+        }
+    }
+
     /// A reset of a newer generation: forget everything, pass the reset wave on to every
     /// neighbour (each ignores the echo: its generation is no longer newer), start wave 1.
     fn restart(&mut self, now_us: u64, generation: u32) {

@@ -281,3 +281,36 @@ fn a_lost_restart_is_resent_by_the_token_timer() {
     assert!(drain(&mut t).is_empty());
     assert_eq!((t.generation(), t.stats().resets), (1, 0));
 }
+
+#[test]
+fn begin_restart_sends_the_next_generation_to_every_neighbour() {
+    let mut fresh = tm(2, 1, 0);
+    fresh.begin_restart(0);
+    assert!(drain(&mut fresh).is_empty(), "nothing to restart before the first reset");
+    assert_eq!(fresh.generation(), 0);
+
+    let mut t = started(2);
+    t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
+    drain(&mut t);
+    assert_eq!(t.waves(), 2);
+    t.begin_restart(5);
+    let out = tokens(&drain(&mut t));
+    let resets: Vec<_> = out.iter().filter(|(_, t)| t.restart).collect();
+    assert_eq!(resets.len(), 2);
+    assert!(resets.iter().all(|(_, t)| t.generation == 2));
+    assert!(
+        out.iter()
+            .filter(|(_, t)| !t.restart)
+            .all(|(_, t)| t.seq == 1 && t.generation == 2),
+        "then wave 1 of the new generation"
+    );
+    assert_eq!((t.generation(), t.waves(), t.stats().resets), (2, 1, 1));
+    // A host's echo of the same generation is not another restart.
+    let echo = Token {
+        generation: 2,
+        ..reset_token(0)
+    };
+    t.handle_input(6, 0, &echo.to_bytes()).unwrap();
+    assert_eq!(t.generation(), 2);
+}
