@@ -2225,3 +2225,35 @@ fn req_39_host_mode_copies_signal_and_barrier() {
         assert!(nonzero > 10, "signals copied even off the end of an epoch");
     }
 }
+
+/// Not a requirement of the report: the count the admin service shows as outstanding
+/// isochrons rises when the SIU stamps one and falls when its pulse ends.
+#[test]
+fn outstanding_isochrons_count_until_their_pulse_ends() {
+    let mut rng = XorShift::new(7);
+    let mut rig = siu_rig();
+    assert_eq!(rig.siu.outstanding_isochrons(), 0);
+    let mut stamped = Vec::new();
+    for iso_id in 0..3 {
+        let (s, dests) = random_isochron(&mut rng, iso_id);
+        let (_, marker) = send_isochron_slowly(&mut rig, &mut rng, s, &dests);
+        stamped.push(marker.ts);
+    }
+    let open = |rig: &Rig| {
+        stamped
+            .iter()
+            .filter(|&&ts| ts >= rig.siu.recvclock())
+            .count() as u64
+    };
+    assert!(
+        open(&rig) > 0,
+        "some isochron waits for its pulse: {stamped:?}"
+    );
+    assert_eq!(rig.siu.outstanding_isochrons(), open(&rig));
+    let last = *stamped.iter().max().unwrap();
+    while rig.siu.recvclock() <= last {
+        rig.run_pulses(1);
+        assert_eq!(rig.siu.outstanding_isochrons(), open(&rig));
+    }
+    assert_eq!(rig.siu.outstanding_isochrons(), 0);
+}

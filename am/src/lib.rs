@@ -27,7 +27,6 @@ pub mod port;
 pub mod rng;
 pub mod sim;
 pub mod telemetry;
-pub mod telemetry;
 mod transport;
 mod types;
 

@@ -2,12 +2,18 @@
 //!
 //! The service and its messages are generated from `proto/admin.proto` by `build.rs`
 //! (protox; no protoc). The daemon's driver loop publishes a snapshot of its state on a watch
-//! channel every few milliseconds; `Status` reads the latest one, `Shutdown` stops the daemon
-//! as SIGTERM does.
+//! channel every few milliseconds and records latencies in its [`Telemetry`]; `Status` reads
+//! the latest snapshot, `Stats` the histograms, `SetLogLevel` swaps the log filter
+//! ([`logs`]), `Shutdown` stops the daemon as SIGTERM does. [`metrics`] serves the same
+//! numbers to Prometheus.
+
+pub(crate) mod logs;
+pub(crate) mod metrics;
 
 use crate::UsageError;
 use clap::Args;
-use isotach_am::port::PortStats;
+use isotach_am::port::{PeerStatus, PortStats};
+use isotach_am::telemetry::{HistSummary, Telemetry};
 use isotach_siu::SiuStats;
 use isotach_siu::daemon::SiuSnapshot;
 use isotach_tm::TmStats;
@@ -36,10 +42,13 @@ pub(crate) mod pb {
 
 use pb::admin_client::AdminClient;
 use pb::admin_server::{Admin, AdminServer};
-use pb::{ShutdownReply, ShutdownRequest, StatusReply, StatusRequest};
+use pb::{
+    Histogram, Peer, SetLogLevelReply, SetLogLevelRequest, ShutdownReply, ShutdownRequest,
+    StatsReply, StatsRequest, StatusReply, StatusRequest,
+};
 
 /// Where a daemon's state comes from.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Source {
     /// A token manager's snapshots.
     Tm(watch::Receiver<TmSnapshot>),
@@ -48,10 +57,11 @@ pub(crate) enum Source {
 }
 
 /// The admin service of one daemon.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct AdminService {
     name: String,
     source: Source,
+    telemetry: Arc<Telemetry>,
     shutdown: Arc<Notify>,
 }
 
@@ -59,7 +69,7 @@ fn map(entries: &[(&str, u64)]) -> HashMap<String, u64> {
     entries.iter().map(|&(k, v)| (k.to_string(), v)).collect()
 }
 
-fn port_counters(p: &PortStats) -> [(&'static str, u64); 6] {
+fn port_counters(p: &PortStats) -> [(&'static str, u64); 9] {
     [
         ("port.packets_sent", p.packets_sent),
         ("port.packets_received", p.packets_received),
@@ -67,7 +77,38 @@ fn port_counters(p: &PortStats) -> [(&'static str, u64); 6] {
         ("port.oversize", p.oversize),
         ("port.fragments_lost", p.fragments_lost),
         ("port.hellos", p.hellos),
+        ("port.links_lost", p.links_lost),
+        ("port.fragments_dropped", p.fragments_dropped),
+        ("port.inbox_overflow", p.inbox_overflow),
     ]
+}
+
+fn peers(status: &[PeerStatus], name: impl Fn(usize) -> String) -> Vec<Peer> {
+    status
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Peer {
+            name: name(i),
+            addr: format!("{:?}", p.addr),
+            up: p.up,
+            queued: p.queued as u64,
+            links_lost: p.links_lost,
+        })
+        .collect()
+}
+
+fn histogram(h: &HistSummary) -> Histogram {
+    Histogram {
+        name: h.name.to_string(),
+        count: h.count,
+        min_us: h.min_us,
+        p50_us: h.p50_us,
+        p90_us: h.p90_us,
+        p99_us: h.p99_us,
+        p999_us: h.p999_us,
+        max_us: h.max_us,
+        mean_us: h.mean_us,
+    }
 }
 
 fn tm_counters(s: &TmStats) -> [(&'static str, u64); 11] {
@@ -115,7 +156,7 @@ impl AdminService {
     fn reply(&self) -> StatusReply {
         match &self.source {
             Source::Tm(rx) => {
-                let s = *rx.borrow();
+                let s = rx.borrow().clone();
                 let mut counters = map(&tm_counters(&s.stats));
                 counters.extend(map(&port_counters(&s.port)));
                 counters.insert("peers_up".into(), s.peers_up as u64);
@@ -131,10 +172,13 @@ impl AdminService {
                     recvclock: 0,
                     queues: map(&[("out", s.queue_depth as u64), ("held", s.held as u64)]),
                     counters,
+                    pulse_rate_per_s: s.wave_rate_per_s,
+                    peers: peers(&s.peers, |i| format!("link {i}")),
+                    outstanding_isochrons: 0,
                 }
             }
             Source::Siu(rx) => {
-                let s = *rx.borrow();
+                let s = rx.borrow().clone();
                 let mut counters = map(&siu_counters(&s.stats));
                 counters.extend(map(&port_counters(&s.port)));
                 StatusReply {
@@ -151,11 +195,24 @@ impl AdminService {
                         ("to_net", s.to_net as u64),
                         ("host_held", s.host_held as u64),
                         ("net_held", s.net_held as u64),
+                        ("pending_pulse_packets", s.pending_pulse_packets),
                     ]),
                     counters,
+                    pulse_rate_per_s: s.pulse_rate_per_s,
+                    peers: peers(&s.peers, |i| {
+                        s.peer_names
+                            .get(i)
+                            .cloned()
+                            .unwrap_or_else(|| format!("peer {i}"))
+                    }),
+                    outstanding_isochrons: s.outstanding_isochrons,
                 }
             }
         }
+    }
+
+    fn metrics(&self) -> String {
+        metrics::render(&self.reply(), &self.telemetry.summaries())
     }
 }
 
@@ -163,6 +220,24 @@ impl AdminService {
 impl Admin for AdminService {
     async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
         Ok(Response::new(self.reply()))
+    }
+
+    async fn stats(&self, r: Request<StatsRequest>) -> Result<Response<StatsReply>, Status> {
+        let histograms = self.telemetry.summaries().iter().map(histogram).collect();
+        if r.into_inner().reset {
+            self.telemetry.reset();
+        }
+        Ok(Response::new(StatsReply { histograms }))
+    }
+
+    async fn set_log_level(
+        &self,
+        r: Request<SetLogLevelRequest>,
+    ) -> Result<Response<SetLogLevelReply>, Status> {
+        let filter = r.into_inner().filter;
+        let previous = logs::set_filter(&filter).map_err(Status::invalid_argument)?;
+        tracing::info!(%filter, %previous, "log filter replaced over the admin service");
+        Ok(Response::new(SetLogLevelReply { previous }))
     }
 
     async fn shutdown(
@@ -175,22 +250,39 @@ impl Admin for AdminService {
     }
 }
 
-/// Binds `addr` and serves the admin service of daemon `name` on the current runtime. Returns
-/// the bound address (port 0 picks a free one) and a notifier the service fires on `Shutdown`.
-pub(crate) fn serve(
+/// What a daemon exposes: its name, snapshots and histograms.
+#[derive(Debug)]
+pub(crate) struct Exposed {
+    /// The switch or host name.
+    pub(crate) name: String,
+    /// Its snapshots.
+    pub(crate) source: Source,
+    /// Its histograms.
+    pub(crate) telemetry: Arc<Telemetry>,
+}
+
+/// Binds `addr` and serves the admin service of a daemon on the current runtime, plus the
+/// Prometheus endpoint on `metrics` if given. Returns the bound admin address (port 0 picks a
+/// free one) and a notifier the service fires on `Shutdown`.
+pub(crate) async fn serve(
     addr: SocketAddr,
-    name: String,
-    source: Source,
+    metrics_addr: Option<SocketAddr>,
+    exposed: Exposed,
 ) -> anyhow::Result<(SocketAddr, Arc<Notify>)> {
     let incoming = tonic::transport::server::TcpIncoming::bind(addr)
         .map_err(|e| anyhow::anyhow!("admin: bind {addr}: {e}"))?;
     let local = incoming.local_addr()?;
     let shutdown = Arc::new(Notify::new());
     let svc = AdminService {
-        name,
-        source,
+        name: exposed.name,
+        source: exposed.source,
+        telemetry: exposed.telemetry,
         shutdown: Arc::clone(&shutdown),
     };
+    if let Some(m) = metrics_addr {
+        let view = svc.clone();
+        metrics::serve(m, Arc::new(move || view.metrics())).await?;
+    }
     tokio::spawn(async move {
         let r = tonic::transport::Server::builder()
             .add_service(AdminServer::new(svc))
@@ -202,6 +294,18 @@ pub(crate) fn serve(
     });
     tracing::info!(admin = %local, "admin service listening");
     Ok((local, shutdown))
+}
+
+/// Serves only the Prometheus endpoint (the daemon runs with `--no-admin --metrics ADDR`).
+pub(crate) async fn serve_metrics_only(addr: SocketAddr, exposed: Exposed) -> anyhow::Result<()> {
+    let view = AdminService {
+        name: exposed.name,
+        source: exposed.source,
+        telemetry: exposed.telemetry,
+        shutdown: Arc::new(Notify::new()),
+    };
+    metrics::serve(addr, Arc::new(move || view.metrics())).await?;
+    Ok(())
 }
 
 /// Show a running daemon's status (clocks, queues, counters) from its admin service.

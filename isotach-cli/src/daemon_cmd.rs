@@ -4,7 +4,7 @@
 //! feature `daemon`); this module loads the config, binds the sockets, installs the signal
 //! handlers and runs them.
 
-use crate::admin::Source;
+use crate::admin::{Exposed, Source};
 use crate::philo_app::{PhiloParams, forks_map, run_philosopher};
 use crate::{EXIT_FAILED, UsageError};
 use clap::Args;
@@ -35,11 +35,30 @@ pub(crate) struct TmArgs {
     /// This token manager's switch name (`[[switch]] name`).
     #[arg(long, env = "ISOTACH_NAME")]
     name: String,
-    /// Serve the admin gRPC service (`isotach status`) on this address, e.g. 127.0.0.1:7070
-    /// (port 0 picks a free one; the address is logged). Off by default.
+    #[command(flatten)]
+    ops: OpsArgs,
+}
+
+/// Where a daemon serves its admin service and metrics.
+#[derive(Debug, Args)]
+pub(crate) struct OpsArgs {
+    /// Serve the admin gRPC service (`isotach status`) here (port 0 picks a free one; the
+    /// address is logged). Default: the node's `admin` key in the config, else 127.0.0.1:7070
+    /// for a TM and 127.0.0.1:7071 for an SIU (skipped with a warning when taken).
     #[arg(long, value_name = "ADDR")]
     admin: Option<SocketAddr>,
+    /// Serve no admin service.
+    #[arg(long, conflicts_with = "admin")]
+    no_admin: bool,
+    /// Serve Prometheus metrics (`GET /metrics`, plain HTTP) here. Off by default.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
 }
+
+/// The default admin address of a token manager.
+pub(crate) const TM_ADMIN_DEFAULT: &str = "127.0.0.1:7070";
+/// The default admin address of an SIU (and of `isotach status`).
+pub(crate) const SIU_ADMIN_DEFAULT: &str = "127.0.0.1:7071";
 
 /// Run an SIU (one per host).
 #[derive(Debug, Args)]
@@ -50,10 +69,8 @@ pub(crate) struct SiuArgs {
     /// This SIU's host name (`[[host]] name`).
     #[arg(long, env = "ISOTACH_HOST")]
     host: String,
-    /// Serve the admin gRPC service (`isotach status`) on this address, e.g. 127.0.0.1:7070
-    /// (port 0 picks a free one; the address is logged). Off by default.
-    #[arg(long, value_name = "ADDR")]
-    admin: Option<SocketAddr>,
+    #[command(flatten)]
+    ops: OpsArgs,
 }
 
 /// Run one dining philosopher on this host, over its SIU daemon. Every host of the config
@@ -90,14 +107,9 @@ pub(crate) fn load(path: &Path) -> Result<ClusterConfig, UsageError> {
     Ok(c)
 }
 
-/// Logs to stderr; `RUST_LOG` overrides `default`.
+/// Logs to stderr; `RUST_LOG` overrides `default`; the admin service can change the filter.
 pub(crate) fn init_logs(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    crate::admin::logs::init(default);
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -120,15 +132,33 @@ pub(crate) async fn shutdown_signal() {
     tracing::info!("signal received: shutting down");
 }
 
-/// Starts the admin service when `--admin` was given; returns what its `Shutdown` fires.
-fn admin(
-    addr: Option<SocketAddr>,
-    name: &str,
-    source: Source,
+/// Starts the admin service (and metrics) as [`OpsArgs`] says; returns what its `Shutdown`
+/// fires. An address from the flag or the config must bind; the built-in default is skipped
+/// with a warning when another daemon on this machine holds it.
+async fn admin(
+    ops: &OpsArgs,
+    configured: Option<SocketAddr>,
+    default: &str,
+    exposed: Exposed,
 ) -> anyhow::Result<Option<Arc<Notify>>> {
-    match addr {
-        Some(a) => Ok(Some(crate::admin::serve(a, name.to_string(), source)?.1)),
-        None => Ok(None),
+    if ops.no_admin {
+        if let Some(m) = ops.metrics {
+            let view = exposed;
+            crate::admin::serve_metrics_only(m, view).await?;
+        }
+        return Ok(None);
+    }
+    let (addr, explicit) = match ops.admin.or(configured) {
+        Some(a) => (a, true),
+        None => (default.parse()?, false),
+    };
+    match crate::admin::serve(addr, ops.metrics, exposed).await {
+        Ok((_, stop)) => Ok(Some(stop)),
+        Err(e) if !explicit => {
+            tracing::warn!(%e, "admin service not started (use --admin ADDR to pick another address)");
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -173,7 +203,13 @@ pub(crate) fn run_tm(args: TmArgs) -> anyhow::Result<ExitCode> {
     init_logs("info");
     runtime()?.block_on(async move {
         let daemon = TmDaemon::new(TokenManager::new(cfg), bind_port(listen, &peers)?);
-        let stop = admin(args.admin, &args.name, Source::Tm(daemon.snapshot()))?;
+        let exposed = Exposed {
+            name: args.name.clone(),
+            source: Source::Tm(daemon.snapshot()),
+            telemetry: daemon.telemetry(),
+        };
+        let configured = cluster.switch_admin[usize::from(switch)];
+        let stop = admin(&args.ops, configured, TM_ADMIN_DEFAULT, exposed).await?;
         daemon.run(shutdown_or(stop)).await?;
         anyhow::Ok(ExitCode::SUCCESS)
     })
@@ -192,7 +228,13 @@ pub(crate) fn run_siu(args: SiuArgs) -> anyhow::Result<ExitCode> {
     init_logs("info");
     runtime()?.block_on(async move {
         let daemon = SiuDaemon::new(Siu::new(cfg), bind_port(listen, &peers)?);
-        let stop = admin(args.admin, &args.host, Source::Siu(daemon.snapshot()))?;
+        let exposed = Exposed {
+            name: args.host.clone(),
+            source: Source::Siu(daemon.snapshot()),
+            telemetry: daemon.telemetry(),
+        };
+        let configured = cluster.host_admin[usize::from(host)];
+        let stop = admin(&args.ops, configured, SIU_ADMIN_DEFAULT, exposed).await?;
         daemon.run(shutdown_or(stop)).await?;
         anyhow::Ok(ExitCode::SUCCESS)
     })

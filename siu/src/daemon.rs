@@ -10,12 +10,23 @@
 //! reset wave arrived) or with back-pressure are held in order and retried (everything after
 //! a held packet waits behind it); network packets refused with back-pressure likewise. The
 //! initiating SIU (host 0) calls [`Siu::start`] once its token manager answered the hello.
+//! Held queues and the port's queues are bounded by the config's `queue-packets-max`; output
+//! waits while the port has no room towards its peer (back-pressure reaches the state
+//! machine's own bounded queues, which then refuse input).
+//!
+//! A lost peer is logged and the daemon keeps running. When the token manager's link broke
+//! (it restarted, or the AM layer gave up on it) and it is back, the SIU starts a new
+//! logical-time generation unless another node already did ([`Rejoin`]; `docs/operations.md`,
+//! "Peer loss and restarts"). A lost application or other SIU does not touch logical time.
 
 use crate::{Route, Siu, SiuConfig, SiuError, SiuStats};
-use isotach_am::port::{PacketPort, PortEvent, PortStats};
+use isotach_am::port::{PacketPort, PeerStatus, PortEvent, PortStats};
+use isotach_am::telemetry::{PeriodMeter, RateMeter, Telemetry};
 use isotach_am::{AmError, NodeAddr, Transport};
 use isotach_proto::config::ClusterConfig;
+use isotach_proto::packet::{Kind, peek_kind};
 use isotach_proto::topology::HostId;
+use isotach_proto::wave::Rejoin;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -37,8 +48,16 @@ const RETRY: Duration = Duration::from_millis(1);
 /// How often the driver loop publishes its [`SiuSnapshot`] at most.
 const PUBLISH_EVERY: Duration = Duration::from_millis(5);
 
+/// Histogram of the time between pulses (µs).
+pub const HIST_PULSE_PERIOD: &str = "pulse_period_us";
+/// Histogram of the time from a token's arrival from the token manager to the SIU's next
+/// token to it (µs): how long this SIU holds the wave.
+pub const HIST_TOKEN_TURNAROUND: &str = "token_turnaround_us";
+/// Histogram of the duration of driver passes that handled input (µs).
+pub const HIST_PASS: &str = "pass_us";
+
 /// A running SIU's state, published by the driver loop (read by the admin service).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SiuSnapshot {
     /// Logical time has started.
     pub started: bool,
@@ -58,6 +77,16 @@ pub struct SiuSnapshot {
     pub net_held: usize,
     /// Microseconds since the daemon started.
     pub uptime_us: u64,
+    /// Pulses per second over the last full second.
+    pub pulse_rate_per_s: f64,
+    /// This host's isochrons stamped for pulses that have not ended.
+    pub outstanding_isochrons: u64,
+    /// Isotach packets handed to the host for pulses that have not ended.
+    pub pending_pulse_packets: u64,
+    /// Each peer's link, by peer id ([`PEER_TM`], [`PEER_APP`], then the other SIUs).
+    pub peers: Vec<PeerStatus>,
+    /// Names of the peers, by peer id.
+    pub peer_names: Vec<String>,
     /// The state machine's counters.
     pub stats: SiuStats,
     /// The port's counters.
@@ -131,16 +160,32 @@ pub struct SiuDaemon<T: Transport> {
     siu_peer: Vec<Option<usize>>,
     host_held: VecDeque<Vec<u8>>,
     net_held: VecDeque<Vec<u8>>,
+    /// Most packets held (per direction) before the driver stops reading the port.
+    held_max: usize,
+    /// A network packet the port had no room for (network output waits behind it).
+    net_stalled: Option<(usize, Vec<u8>)>,
+    /// A host packet the port had no room for (host output waits behind it).
+    host_stalled: Option<Vec<u8>>,
     start_pending: bool,
+    rejoin: Rejoin,
     origin: Instant,
     gauges: Arc<SiuGauges>,
     snapshot: watch::Sender<SiuSnapshot>,
     published: Instant,
+    telemetry: Arc<Telemetry>,
+    pulse_period: PeriodMeter,
+    pulse_rate: RateMeter,
+    /// When the last token from the token manager arrived (cleared by our next token).
+    token_in_at: Option<Instant>,
 }
 
 impl<T: Transport> SiuDaemon<T> {
     /// A daemon for `siu` over `port`, whose peers are laid out as [`siu_setup`] returns them.
-    pub fn new(siu: Siu, port: PacketPort<T>) -> Self {
+    /// The port's queues are bounded by the config's `queue-packets-max`.
+    pub fn new(siu: Siu, mut port: PacketPort<T>) -> Self {
+        let held_max = siu.config().limits.queue_packets_max.max(1);
+        port.set_queue_max(held_max);
+        let peers = port.peer_addrs().count();
         let me = usize::from(siu.host());
         let hosts = siu.config().topology.host_count();
         let siu_peer = (0..hosts)
@@ -157,11 +202,29 @@ impl<T: Transport> SiuDaemon<T> {
             siu_peer,
             host_held: VecDeque::new(),
             net_held: VecDeque::new(),
+            held_max,
+            net_stalled: None,
+            host_stalled: None,
+            rejoin: Rejoin::new(peers),
             origin: Instant::now(),
             gauges: Arc::new(SiuGauges::default()),
             snapshot: watch::Sender::new(SiuSnapshot::default()),
             published: Instant::now(),
+            telemetry: Arc::new(Telemetry::new(&[
+                HIST_PULSE_PERIOD,
+                HIST_TOKEN_TURNAROUND,
+                HIST_PASS,
+            ])),
+            pulse_period: PeriodMeter::new(),
+            pulse_rate: RateMeter::new(0),
+            token_in_at: None,
         }
+    }
+
+    /// The daemon's latency histograms ([`HIST_PULSE_PERIOD`], [`HIST_TOKEN_TURNAROUND`],
+    /// [`HIST_PASS`]).
+    pub fn telemetry(&self) -> Arc<Telemetry> {
+        Arc::clone(&self.telemetry)
     }
 
     /// The state the driver loop publishes (every few milliseconds while it runs).
@@ -179,9 +242,16 @@ impl<T: Transport> SiuDaemon<T> {
             recvclock: self.siu.recvclock(),
             to_host,
             to_net,
-            host_held: self.host_held.len(),
-            net_held: self.net_held.len(),
+            host_held: self.host_held.len() + usize::from(self.host_stalled.is_some()),
+            net_held: self.net_held.len() + usize::from(self.net_stalled.is_some()),
             uptime_us: self.now_us(),
+            pulse_rate_per_s: self.pulse_rate.observe(self.siu.recvclock()),
+            outstanding_isochrons: self.siu.outstanding_isochrons(),
+            pending_pulse_packets: self.siu.pending_pulse_packets(),
+            peers: self.port.peer_status(),
+            peer_names: (0..self.port.peer_addrs().count())
+                .map(|p| self.peer_name(p))
+                .collect(),
             stats: self.siu.stats(),
             port: self.port.stats(),
         };
@@ -220,6 +290,7 @@ impl<T: Transport> SiuDaemon<T> {
             stats = ?self.siu.stats(),
             port = ?self.port.stats(),
             am = ?self.port.bundle().stats(),
+            broken_links = self.rejoin.pending(),
             "SIU stopped"
         );
         Ok(self.siu)
@@ -227,7 +298,8 @@ impl<T: Transport> SiuDaemon<T> {
 
     /// One pass: arrivals in, timers, output out. Never blocks.
     pub fn step(&mut self) -> Result<(), DaemonError> {
-        self.port.poll()?;
+        let pass = Instant::now();
+        let handled = self.port.poll()?;
         self.events();
         let now = self.now_us();
         if self.start_pending && self.port.is_up(PEER_TM) {
@@ -248,6 +320,12 @@ impl<T: Transport> SiuDaemon<T> {
         self.gauges
             .started
             .store(u64::from(self.siu.started()), Ordering::Relaxed);
+        self.pulse_period
+            .observe(&self.telemetry, HIST_PULSE_PERIOD, self.siu.recvclock());
+        if handled > 0 {
+            self.telemetry
+                .record(HIST_PASS, pass.elapsed().as_micros() as u64);
+        }
         if self.published.elapsed() >= PUBLISH_EVERY {
             self.publish();
         }
@@ -256,20 +334,47 @@ impl<T: Transport> SiuDaemon<T> {
 
     fn events(&mut self) {
         while let Some(ev) = self.port.take_event() {
+            let generation = self.siu.generation();
             match ev {
                 PortEvent::PeerUp(peer) => {
                     tracing::info!(
                         host = self.siu.host(),
                         peer = self.peer_name(peer),
                         "peer up"
-                    )
+                    );
+                    if self.rejoin.back(peer, generation) && self.siu.started() {
+                        tracing::warn!(
+                            host = self.siu.host(),
+                            generation = generation.wrapping_add(1),
+                            "token manager back after a broken link: starting a new generation"
+                        );
+                        self.token_in_at = None;
+                        self.siu.start(self.now_us());
+                    }
                 }
-                PortEvent::Returned { peer, status, data } => tracing::warn!(
+                PortEvent::PeerLost {
+                    peer,
+                    reason,
+                    dropped,
+                } => {
+                    tracing::warn!(
+                        host = self.siu.host(),
+                        peer = self.peer_name(peer),
+                        ?reason,
+                        dropped,
+                        generation,
+                        "lost peer"
+                    );
+                    if peer == PEER_TM {
+                        // Only the token path matters to logical time.
+                        self.rejoin.broken(peer, generation);
+                    }
+                }
+                PortEvent::HelloReturned { peer, status } => tracing::debug!(
                     host = self.siu.host(),
                     peer = self.peer_name(peer),
                     ?status,
-                    data,
-                    "message returned undelivered"
+                    "peer not answering yet"
                 ),
             }
         }
@@ -298,7 +403,13 @@ impl<T: Transport> SiuDaemon<T> {
                 break;
             }
         }
-        while let Some((peer, bytes)) = self.port.recv() {
+        // Stop reading once a held queue is full: the rest waits in the (bounded) port inbox.
+        while self.host_held.len().max(self.net_held.len()) < self.held_max
+            && let Some((peer, bytes)) = self.port.recv()
+        {
+            if peer == PEER_TM && peek_kind(&bytes) == Ok(Kind::Token) {
+                self.token_in_at.get_or_insert_with(Instant::now);
+            }
             if peer == PEER_APP {
                 if self.host_held.is_empty() {
                     self.host_input(now, bytes)?;
@@ -342,24 +453,52 @@ impl<T: Transport> SiuDaemon<T> {
     }
 
     fn drain(&mut self) -> Result<(), DaemonError> {
-        while let Some(tx) = self.siu.poll_net() {
-            let peer = match tx.route {
-                Route::Tm => Some(PEER_TM),
-                Route::Host(h) => self.siu_peer.get(usize::from(h)).copied().flatten(),
-            };
-            match peer {
-                Some(p) => self.port.send(p, &tx.bytes)?,
-                None => tracing::warn!(route = ?tx.route, "no peer for a network packet"),
+        while let Some((peer, bytes)) = self.net_stalled.take().or_else(|| self.next_net()) {
+            if !self.port.has_room(peer) {
+                self.net_stalled = Some((peer, bytes));
+                break;
             }
+            if peer == PEER_TM
+                && peek_kind(&bytes) == Ok(Kind::Token)
+                && let Some(at) = self.token_in_at.take()
+            {
+                self.telemetry
+                    .record(HIST_TOKEN_TURNAROUND, at.elapsed().as_micros() as u64);
+            }
+            self.port.send(peer, &bytes)?;
         }
-        while let Some(b) = self.siu.poll_host() {
+        while let Some(b) = self.host_stalled.take().or_else(|| self.siu.poll_host()) {
+            if !self.port.has_room(PEER_APP) {
+                self.host_stalled = Some(b);
+                break;
+            }
             self.port.send(PEER_APP, &b)?;
         }
         Ok(())
     }
 
+    /// The state machine's next network packet and the peer it goes to.
+    fn next_net(&mut self) -> Option<(usize, Vec<u8>)> {
+        loop {
+            let tx = self.siu.poll_net()?;
+            let peer = match tx.route {
+                Route::Tm => Some(PEER_TM),
+                Route::Host(h) => self.siu_peer.get(usize::from(h)).copied().flatten(),
+            };
+            match peer {
+                Some(p) => return Some((p, tx.bytes)),
+                None => tracing::warn!(route = ?tx.route, "no peer for a network packet"),
+            }
+        }
+    }
+
     fn wait_time(&self) -> Duration {
-        if !self.host_held.is_empty() || !self.net_held.is_empty() || self.start_pending {
+        if !self.host_held.is_empty()
+            || !self.net_held.is_empty()
+            || self.start_pending
+            || self.net_stalled.is_some()
+            || self.host_stalled.is_some()
+        {
             return RETRY;
         }
         match self.siu.poll_timeout() {

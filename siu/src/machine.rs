@@ -8,7 +8,7 @@ use isotach_proto::packet::{
 };
 use isotach_proto::topology::{HostId, Topology};
 use isotach_proto::wave::{Arrival, LastTwo, classify, generation_newer, seq_of};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 /// The isochron the host is sending now.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +57,9 @@ pub struct Siu {
     /// `latest_ts[channel][set]`: TS of the latest logged isochron (requirement 27). Kept
     /// absolute: 64-bit clocks do not wrap, so `gap = latest_ts - sendclock` is derived.
     latest_ts: Vec<[u64; 2]>,
+    /// This host's isochrons by TS, for pulses not yet ended (at most one entry per pulse of
+    /// the window ahead of `recvclock`).
+    outstanding: BTreeMap<u64, u32>,
     barriers: [Barrier; BARRIERS],
     /// Signals (and the reset signal) the host raised that have not gone out on a token.
     signals_raised: u8,
@@ -90,6 +93,7 @@ impl Siu {
             next_sequum: 0,
             open: None,
             latest_ts: vec![[0; 2]; channels],
+            outstanding: BTreeMap::new(),
             barriers: [Barrier::default(); BARRIERS],
             signals_raised: 0,
             reset_signal_raised: false,
@@ -145,6 +149,10 @@ impl Siu {
     /// Isotach packets handed to the host for pulses not yet ended.
     pub fn pending_pulse_packets(&self) -> u64 {
         self.pulses.pending()
+    }
+    /// This host's isochrons stamped for pulses that have not ended yet.
+    pub fn outstanding_isochrons(&self) -> u64 {
+        self.outstanding.values().map(|&n| u64::from(n)).sum()
     }
     /// Packets queued for the host and the network.
     pub fn queue_depths(&self) -> (usize, usize) {
@@ -382,6 +390,7 @@ impl Siu {
         self.token_deadline_us = None;
         self.open = None;
         self.latest_ts.iter_mut().for_each(|l| *l = [0; 2]);
+        self.outstanding.clear();
         self.barriers = [Barrier::default(); BARRIERS];
         self.signals_raised = 0;
         self.reset_signal_raised = false;
@@ -454,6 +463,7 @@ impl Siu {
         let first = self.recvclock == 0;
         let ended = self.recvclock;
         self.recvclock += 1;
+        self.outstanding = self.outstanding.split_off(&self.recvclock);
         let slot = self.pulses.end_pulse();
         if self.cfg.mode == Mode::Host {
             // Requirements 11, 18, 19, 33, 39: every token, repeat flagged, fields copied.
@@ -720,6 +730,7 @@ impl Siu {
             opened_us: now_us,
         });
         self.stats.isochrons += 1;
+        *self.outstanding.entry(ts).or_default() += 1;
         Ok(())
     }
 

@@ -6,13 +6,20 @@
 //! [`TokenManager::handle_input`]; [`TokenManager::poll_transmit`] goes back to the port;
 //! [`TokenManager::poll_timeout`] becomes the wait's deadline. Input the TM refuses with
 //! back-pressure is held (in order) and retried; every other refusal is counted by the TM and
-//! logged at debug level.
+//! logged at debug level. Output waits while the port's queue towards its link is full.
+//!
+//! A neighbour whose link breaks (it restarted, or the AM layer gave up on it) is logged; the
+//! TM keeps running, and when the neighbour is back it starts a new logical-time generation
+//! unless another node already did ([`Rejoin`]; `docs/operations.md`, "Peer loss and
+//! restarts").
 
 use crate::{LinkId, TmConfig, TmError, TmStats, TokenManager};
-use isotach_am::port::{PacketPort, PortEvent, PortStats};
+use isotach_am::port::{PacketPort, PeerStatus, PortEvent, PortStats};
+use isotach_am::telemetry::{PeriodMeter, RateMeter, Telemetry};
 use isotach_am::{AmError, NodeAddr, Transport};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::topology::{Hop, SwitchId};
+use isotach_proto::wave::Rejoin;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -27,8 +34,13 @@ const WAIT_MAX: Duration = Duration::from_millis(50);
 /// How often the driver loop publishes its [`TmSnapshot`] at most.
 const PUBLISH_EVERY: Duration = Duration::from_millis(5);
 
+/// Histogram of the time between waves (µs).
+pub const HIST_WAVE_PERIOD: &str = "wave_period_us";
+/// Histogram of the duration of driver passes that handled input (µs).
+pub const HIST_PASS: &str = "pass_us";
+
 /// A running token manager's state, published by the driver loop (read by the admin service).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct TmSnapshot {
     /// Logical time has started.
     pub started: bool,
@@ -46,6 +58,10 @@ pub struct TmSnapshot {
     pub links: usize,
     /// Microseconds since the daemon started.
     pub uptime_us: u64,
+    /// Waves per second over the last full second.
+    pub wave_rate_per_s: f64,
+    /// Each neighbour's link, by link id.
+    pub peers: Vec<PeerStatus>,
     /// The state machine's counters.
     pub stats: TmStats,
     /// The port's counters.
@@ -104,24 +120,41 @@ pub struct TmDaemon<T: Transport> {
     tm: TokenManager,
     port: PacketPort<T>,
     held: VecDeque<(LinkId, Vec<u8>)>,
+    /// A packet the port had no room for (output waits behind it).
+    stalled: Option<(LinkId, Vec<u8>)>,
     origin: Instant,
-    peers_up: usize,
+    rejoin: Rejoin,
     snapshot: watch::Sender<TmSnapshot>,
     published: Instant,
+    telemetry: Arc<Telemetry>,
+    wave_period: PeriodMeter,
+    wave_rate: RateMeter,
 }
 
 impl<T: Transport> TmDaemon<T> {
-    /// A daemon for `tm` over `port` (peer id = link id).
-    pub fn new(tm: TokenManager, port: PacketPort<T>) -> Self {
+    /// A daemon for `tm` over `port` (peer id = link id). The port's queues are bounded by
+    /// the config's `queue-packets-max`.
+    pub fn new(tm: TokenManager, mut port: PacketPort<T>) -> Self {
+        port.set_queue_max(tm.cfg.limits.queue_packets_max);
+        let links = tm.links.len();
         Self {
             tm,
             port,
             held: VecDeque::new(),
+            stalled: None,
             origin: Instant::now(),
-            peers_up: 0,
+            rejoin: Rejoin::new(links),
             snapshot: watch::Sender::new(TmSnapshot::default()),
             published: Instant::now(),
+            telemetry: Arc::new(Telemetry::new(&[HIST_WAVE_PERIOD, HIST_PASS])),
+            wave_period: PeriodMeter::new(),
+            wave_rate: RateMeter::new(0),
         }
+    }
+
+    /// The daemon's latency histograms ([`HIST_WAVE_PERIOD`], [`HIST_PASS`]).
+    pub fn telemetry(&self) -> Arc<Telemetry> {
+        Arc::clone(&self.telemetry)
     }
 
     /// The state the driver loop publishes (every few milliseconds while it runs).
@@ -136,10 +169,12 @@ impl<T: Transport> TmDaemon<T> {
             generation: self.tm.generation(),
             waves: self.tm.waves(),
             queue_depth: self.tm.queue_depth(),
-            held: self.held.len(),
-            peers_up: self.peers_up,
+            held: self.held.len() + usize::from(self.stalled.is_some()),
+            peers_up: self.port.peer_status().iter().filter(|p| p.up).count(),
             links: self.tm.links.len(),
             uptime_us: self.now_us(),
+            wave_rate_per_s: self.wave_rate.observe(self.tm.waves()),
+            peers: self.port.peer_status(),
             stats: self.tm.stats(),
             port: self.port.stats(),
         };
@@ -175,6 +210,7 @@ impl<T: Transport> TmDaemon<T> {
             waves = self.tm.waves(),
             stats = ?self.tm.stats(),
             port = ?self.port.stats(),
+            broken_links = self.rejoin.pending(),
             am = ?self.port.bundle().stats(),
             "token manager stopped"
         );
@@ -183,13 +219,20 @@ impl<T: Transport> TmDaemon<T> {
 
     /// One pass: arrivals in, timers, output out. Never blocks.
     pub fn step(&mut self) -> Result<(), DaemonError> {
-        self.port.poll()?;
+        let pass = Instant::now();
+        let handled = self.port.poll()?;
         self.events();
         let now = self.now_us();
         self.feed(now)?;
         self.tm.handle_timeout(now);
         self.drain()?;
         self.port.poll()?;
+        self.wave_period
+            .observe(&self.telemetry, HIST_WAVE_PERIOD, self.tm.waves());
+        if handled > 0 {
+            self.telemetry
+                .record(HIST_PASS, pass.elapsed().as_micros() as u64);
+        }
         if self.published.elapsed() >= PUBLISH_EVERY {
             self.publish();
         }
@@ -198,23 +241,43 @@ impl<T: Transport> TmDaemon<T> {
 
     fn events(&mut self) {
         while let Some(ev) = self.port.take_event() {
+            let generation = self.tm.generation();
             match ev {
                 PortEvent::PeerUp(link) => {
-                    self.peers_up += 1;
                     tracing::info!(
                         link,
                         peer = ?self.tm.links[link].peer,
-                        up = self.peers_up,
+                        up = self.port.peer_status().iter().filter(|p| p.up).count(),
                         of = self.tm.links.len(),
                         "neighbour up"
                     );
+                    if self.rejoin.back(link, generation) && self.tm.started() {
+                        tracing::warn!(
+                            link,
+                            generation = generation.wrapping_add(1),
+                            "neighbour back after a broken link: starting a new generation"
+                        );
+                        self.tm.begin_restart(self.now_us());
+                    }
                 }
-                PortEvent::Returned { peer, status, data } => tracing::warn!(
-                    link = peer,
-                    ?status,
-                    data,
-                    "message to neighbour returned undelivered"
-                ),
+                PortEvent::PeerLost {
+                    peer,
+                    reason,
+                    dropped,
+                } => {
+                    tracing::warn!(
+                        link = peer,
+                        neighbour = ?self.tm.links[peer].peer,
+                        ?reason,
+                        dropped,
+                        generation,
+                        "lost neighbour: logical time waits until it is back"
+                    );
+                    self.rejoin.broken(peer, generation);
+                }
+                PortEvent::HelloReturned { peer, status } => {
+                    tracing::debug!(link = peer, ?status, "neighbour not answering yet");
+                }
             }
         }
     }
@@ -241,14 +304,19 @@ impl<T: Transport> TmDaemon<T> {
     }
 
     fn drain(&mut self) -> Result<(), DaemonError> {
-        while let Some((link, bytes)) = self.tm.poll_transmit() {
+        while let Some((link, bytes)) = self.stalled.take().or_else(|| self.tm.poll_transmit()) {
+            if !self.port.has_room(link) {
+                // Back-pressure: the TM's own bounded queue fills behind this packet.
+                self.stalled = Some((link, bytes));
+                break;
+            }
             self.port.send(link, &bytes)?;
         }
         Ok(())
     }
 
     fn wait_time(&self) -> Duration {
-        if !self.held.is_empty() {
+        if !self.held.is_empty() || self.stalled.is_some() {
             return Duration::from_millis(1);
         }
         match self.tm.poll_timeout() {
