@@ -1,6 +1,7 @@
 //! AM conformance suite. Every test is named `conf_…`; scenarios that apply to several
-//! backends run on each (`_mem` on the deterministic simulator with virtual time, `_udp` and
-//! `_quic` over loopback). No test asserts on elapsed time.
+//! backends run on each (`_mem` on the deterministic simulator with virtual time, `_chan` on
+//! the in-process real-time network, `_udp` and `_quic` over loopback). No test asserts on
+//! elapsed time.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{EP, H, TAG, mem, quic, reply_recorder, seed, udp, udp_cfg};
+use common::{EP, H, TAG, chan, mem, quic, reply_recorder, seed, udp, udp_cfg};
 use isotach_am::backend::mem::FaultModel;
 use isotach_am::{
     AmError, Bundle, Config, DEFAULT_HANDLERS, DEFAULT_TRANSLATIONS, EndpointName, EpId, EventMask,
@@ -107,6 +108,10 @@ fn conf_short_roundtrip_all_arg_patterns_udp() {
 fn conf_short_roundtrip_all_arg_patterns_quic() {
     short_args(quic(2, &udp_cfg(), 0.0, 0.0, seed(1)));
 }
+#[test]
+fn conf_short_roundtrip_all_arg_patterns_chan() {
+    short_args(chan(2, &udp_cfg(), 0.0, 0.0, seed(1)));
+}
 
 // ------------------------------------------------------------------ medium messages
 
@@ -158,6 +163,10 @@ fn conf_medium_sizes_and_max_plus_one_rejected_udp() {
 #[test]
 fn conf_medium_sizes_and_max_plus_one_rejected_quic() {
     medium_sizes(quic(2, &udp_cfg(), 0.0, 0.0, seed(2)));
+}
+#[test]
+fn conf_medium_sizes_and_max_plus_one_rejected_chan() {
+    medium_sizes(chan(2, &udp_cfg(), 0.0, 0.0, seed(2)));
 }
 
 // ------------------------------------------------------------------ bulk transfers
@@ -252,6 +261,10 @@ fn conf_bulk_at_segment_edges_udp() {
 #[test]
 fn conf_bulk_at_segment_edges_quic() {
     bulk_edges(quic(2, &udp_cfg(), 0.0, 0.0, seed(3)));
+}
+#[test]
+fn conf_bulk_at_segment_edges_chan() {
+    bulk_edges(chan(2, &udp_cfg(), 0.0, 0.0, seed(3)));
 }
 
 #[test]
@@ -357,6 +370,10 @@ fn conf_get_xfer_runs_handler_only_at_requester_mem() {
 fn conf_get_xfer_runs_handler_only_at_requester_udp() {
     get_xfer(udp(2, &udp_cfg(), 0.0, 0.0, seed(4)));
 }
+#[test]
+fn conf_get_xfer_runs_handler_only_at_requester_chan() {
+    get_xfer(chan(2, &udp_cfg(), 0.0, 0.0, seed(4)));
+}
 
 // ------------------------------------------------------------------ exactly once
 
@@ -429,6 +446,10 @@ fn conf_fetch_add_exact_under_loss_dup_udp() {
 #[test]
 fn conf_fetch_add_exact_under_loss_dup_quic() {
     fetch_add(quic(3, &udp_cfg(), 0.1, 0.1, seed(7)), 100);
+}
+#[test]
+fn conf_fetch_add_exact_under_loss_dup_chan() {
+    fetch_add(chan(3, &udp_cfg(), 0.1, 0.1, seed(6)), 150);
 }
 
 #[test]
@@ -567,6 +588,10 @@ fn conf_all_to_all_storm_full_credits_mem() {
 fn conf_all_to_all_storm_full_credits_udp() {
     storm(udp(4, &udp_cfg(), 0.0, 0.0, seed(12)), 200);
 }
+#[test]
+fn conf_all_to_all_storm_full_credits_chan() {
+    storm(chan(4, &udp_cfg(), 0.0, 0.0, seed(12)), 200);
+}
 
 /// Each node on its own thread with blocking sends: a blocked send services incoming
 /// requests, so mutual floods through one credit cannot deadlock.
@@ -664,6 +689,19 @@ fn conf_credits_bounded_try_would_block_udp() {
         seed(14),
     ));
 }
+#[test]
+fn conf_credits_bounded_try_would_block_chan() {
+    credits_bounded(chan(
+        3,
+        &Config {
+            credits: 8,
+            ..udp_cfg()
+        },
+        0.0,
+        0.0,
+        seed(14),
+    ));
+}
 
 // ------------------------------------------------------------------ tags and protection
 
@@ -699,6 +737,10 @@ fn conf_tag_mismatch_returns_to_sender_udp() {
 #[test]
 fn conf_tag_mismatch_returns_to_sender_quic() {
     tag_mismatch(quic(2, &udp_cfg(), 0.0, 0.0, seed(15)));
+}
+#[test]
+fn conf_tag_mismatch_returns_to_sender_chan() {
+    tag_mismatch(chan(3, &udp_cfg(), 0.0, 0.0, seed(15)));
 }
 
 #[test]
@@ -1028,6 +1070,14 @@ fn conf_unreachable_after_deadline_quic() {
         let _ = h.nodes.pop();
     });
 }
+#[test]
+fn conf_unreachable_after_deadline_chan() {
+    let h = chan(2, &short_deadline(udp_cfg()), 0.0, 0.0, seed(24));
+    // Dropping a node takes it off the network.
+    unreachable(h, |h| {
+        let _ = h.nodes.pop();
+    });
+}
 
 #[test]
 fn conf_late_reply_rejected_after_unreachable_mem() {
@@ -1176,6 +1226,10 @@ fn conf_fifo_reorder_buffer_under_reordering_mem() {
 fn conf_fifo_order_under_loss_udp() {
     fifo(udp(2, &udp_cfg(), 0.1, 0.1, seed(29)), 300);
 }
+#[test]
+fn conf_fifo_order_under_loss_chan() {
+    fifo(chan(2, &udp_cfg(), 0.1, 0.1, seed(29)), 300);
+}
 
 // ------------------------------------------------------------------ polling and events
 
@@ -1243,9 +1297,7 @@ fn conf_returned_message_raises_notempty_mem() {
     assert_eq!(h.returned(0)[0].status, Status::Unreachable);
 }
 
-#[test]
-fn conf_wait_blocks_until_arrival_udp() {
-    let mut h = udp(2, &udp_cfg(), 0.0, 0.0, seed(34));
+fn wait_blocks<T: Transport + 'static>(mut h: H<T>) {
     h.setup(0);
     let mut b1 = h.nodes.pop().unwrap();
     bind_echo(&mut b1);
@@ -1272,14 +1324,22 @@ fn conf_wait_blocks_until_arrival_udp() {
 }
 
 #[test]
-fn conf_async_request_and_wait_udp() {
+fn conf_wait_blocks_until_arrival_udp() {
+    wait_blocks(udp(2, &udp_cfg(), 0.0, 0.0, seed(34)));
+}
+#[test]
+fn conf_wait_blocks_until_arrival_chan() {
+    wait_blocks(chan(2, &udp_cfg(), 0.0, 0.0, seed(34)));
+}
+
+fn async_request<T: Transport + 'static>(make: impl FnOnce() -> H<T>) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
         // Built inside the runtime: sockets register with it and wait_async is a real wait.
-        let mut h = udp(2, &udp_cfg(), 0.0, 0.0, seed(35));
+        let mut h = make();
         h.setup(0);
         let mut b1 = h.nodes.pop().unwrap();
         let mut b0 = h.nodes.pop().unwrap();
@@ -1309,6 +1369,15 @@ fn conf_async_request_and_wait_udp() {
         }
         server.await.unwrap();
     });
+}
+
+#[test]
+fn conf_async_request_and_wait_udp() {
+    async_request(|| udp(2, &udp_cfg(), 0.0, 0.0, seed(35)));
+}
+#[test]
+fn conf_async_request_and_wait_chan() {
+    async_request(|| chan(2, &udp_cfg(), 0.0, 0.0, seed(35)));
 }
 
 #[test]
@@ -1406,4 +1475,48 @@ fn conf_quic_unknown_peer_refused() {
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     let seen: HashSet<u64> = h.returned(1).iter().map(|r| r.args()[0]).collect();
     assert_eq!(seen, HashSet::from([1]));
+    // Both ends count the failed handshakes: the node refused an incoming one, the rogue's
+    // connection attempts failed.
+    h.run("refusals counted", |h| {
+        h.nodes[0].transport().quic_stats().handshakes_refused >= 1
+            && h.nodes[1].transport().quic_stats().connects_failed >= 1
+    });
+    let last = h.nodes[0].transport().handshakes().last_error();
+    assert!(last.is_some_and(|e| e.contains("handshake from")));
+    assert_eq!(h.nodes[0].transport().quic_stats().connects_failed, 0);
+}
+
+#[test]
+fn conf_chan_full_inbox_drops_and_am_recovers() {
+    // Inboxes of 4 datagrams: a burst of 64 requests overflows them (dropped like a full NIC
+    // ring) and retransmission still delivers every one exactly once.
+    let net = isotach_am::backend::chan::ChanNet::with_inbox(4);
+    let cfg = udp_cfg();
+    let mut h = H {
+        nodes: (0..2)
+            .map(|_| Bundle::new(net.node(), cfg.clone()).unwrap())
+            .collect(),
+        net: None,
+        seed: seed(39),
+        returned: Vec::new(),
+    };
+    h.setup(0);
+    bind_echo(&mut h.nodes[1]);
+    let got = reply_recorder(&mut h.nodes[0], REPLY);
+    let mut sent = 0u64;
+    h.run("overflowed burst", |h| {
+        while sent < 64 {
+            match h.nodes[0].try_request_short(EP, t(1), ECHO, &[sent]) {
+                Ok(()) => sent += 1,
+                Err(AmError::WouldBlock) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        got.lock().unwrap().len() == 64
+    });
+    let mut args: Vec<u64> = got.lock().unwrap().iter().map(|a| a[0]).collect();
+    args.sort_unstable();
+    assert_eq!(args, (0..64).collect::<Vec<_>>());
+    assert!(net.stats().inbox_full > 0, "the burst overflowed an inbox");
+    assert!(h.nodes[0].stats().retransmits > 0);
 }

@@ -16,6 +16,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -208,6 +209,51 @@ enum Conn {
 
 struct Shared {
     conns: Mutex<HashMap<SocketAddr, Conn>>,
+    handshakes: Arc<Handshakes>,
+}
+
+/// Handshake outcomes, counted by quinn's tasks.
+#[derive(Debug, Default)]
+struct Handshakes {
+    refused: AtomicU64,
+    connects_failed: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+impl Handshakes {
+    fn failed(&self, counter: &AtomicU64, what: String) {
+        counter.fetch_add(1, Ordering::Relaxed);
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(what);
+    }
+}
+
+/// A handle on a [`QuicTransport`]'s handshake counters that outlives moving the transport
+/// into a bundle or port (a daemon keeps one to log refused peers).
+#[derive(Clone, Debug)]
+pub struct QuicHandshakes(Arc<Handshakes>);
+
+impl QuicHandshakes {
+    /// Incoming connections whose handshake failed: the peer's certificate was not signed by
+    /// the cluster CA (or it sent none), or the peer refused ours.
+    pub fn refused(&self) -> u64 {
+        self.0.refused.load(Ordering::Relaxed)
+    }
+    /// Outgoing connection attempts that failed: the handshake was refused either way, or the
+    /// peer did not answer.
+    pub fn connects_failed(&self) -> u64 {
+        self.0.connects_failed.load(Ordering::Relaxed)
+    }
+    /// The last handshake failure: the peer's address and the error.
+    pub fn last_error(&self) -> Option<String> {
+        self.0
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 impl Shared {
@@ -229,6 +275,10 @@ pub struct QuicStats {
     pub connects: u64,
     /// Datagrams received.
     pub received: u64,
+    /// Incoming handshakes that failed (see [`QuicHandshakes::refused`]).
+    pub handshakes_refused: u64,
+    /// Outgoing connection attempts that failed (see [`QuicHandshakes::connects_failed`]).
+    pub connects_failed: u64,
 }
 
 /// A quinn endpoint driving one bundle.
@@ -364,6 +414,7 @@ impl QuicTransport {
         let local = endpoint.local_addr()?;
         let shared = Arc::new(Shared {
             conns: Mutex::new(HashMap::new()),
+            handshakes: Arc::default(),
         });
         let (tx, rx) = mpsc::channel(RX_QUEUE);
         {
@@ -371,10 +422,15 @@ impl QuicTransport {
             rt.spawn(async move {
                 while let Some(incoming) = ep.accept().await {
                     let (shared, tx) = (shared.clone(), tx.clone());
+                    let from = incoming.remote_address();
                     tokio::spawn(async move {
                         // A peer without a certificate from our CA fails here.
-                        if let Ok(conn) = incoming.await {
-                            adopt(&shared, &tx, conn);
+                        match incoming.await {
+                            Ok(conn) => adopt(&shared, &tx, conn),
+                            Err(e) => {
+                                let h = &shared.handshakes;
+                                h.failed(&h.refused, format!("handshake from {from}: {e}"));
+                            }
                         }
                     });
                 }
@@ -409,7 +465,17 @@ impl QuicTransport {
 
     /// Driver counters.
     pub fn quic_stats(&self) -> QuicStats {
-        self.stats
+        let h = self.handshakes();
+        QuicStats {
+            handshakes_refused: h.refused(),
+            connects_failed: h.connects_failed(),
+            ..self.stats
+        }
+    }
+
+    /// A handle on the handshake counters (valid after the transport moved into a bundle).
+    pub fn handshakes(&self) -> QuicHandshakes {
+        QuicHandshakes(Arc::clone(&self.shared.handshakes))
     }
 
     fn handle(&self) -> &Handle {
@@ -449,15 +515,14 @@ impl QuicTransport {
                     (self.endpoint.clone(), self.shared.clone(), self.tx.clone());
                 self.handle().spawn(async move {
                     let conn = match ep.connect(to, SERVER_NAME) {
-                        Ok(c) => c.await,
-                        Err(_) => {
-                            shared.lock().insert(to, Conn::Failed(Instant::now()));
-                            return;
-                        }
+                        Ok(c) => c.await.map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
                     };
                     match conn {
                         Ok(c) => adopt(&shared, &tx, c),
-                        Err(_) => {
+                        Err(e) => {
+                            let h = &shared.handshakes;
+                            h.failed(&h.connects_failed, format!("connection to {to}: {e}"));
                             shared.lock().insert(to, Conn::Failed(Instant::now()));
                         }
                     }

@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use isotach_am::backend::chan::{ChanNet, ChanTransport};
 use isotach_am::backend::mem::{FaultModel, MemNet, MemTransport};
 use isotach_am::backend::quic::{
     QuicConfig, QuicIdentity, QuicTransport, make_ca, make_node_identity,
@@ -66,6 +67,24 @@ pub fn udp(n: usize, cfg: &Config, loss: f64, dup: f64, seed: u64) -> H<UdpTrans
             c.dup = dup;
             c.fault_seed = seed.wrapping_add(i as u64);
             Bundle::new(UdpTransport::with_config(c).unwrap(), cfg.clone()).unwrap()
+        })
+        .collect();
+    H {
+        nodes,
+        net: None,
+        seed,
+        returned: Vec::new(),
+    }
+}
+
+/// `n` nodes of one in-process real-time network; `loss`/`dup` are the send fault hooks.
+pub fn chan(n: usize, cfg: &Config, loss: f64, dup: f64, seed: u64) -> H<ChanTransport> {
+    let net = ChanNet::new();
+    let nodes = (0..n)
+        .map(|i| {
+            let mut t = net.node();
+            t.set_faults(seed.wrapping_add(i as u64), loss, dup);
+            Bundle::new(t, cfg.clone()).unwrap()
         })
         .collect();
     H {
