@@ -1,17 +1,23 @@
 //! [`AmSiuLink`] (feature `daemon`): the [`SiuLink`] to a real SIU daemon, over a local AM
-//! endpoint (a [`PacketPort`] whose only peer is the SIU: reliable and FIFO both ways).
+//! endpoint (a [`PacketPort`] whose only peer is the SIU: reliable and FIFO both ways), over
+//! UDP ([`AmSiuLink::connect_udp`]), QUIC with mutual TLS ([`AmSiuLink::connect_quic`]) or any
+//! other transport ([`AmSiuLink::connect`]).
 //!
 //! The SMM library's API is unchanged: wrap the link in [`crate::Smm`] for blocking waits.
 
 use crate::driver::{LinkError, SiuLink};
+use isotach_am::backend::quic::{QuicConfig, QuicIdentity, QuicTransport};
 use isotach_am::backend::udp::UdpTransport;
-use isotach_am::port::{DEFAULT_TAG, PacketPort};
-use isotach_am::{NodeAddr, Transport};
+use isotach_am::port::{PacketPort, PortEvent};
+use isotach_am::{NodeAddr, Status, Tag, Transport};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// The SIU's peer id in the port.
 const SIU: usize = 0;
+/// After the SIU refused a hello for its tag, wait this long before the next one (the port
+/// would otherwise say hello again at once, once per round trip).
+const TAG_BACKOFF: Duration = Duration::from_millis(200);
 
 /// A link to the host's SIU daemon over Active Messages.
 #[derive(Debug)]
@@ -24,33 +30,74 @@ fn link_err(e: impl std::fmt::Display) -> LinkError {
 }
 
 impl AmSiuLink<UdpTransport> {
-    /// Binds `bind` (the host's `app` address) and connects to the SIU at `siu`, waiting at
-    /// most `timeout` for it to answer.
+    /// Binds `bind` (the host's `app` address) and connects to the SIU at `siu` over AM on
+    /// UDP with tag `tag`, waiting at most `timeout` for it to answer.
     pub fn connect_udp(
         bind: SocketAddr,
         siu: SocketAddr,
+        tag: Tag,
         timeout: Duration,
     ) -> Result<Self, LinkError> {
         let t = UdpTransport::bind(bind).map_err(|e| LinkError(format!("bind {bind}: {e}")))?;
-        let port = PacketPort::new(t, &[NodeAddr::Ip(siu)], DEFAULT_TAG).map_err(link_err)?;
+        let port = PacketPort::new(t, &[NodeAddr::Ip(siu)], tag).map_err(link_err)?;
+        Self::connect(port, timeout)
+    }
+}
+
+impl AmSiuLink<QuicTransport> {
+    /// Binds `bind` (the host's `app` address) and connects to the SIU at `siu` over AM on
+    /// QUIC, presenting `identity` (a certificate the cluster CA signed; the SIU's must be
+    /// signed by the same CA), with tag `tag`, waiting at most `timeout` for it to answer.
+    pub fn connect_quic(
+        bind: SocketAddr,
+        siu: SocketAddr,
+        identity: QuicIdentity,
+        tag: Tag,
+        timeout: Duration,
+    ) -> Result<Self, LinkError> {
+        let t = QuicTransport::bind(QuicConfig::new(bind, identity))
+            .map_err(|e| LinkError(format!("bind {bind}: {e}")))?;
+        let port = PacketPort::new(t, &[NodeAddr::Ip(siu)], tag).map_err(link_err)?;
         Self::connect(port, timeout)
     }
 }
 
 impl<T: Transport> AmSiuLink<T> {
-    /// Waits (at most `timeout`) until the SIU, the port's peer 0, answered the hello.
+    /// Waits (at most `timeout`) until the SIU, the port's peer 0, answered the hello. The
+    /// error says when the SIU answered but refused the hello (another `[transport] tag`).
     pub fn connect(mut port: PacketPort<T>, timeout: Duration) -> Result<Self, LinkError> {
         let deadline = Instant::now() + timeout;
+        let siu = port.peer_addrs().next();
+        let (mut bad_tag, mut last_status) = (0u64, None);
         loop {
             port.poll().map_err(link_err)?;
             if port.is_up(SIU) {
                 return Ok(Self { port });
             }
+            let mut refused_now = false;
+            while let Some(ev) = port.take_event() {
+                if let PortEvent::HelloReturned { status, .. } = ev {
+                    last_status = Some(status);
+                    if status == Status::BadTag {
+                        bad_tag += 1;
+                        refused_now = true;
+                    }
+                }
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(LinkError(format!(
-                    "no answer from the SIU within {timeout:?}"
-                )));
+                return Err(connect_error(
+                    siu,
+                    timeout,
+                    port.tag(),
+                    bad_tag,
+                    last_status,
+                ));
+            }
+            if refused_now {
+                // Not polling meanwhile: no new hello leaves before the back-off ends.
+                std::thread::sleep(left.min(TAG_BACKOFF));
+                continue;
             }
             port.wait(left.min(Duration::from_millis(10)))
                 .map_err(link_err)?;
@@ -61,6 +108,32 @@ impl<T: Transport> AmSiuLink<T> {
     pub fn port(&self) -> &PacketPort<T> {
         &self.port
     }
+}
+
+/// Why [`AmSiuLink::connect`] gave up.
+fn connect_error(
+    siu: Option<NodeAddr>,
+    timeout: Duration,
+    tag: Tag,
+    bad_tag: u64,
+    last_status: Option<Status>,
+) -> LinkError {
+    let at = siu.map_or_else(String::new, |a| format!(" at {a}"));
+    let why = if bad_tag > 0 {
+        format!(
+            ": it refused our hello {bad_tag} times for its tag (BadTag): the SIU's [transport] \
+             tag differs from ours ({:#x})",
+            tag.0
+        )
+    } else {
+        match last_status {
+            Some(s) => format!(" (our hellos came back: {s:?})"),
+            None => String::new(),
+        }
+    };
+    LinkError(format!(
+        "no answer from the SIU{at} within {timeout:?}{why}"
+    ))
 }
 
 impl<T: Transport> SiuLink for AmSiuLink<T> {
@@ -84,5 +157,66 @@ impl<T: Transport> SiuLink for AmSiuLink<T> {
         self.port.wait(timeout).map_err(link_err)?;
         self.port.poll().map_err(link_err)?;
         Ok(self.port.recv().map(|(_, p)| p))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use isotach_am::backend::chan::{ChanNet, ChanTransport};
+    use isotach_am::port::DEFAULT_TAG;
+
+    /// An SIU stand-in on `net` with tag `tag` that answers hellos until `stop`.
+    fn siu(
+        net: &ChanNet,
+        app: NodeAddr,
+        tag: Tag,
+    ) -> (
+        NodeAddr,
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+        std::thread::JoinHandle<()>,
+    ) {
+        let t = net.node();
+        let addr = t.local_addr();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let th = std::thread::spawn(move || {
+            let mut port = PacketPort::new(t, &[app], tag).unwrap();
+            while !s.load(std::sync::atomic::Ordering::SeqCst) {
+                port.poll().unwrap();
+                port.wait(Duration::from_millis(5)).unwrap();
+            }
+        });
+        (addr, stop, th)
+    }
+
+    fn app(net: &ChanNet) -> ChanTransport {
+        net.node()
+    }
+
+    #[test]
+    fn connects_when_the_tags_match() {
+        let net = ChanNet::new();
+        let t = app(&net);
+        let (addr, stop, th) = siu(&net, t.local_addr(), DEFAULT_TAG);
+        let port = PacketPort::new(t, &[addr], DEFAULT_TAG).unwrap();
+        let link = AmSiuLink::connect(port, Duration::from_secs(60)).unwrap();
+        assert!(link.port().is_up(SIU));
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        th.join().unwrap();
+    }
+
+    #[test]
+    fn another_tag_is_refused_with_a_clear_error() {
+        let net = ChanNet::new();
+        let t = app(&net);
+        let (addr, stop, th) = siu(&net, t.local_addr(), DEFAULT_TAG);
+        let port = PacketPort::new(t, &[addr], Tag(0xF0E1)).unwrap();
+        let e = AmSiuLink::connect(port, Duration::from_millis(800)).unwrap_err();
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        th.join().unwrap();
+        let msg = e.to_string();
+        assert!(msg.contains("BadTag") && msg.contains("0xf0e1"), "{msg}");
+        assert!(msg.contains(&addr.to_string()), "{msg}");
     }
 }
