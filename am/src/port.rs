@@ -636,13 +636,25 @@ mod tests {
         let mut seen = Vec::new();
         pump(&mut a, &mut b, |a, _| {
             seen.extend(events(a));
-            seen.iter().any(|e| *e == PortEvent::PeerUp(0))
+            seen.contains(&PortEvent::PeerUp(0))
         });
         let lost = seen
             .iter()
-            .position(|e| matches!(e, PortEvent::PeerLost { peer: 0, reason: LossReason::Restarted, .. }))
+            .position(|e| {
+                matches!(
+                    e,
+                    PortEvent::PeerLost {
+                        peer: 0,
+                        reason: LossReason::Restarted,
+                        ..
+                    }
+                )
+            })
             .expect("the restart is reported");
-        let up = seen.iter().position(|e| *e == PortEvent::PeerUp(0)).unwrap();
+        let up = seen
+            .iter()
+            .position(|e| *e == PortEvent::PeerUp(0))
+            .unwrap();
         assert!(lost < up, "{seen:?}");
         assert_eq!(a.stats().links_lost, 1);
         assert_eq!(a.peer_status()[0].links_lost, 1);

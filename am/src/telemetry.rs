@@ -194,7 +194,11 @@ mod tests {
         let mut m = PeriodMeter::new();
         m.observe(&t, "p_us", 10);
         m.observe(&t, "p_us", 10);
-        assert_eq!(t.summaries()[0].count, 0, "no period before the second event");
+        assert_eq!(
+            t.summaries()[0].count,
+            0,
+            "no period before the second event"
+        );
         m.observe(&t, "p_us", 14);
         assert_eq!(t.summaries()[0].count, 1);
         m.observe(&t, "p_us", 2);

@@ -4,53 +4,12 @@
 
 mod common;
 
-use common::{BIN, GUARD, Procs, free_addrs, logs, scratch, spawn, two_host_config, wait_guarded};
-use std::net::TcpListener;
-use std::path::Path;
+use common::{
+    BIN, GUARD, Procs, free_addrs, free_tcp, logs, scratch, spawn, status, status_until,
+    two_host_config, wait_guarded,
+};
 use std::process::Command;
-use std::time::{Duration, Instant};
-
-/// A free loopback TCP address (bound to port 0 and released).
-fn free_tcp() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
-/// `isotach status --admin ADDR --json ARGS`: the JSON object, or `None` if it failed (the
-/// daemon may not be listening yet).
-fn status(admin: &str, extra: &[&str]) -> Option<serde_json::Value> {
-    let out = Command::new(BIN)
-        .args(["status", "--admin", admin, "--json"])
-        .args(extra)
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        return None;
-    }
-    serde_json::from_slice(&out.stdout).ok()
-}
-
-/// Polls `status` until `done` holds for the reply; panics with the logs at the guard.
-fn status_until(
-    dir: &Path,
-    admin: &str,
-    until: Instant,
-    done: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    loop {
-        if let Some(v) = status(admin, &[])
-            && done(&v)
-        {
-            return v;
-        }
-        assert!(
-            Instant::now() < until,
-            "status of {admin} never satisfied the condition\n{}",
-            logs(dir)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use std::time::Instant;
 
 fn clock(v: &serde_json::Value) -> u64 {
     let key = if v["role"] == "tm" {
@@ -158,4 +117,136 @@ fn status_exits_1_without_a_daemon_and_2_on_bad_flags() {
         let out = Command::new(BIN).args(&bad).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
     }
+}
+
+/// `GET /metrics` over plain HTTP; the whole response.
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+#[test]
+fn stats_log_level_peers_and_metrics() {
+    let dir = scratch("admin-stats");
+    let a = free_addrs(5);
+    let cfg = dir.join("cluster.toml");
+    std::fs::write(&cfg, two_host_config(&a)).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let (adm_tm, adm_alpha, metrics) = (free_tcp(), free_tcp(), free_tcp());
+    let mut procs = Procs(Vec::new());
+    for (label, args) in [
+        (
+            "tm0",
+            vec!["tm", "--config", cfg, "--name", "tm0", "--admin", &adm_tm],
+        ),
+        (
+            "siu-alpha",
+            vec![
+                "siu",
+                "--config",
+                cfg,
+                "--host",
+                "alpha",
+                "--admin",
+                &adm_alpha,
+                "--metrics",
+                &metrics,
+            ],
+        ),
+        (
+            "siu-beta",
+            vec!["siu", "--config", cfg, "--host", "beta", "--no-admin"],
+        ),
+        (
+            "philo-alpha",
+            vec![
+                "philo", "--config", cfg, "--host", "alpha", "--meals", "400",
+            ],
+        ),
+        (
+            "philo-beta",
+            vec!["philo", "--config", cfg, "--host", "beta", "--meals", "400"],
+        ),
+    ] {
+        procs.0.push(spawn(&dir, label, &args));
+    }
+    let until = Instant::now() + GUARD;
+    // Peers and the pulse rate (measured over a full second).
+    let v = status_until(&dir, &adm_alpha, until, |v| {
+        v["pulse_rate_per_s"].as_f64().is_some_and(|r| r > 0.0)
+    });
+    let peers = v["peers"].as_array().unwrap();
+    let names: Vec<&str> = peers.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["token manager", "application", "SIU of host 1"],
+        "{v}"
+    );
+    assert!(peers[0]["up"] == true && peers[0]["addr"].as_str().unwrap().contains(&a[0]));
+    assert!(v["outstanding_isochrons"].is_u64(), "{v}");
+    let tm = status_until(&dir, &adm_tm, until, |v| {
+        v["pulse_rate_per_s"].as_f64().is_some_and(|r| r > 0.0)
+    });
+    assert_eq!(tm["peers"].as_array().unwrap().len(), 2, "{tm}");
+
+    // Histograms.
+    let s = status_until(&dir, &adm_alpha, until, |_| true);
+    assert!(s.get("histograms").is_none(), "only with --stats");
+    let with = status(&adm_alpha, &["--stats"]).expect("stats");
+    let hists = with["histograms"].as_array().unwrap();
+    let count = |name: &str| {
+        hists
+            .iter()
+            .find(|h| h["name"] == name)
+            .unwrap_or_else(|| panic!("no {name}: {with}"))["count"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(
+        count("pulse_period_us") > 0 && count("token_turnaround_us") > 0,
+        "{with}"
+    );
+    assert!(count("pass_us") > 0, "{with}");
+    let tm_stats = status(&adm_tm, &["--stats"]).expect("tm stats");
+    assert!(
+        tm_stats["histograms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["name"] == "wave_period_us" && h["count"].as_u64().unwrap() > 0),
+        "{tm_stats}"
+    );
+    assert!(status(&adm_alpha, &["--reset-stats"]).is_some());
+
+    // The log filter.
+    let out = Command::new(BIN)
+        .args(["status", "--admin", &adm_alpha, "--log-level", "debug"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("replaces `info`"), "{err}");
+    let out = Command::new(BIN)
+        .args(["status", "--admin", &adm_alpha, "--log-level", "=[{bad"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad log filter"));
+
+    // Prometheus.
+    let text = http_get(&metrics, "/metrics").expect("metrics answer");
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    for needle in [
+        "isotach_recvclock{role=\"siu\",name=\"alpha\"}",
+        "isotach_pulse_period_microseconds_count{",
+        "isotach_peer_up{role=\"siu\",name=\"alpha\",peer=\"token manager\"",
+    ] {
+        assert!(text.contains(needle), "no `{needle}` in\n{text}");
+    }
+    let missing = http_get(&metrics, "/nope").unwrap();
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
 }

@@ -147,6 +147,19 @@ pub enum SmmError {
     /// An empty isochron.
     #[error("an isochron needs at least one operation")]
     EmptyIsochron,
+    /// A packet or EOP for a pulse already drained: the SIU restarted logical time (a new
+    /// generation; `docs/operations.md`, "Peer loss and restarts"). Shared memory does not
+    /// survive a restart: restart the application.
+    #[error(
+        "logical time restarted: pulse {ts} arrived after pulse {drained} was drained; \
+         shared memory does not survive a restart, restart the application"
+    )]
+    Restarted {
+        /// The pulse that arrived.
+        ts: u64,
+        /// The last pulse drained.
+        drained: u64,
+    },
     /// A read handle that is unknown or already taken.
     #[error("unknown read handle")]
     UnknownRead,

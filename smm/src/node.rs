@@ -352,6 +352,7 @@ impl SmmNode {
             }
             Kind::EopMarker => {
                 let e = EopMarker::decode(bytes).map_err(bad)?;
+                self.check_not_drained(e.ts)?;
                 self.drain(&e);
                 Ok(())
             }
@@ -367,14 +368,21 @@ impl SmmNode {
         if self.bucket_packets >= self.cfg.limits.bucket_packets_max {
             return Err(SmmError::Limit(Table::Buckets));
         }
-        if ts < self.last_drained && self.stats.pulses_drained > 0 {
-            return Err(SmmError::BadInput(format!(
-                "packet for pulse {ts}, already drained up to {}",
-                self.last_drained
-            )));
-        }
+        self.check_not_drained(ts)?;
         self.buckets.entry(ts).or_default().push(b);
         self.bucket_packets += 1;
+        Ok(())
+    }
+
+    /// Pulses only move forward within a generation; one that went back means the SIU
+    /// restarted logical time.
+    fn check_not_drained(&self, ts: u64) -> Result<(), SmmError> {
+        if ts < self.last_drained && self.stats.pulses_drained > 0 {
+            return Err(SmmError::Restarted {
+                ts,
+                drained: self.last_drained,
+            });
+        }
         Ok(())
     }
 

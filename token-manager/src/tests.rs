@@ -286,7 +286,10 @@ fn a_lost_restart_is_resent_by_the_token_timer() {
 fn begin_restart_sends_the_next_generation_to_every_neighbour() {
     let mut fresh = tm(2, 1, 0);
     fresh.begin_restart(0);
-    assert!(drain(&mut fresh).is_empty(), "nothing to restart before the first reset");
+    assert!(
+        drain(&mut fresh).is_empty(),
+        "nothing to restart before the first reset"
+    );
     assert_eq!(fresh.generation(), 0);
 
     let mut t = started(2);

@@ -1,6 +1,7 @@
 //! The daemons' log subscriber: tracing to stderr, filtered by `RUST_LOG` (or a default), with
 //! a reload handle so the admin service can change the filter while the daemon runs.
 
+use std::io::IsTerminal;
 use std::sync::{Mutex, OnceLock};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -24,7 +25,12 @@ pub(crate) fn init(default: &str) {
     let (layer, handle) = reload::Layer::new(filter);
     let installed = tracing_subscriber::registry()
         .with(layer)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                // Colour only on a terminal: log files and journald get plain text.
+                .with_ansi(std::io::stderr().is_terminal()),
+        )
         .try_init()
         .is_ok();
     if installed {

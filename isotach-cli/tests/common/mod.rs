@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::fs::File;
-use std::net::UdpSocket;
+use std::net::{TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -117,4 +117,46 @@ pub(crate) fn logs(dir: &Path) -> String {
         }
     }
     all
+}
+
+/// A free loopback TCP address (bound to port 0 and released).
+pub(crate) fn free_tcp() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// `isotach status --admin ADDR --json ARGS`: the JSON object, or `None` if it failed (the
+/// daemon may not be listening yet).
+pub(crate) fn status(admin: &str, extra: &[&str]) -> Option<serde_json::Value> {
+    let out = Command::new(BIN)
+        .args(["status", "--admin", admin, "--json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
+/// Polls `status` until `done` holds for the reply; panics with the logs at the guard.
+pub(crate) fn status_until(
+    dir: &Path,
+    admin: &str,
+    until: Instant,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    loop {
+        if let Some(v) = status(admin, &[])
+            && done(&v)
+        {
+            return v;
+        }
+        assert!(
+            Instant::now() < until,
+            "status of {admin} never satisfied the condition\n{}",
+            logs(dir)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -479,3 +479,46 @@ fn hit_buffer_and_sched_limits_are_back_pressure() {
         "a refused isochron is not issued"
     );
 }
+
+#[test]
+fn pulses_going_back_report_a_restart_of_logical_time() {
+    let eop = |ts: u64| {
+        let mut out = Vec::new();
+        EopMarker {
+            ts,
+            token_kind: packet::Kind::Token as u8,
+            ..EopMarker::default()
+        }
+        .encode(&mut out);
+        out
+    };
+    let (mut node, first) = crate::testkit::pulse(3, crate::testkit::SortKind::Vector);
+    node.handle_siu(&first).unwrap();
+    for ts in 2..=5 {
+        node.handle_siu(&eop(ts)).unwrap();
+    }
+    // A new generation: pulses count from the start again.
+    let e = node.handle_siu(&eop(1)).unwrap_err();
+    assert_eq!(e, SmmError::Restarted { ts: 1, drained: 5 });
+    assert!(e.to_string().contains("restart the application"), "{e}");
+    let mut m = Vec::new();
+    IsotachMessage {
+        ts: 2,
+        source: 1,
+        dest: 0,
+        sequum: 0,
+        sref: packet::Sref::Mem {
+            op: packet::SrefOp::Write,
+            width: packet::Width::W64,
+            addr: 0,
+            value: 1,
+            ref_id: 0,
+        },
+    }
+    .encode(&mut m);
+    assert_eq!(
+        node.handle_siu(&m).unwrap_err(),
+        SmmError::Restarted { ts: 2, drained: 5 }
+    );
+    assert_eq!(node.stats().bad_input, 0, "a restart is not bad input");
+}

@@ -1,0 +1,186 @@
+//! Peer loss and restarts of real daemons (`docs/operations.md`, "Peer loss and restarts"): a
+//! token manager killed and started again, an SIU killed and started again, and a token
+//! manager frozen past the AM give-up time. In each case the survivors keep running, log the
+//! loss, and logical time resumes in a newer generation with clocks advancing again.
+//!
+//! The hosts' applications are `isotach tool recv` sinks, so nothing here depends on the SMM
+//! surviving a restart (it does not: see the operations guide). No timed assertions: every
+//! deadline is a liveness guard; every process is killed when the test ends.
+
+mod common;
+
+use common::{GUARD, Procs, free_addrs, free_tcp, logs, scratch, spawn, status, status_until};
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+/// The daemons of a one-switch, two-host cluster plus their admin addresses.
+struct Cluster {
+    dir: std::path::PathBuf,
+    cfg: String,
+    admin_tm: String,
+    admin_alpha: String,
+    admin_beta: String,
+    procs: Procs,
+}
+
+/// Where `Cluster::procs` keeps each process.
+const TM: usize = 0;
+const SIU_BETA: usize = 2;
+
+fn tm_args<'a>(c: &'a Cluster) -> Vec<&'a str> {
+    vec![
+        "tm",
+        "--config",
+        &c.cfg,
+        "--name",
+        "tm0",
+        "--admin",
+        &c.admin_tm,
+    ]
+}
+
+fn siu_args<'a>(c: &'a Cluster, host: &'a str, admin: &'a str) -> Vec<&'a str> {
+    vec!["siu", "--config", &c.cfg, "--host", host, "--admin", admin]
+}
+
+fn start(name: &str) -> Cluster {
+    let dir = scratch(name);
+    let a = free_addrs(5);
+    let cfg = dir.join("cluster.toml");
+    std::fs::write(&cfg, common::two_host_config(&a)).unwrap();
+    let mut c = Cluster {
+        cfg: cfg.to_str().unwrap().to_string(),
+        dir,
+        admin_tm: free_tcp(),
+        admin_alpha: free_tcp(),
+        admin_beta: free_tcp(),
+        procs: Procs(Vec::new()),
+    };
+    let tm = spawn(&c.dir, "tm0", &tm_args(&c));
+    let alpha = spawn(&c.dir, "siu-alpha", &siu_args(&c, "alpha", &c.admin_alpha));
+    let beta = spawn(&c.dir, "siu-beta", &siu_args(&c, "beta", &c.admin_beta));
+    c.procs.0.extend([tm, alpha, beta]);
+    for host in ["alpha", "beta"] {
+        let sink = spawn(
+            &c.dir,
+            &format!("app-{host}"),
+            &[
+                "tool", "recv", "--config", &c.cfg, "--host", host, "--no-eop",
+            ],
+        );
+        c.procs.0.push(sink);
+    }
+    c
+}
+
+fn u(v: &serde_json::Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or_else(|| panic!("no {key} in {v}"))
+}
+
+/// Waits until both SIUs run logical time in a generation newer than `after`, the same one,
+/// with their clocks advancing in it; returns that generation.
+fn resumed_after(c: &Cluster, after: u64, until: Instant) -> u64 {
+    let newer = |v: &serde_json::Value| {
+        v["started"] == true && u(v, "generation") > after && u(v, "recvclock") > 0
+    };
+    let a = status_until(&c.dir, &c.admin_alpha, until, newer);
+    let b = status_until(&c.dir, &c.admin_beta, until, newer);
+    let g = u(&a, "generation").max(u(&b, "generation"));
+    for admin in [&c.admin_alpha, &c.admin_beta] {
+        let v = status_until(&c.dir, admin, until, |v| u(v, "generation") >= g);
+        let clock = u(&v, "recvclock");
+        let gen_now = u(&v, "generation");
+        status_until(&c.dir, admin, until, |v| {
+            u(v, "generation") > gen_now || u(v, "recvclock") > clock
+        });
+    }
+    g
+}
+
+fn signal(c: &Cluster, which: usize, sig: &str) {
+    let pid = c.procs.0[which].1.id().to_string();
+    let ok = Command::new("kill").args([sig, &pid]).status().unwrap();
+    assert!(ok.success(), "kill {sig} {pid}");
+}
+
+/// Kills process `which` (SIGKILL: no goodbye) and starts it again with `args`.
+fn kill_and_restart(c: &mut Cluster, which: usize, args: &[&str]) {
+    signal(c, which, "-KILL");
+    let _ = c.procs.0[which].1.wait();
+    let label = format!("{}-again", c.procs.0[which].0);
+    let again = spawn(&c.dir, &label, args);
+    c.procs.0[which] = again;
+}
+
+fn logs_mention(dir: &Path, what: &str) -> bool {
+    logs(dir).contains(what)
+}
+
+#[test]
+fn a_restarted_token_manager_or_siu_resumes_logical_time_in_a_new_generation() {
+    let mut c = start("restart");
+    let until = Instant::now() + GUARD;
+    let g1 = resumed_after(&c, 0, until);
+
+    // The token manager dies and comes back.
+    let args: Vec<String> = tm_args(&c).iter().map(|s| s.to_string()).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    kill_and_restart(&mut c, TM, &args);
+    let g2 = resumed_after(&c, g1, until);
+    let tm = status_until(&c.dir, &c.admin_tm, until, |v| {
+        v["started"] == true && u(v, "generation") >= g2 && u(v, "waves") > 0
+    });
+    assert_eq!(tm["role"], "tm");
+    assert!(
+        logs_mention(&c.dir, "lost peer"),
+        "the SIUs log the loss\n{}",
+        logs(&c.dir)
+    );
+
+    // An SIU dies and comes back.
+    let (cfg, admin) = (c.cfg.clone(), c.admin_beta.clone());
+    kill_and_restart(
+        &mut c,
+        SIU_BETA,
+        &["siu", "--config", &cfg, "--host", "beta", "--admin", &admin],
+    );
+    let g3 = resumed_after(&c, g2, until);
+    let alpha = status(&c.admin_alpha, &[]).expect("alpha kept running");
+    assert!(u(&alpha, "generation") >= g3);
+    assert!(
+        logs_mention(&c.dir, "lost neighbour"),
+        "the token manager logs the loss\n{}",
+        logs(&c.dir)
+    );
+}
+
+#[test]
+fn a_frozen_token_manager_is_lost_then_resumes_in_a_new_generation() {
+    let c = start("freeze");
+    let until = Instant::now() + GUARD;
+    let g1 = resumed_after(&c, 0, until);
+    signal(&c, TM, "-STOP");
+    // The SIUs keep running and, after the AM give-up time, show the token manager down.
+    for admin in [&c.admin_alpha, &c.admin_beta] {
+        let v = status_until(&c.dir, admin, until, |v| {
+            v["peers"].as_array().is_some_and(|p| {
+                p.iter()
+                    .any(|p| p["name"] == "token manager" && p["up"] == false)
+            })
+        });
+        assert!(u(&v["counters"], "port.links_lost") >= 1, "{v}");
+    }
+    signal(&c, TM, "-CONT");
+    let g2 = resumed_after(&c, g1, until);
+    assert!(g2 > g1);
+    for admin in [&c.admin_alpha, &c.admin_beta] {
+        let v = status_until(&c.dir, admin, until, |v| {
+            v["peers"].as_array().is_some_and(|p| {
+                p.iter()
+                    .all(|p| p["name"] != "token manager" || p["up"] == true)
+            })
+        });
+        assert!(u(&v, "generation") >= g2, "{v}");
+    }
+}
