@@ -1,15 +1,17 @@
-//! `isotach check-config FILE [--map MAPFILE] [--json]`: validate a cluster config and its
-//! shared-memory map without starting anything.
+//! `isotach check-config FILE [--map MAPFILE] [--json]`: validate a cluster config, its QUIC
+//! certificates and its shared-memory map without starting anything.
 
 use crate::UsageError;
 use clap::Args;
-use isotach_proto::config::{ClusterConfig, ConfigError};
+use isotach_am::backend::quic::{QuicIdentity, identity_from_pem};
+use isotach_proto::config::{ClusterConfig, ConfigError, TransportKind};
 use isotach_smm::map::MemoryMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Validate a cluster config (and its shared-memory map file) and print a summary. Any error
-/// is printed as one line naming the file, the line and the key, and exits 2.
+/// Validate a cluster config (its QUIC certificates, and its shared-memory map file) and print
+/// a summary. Any error is printed as one line naming the file, the line and the key, and
+/// exits 2.
 #[derive(Debug, Args)]
 pub(crate) struct CheckConfigArgs {
     /// The cluster config (TOML).
@@ -43,6 +45,9 @@ struct Summary {
     token_timeout_us: u64,
     switch_names: Vec<String>,
     host_names: Vec<String>,
+    transport: &'static str,
+    tag: String,
+    certificates_checked: usize,
     map: Option<MapSummary>,
 }
 
@@ -66,6 +71,14 @@ fn check(file: &Path, map: Option<&Path>) -> Result<Summary, UsageError> {
         None => None,
         Some(path) => Some(check_map(&path, &config)?),
     };
+    // Every node's certificate chains to the CA, as the daemons will check at startup.
+    let mut certificates_checked = 0;
+    if config.transport.kind == TransportKind::Quic {
+        for name in config.switch_names.iter().chain(&config.host_names) {
+            node_identity(&config, file, name).map_err(|e| UsageError(e.to_string()))?;
+            certificates_checked += 1;
+        }
+    }
     let topology = &config.topology;
     Ok(Summary {
         file: file.display().to_string(),
@@ -77,13 +90,83 @@ fn check(file: &Path, map: Option<&Path>) -> Result<Summary, UsageError> {
         token_timeout_us: config.timing.token_timeout_us,
         switch_names: config.switch_names,
         host_names: config.host_names,
+        transport: match config.transport.kind {
+            TransportKind::Quic => "quic",
+            TransportKind::Udp => "udp",
+        },
+        tag: format!("{:#018x}", config.transport.tag),
+        certificates_checked,
         map,
+    })
+}
+
+/// The QUIC identity node `name` (a switch or host of `config`, read from `file`) presents:
+/// `[transport] ca` plus `CERTS/NAME.pem` and `CERTS/NAME.key`, read and checked with
+/// [`identity_from_pem`] (signed by the CA, valid now, the `isotach-node` SAN). Errors name
+/// the config file, the line and the key (`transport.ca` or `transport.certs`).
+pub(crate) fn node_identity(
+    config: &ClusterConfig,
+    file: &Path,
+    name: &str,
+) -> Result<QuicIdentity, ConfigError> {
+    let err = |key: &str, message: String| {
+        let e = ConfigError {
+            file: file.display().to_string(),
+            line: 1,
+            column: 1,
+            key: key.to_string(),
+            message,
+        };
+        locate(e, file)
+    };
+    let files = config
+        .quic_files(name)
+        .map_err(|(key, msg)| err(key, msg))?;
+    let read = |path: &Path, key: &str, what: &str| {
+        std::fs::read(path).map_err(|e| {
+            let hint = if key == "transport.certs" {
+                format!(" (make it with `isotach cert issue --dir DIR --node {name}`)")
+            } else {
+                " (make it with `isotach cert init --dir DIR`)".to_string()
+            };
+            err(
+                key,
+                format!("{}: cannot read {what}{hint}: {e}", path.display()),
+            )
+        })
+    };
+    let ca = read(&files.ca, "transport.ca", "the cluster CA certificate")?;
+    let cert = read(
+        &files.cert,
+        "transport.certs",
+        &format!("the certificate of `{name}`"),
+    )?;
+    let key = read(
+        &files.key,
+        "transport.certs",
+        &format!("the key of `{name}`"),
+    )?;
+    identity_from_pem(&ca, &cert, &key).map_err(|e| {
+        let e = e.to_string();
+        if e.contains("CA certificate") {
+            err("transport.ca", format!("{}: {e}", files.ca.display()))
+        } else {
+            let at = if e.contains("node key") {
+                &files.key
+            } else {
+                &files.cert
+            };
+            err(
+                "transport.certs",
+                format!("{}: {e} (CA {})", at.display(), files.ca.display()),
+            )
+        }
     })
 }
 
 /// Value checks report line 1 column 1 (the value has no span): point at the key's line
 /// instead when the key is written in the file.
-fn locate(mut e: ConfigError, file: &Path) -> ConfigError {
+pub(crate) fn locate(mut e: ConfigError, file: &Path) -> ConfigError {
     if (e.line, e.column) != (1, 1) || e.key == "-" {
         return e;
     }
@@ -163,6 +246,16 @@ fn print_summary(s: &Summary) {
     println!("  max logical distance: {}", s.max_logical_distance);
     println!("  epoch:                {} pulses", s.epoch_pulses);
     println!("  token timeout:        {} us", s.token_timeout_us);
+    match s.transport {
+        "quic" => println!(
+            "  transport:            quic (mutual TLS), tag {}; {} node certificates ok",
+            s.tag, s.certificates_checked
+        ),
+        _ => println!(
+            "  transport:            udp (no authentication: trusted LAN only), tag {}",
+            s.tag
+        ),
+    }
     match &s.map {
         Some(m) => println!(
             "  map:                  {}: ok, {} ranges, {} pages",

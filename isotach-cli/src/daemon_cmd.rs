@@ -8,8 +8,10 @@ use crate::admin::{Exposed, Source};
 use crate::philo_app::{PhiloParams, forks_map, run_philosopher};
 use crate::{EXIT_FAILED, UsageError};
 use clap::Args;
+use isotach_am::backend::quic::{QuicConfig, QuicHandshakes, QuicIdentity, QuicTransport};
 use isotach_am::backend::udp::UdpTransport;
-use isotach_am::port::{DEFAULT_TAG, PacketPort};
+use isotach_am::port::PacketPort;
+use isotach_am::{NodeAddr, Tag, Transport};
 use isotach_proto::config::{ClusterConfig, TransportKind};
 use isotach_siu::Siu;
 use isotach_siu::daemon::{SiuDaemon, siu_setup};
@@ -95,16 +97,42 @@ pub(crate) struct PhiloArgs {
     json: bool,
 }
 
-/// Loads the config; refuses a transport the daemons do not drive yet.
+/// Loads the config.
 pub(crate) fn load(path: &Path) -> Result<ClusterConfig, UsageError> {
-    let c = ClusterConfig::load(path).map_err(|e| UsageError(e.to_string()))?;
-    if c.transport.kind == TransportKind::Quic {
-        return Err(UsageError(format!(
-            "{}: transport.kind: \"quic\" is not driven by the daemons yet; use \"udp\"",
-            path.display()
-        )));
+    ClusterConfig::load(path).map_err(|e| UsageError(e.to_string()))
+}
+
+/// How a daemon or application of this config reaches its peers.
+#[derive(Debug)]
+pub(crate) enum Link {
+    /// AM over UDP.
+    Udp,
+    /// AM over QUIC, presenting this identity.
+    Quic(QuicIdentity),
+}
+
+impl Link {
+    /// The link of node `name` (a switch or host of `cluster`, read from `config`): for QUIC
+    /// its certificate files are read and checked now, so a bad file is a usage error naming
+    /// the config's line and key, not a failed handshake later.
+    pub(crate) fn of(
+        cluster: &ClusterConfig,
+        config: &Path,
+        name: &str,
+    ) -> Result<Self, UsageError> {
+        match cluster.transport.kind {
+            TransportKind::Udp => Ok(Self::Udp),
+            TransportKind::Quic => crate::config_cmd::node_identity(cluster, config, name)
+                .map(Self::Quic)
+                .map_err(|e| UsageError(e.to_string())),
+        }
     }
-    Ok(c)
+}
+
+/// A daemon's port, over the transport the config names.
+enum Port {
+    Udp(PacketPort<UdpTransport>),
+    Quic(PacketPort<QuicTransport>, QuicHandshakes),
 }
 
 /// Logs to stderr; `RUST_LOG` overrides `default`; the admin service can change the filter.
@@ -181,13 +209,91 @@ fn named<T>(found: Option<T>, config: &Path, what: &str, name: &str) -> anyhow::
         .ok_or_else(|| UsageError(format!("{}: no {what} named `{name}`", config.display())).into())
 }
 
-/// Binds the daemon's link to its configured peers.
-fn bind_port(
-    listen: SocketAddr,
-    peers: &[isotach_am::NodeAddr],
-) -> anyhow::Result<PacketPort<UdpTransport>> {
-    let t = UdpTransport::bind(listen).map_err(|e| anyhow::anyhow!("bind {listen}: {e}"))?;
-    Ok(PacketPort::new(t, peers, DEFAULT_TAG)?)
+/// Binds the daemon's link to its configured peers, tagged `tag`.
+fn bind_port(link: Link, listen: SocketAddr, peers: &[NodeAddr], tag: Tag) -> anyhow::Result<Port> {
+    let bind_err = |e: isotach_am::AmError| anyhow::anyhow!("bind {listen}: {e}");
+    Ok(match link {
+        Link::Udp => Port::Udp(PacketPort::new(
+            UdpTransport::bind(listen).map_err(bind_err)?,
+            peers,
+            tag,
+        )?),
+        Link::Quic(identity) => {
+            let t = QuicTransport::bind(QuicConfig::new(listen, identity)).map_err(bind_err)?;
+            let handshakes = t.handshakes();
+            Port::Quic(PacketPort::new(t, peers, tag)?, handshakes)
+        }
+    })
+}
+
+/// Logs failed QUIC handshakes as they happen (at most once a second): a peer whose
+/// certificate the cluster CA did not sign, or one that refused ours. Never returns.
+async fn watch_handshakes(h: QuicHandshakes) {
+    let (mut refused, mut failed) = (0, 0);
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let (r, f) = (h.refused(), h.connects_failed());
+        if (r, f) != (refused, failed) {
+            (refused, failed) = (r, f);
+            tracing::warn!(
+                handshakes_refused = r,
+                connects_failed = f,
+                last = h.last_error().unwrap_or_default(),
+                "QUIC handshakes failed (a peer without a certificate from the cluster CA, or a peer that refused ours)"
+            );
+        }
+    }
+}
+
+/// Runs `run` (a daemon) while logging failed QUIC handshakes; logs their totals at the end.
+async fn with_handshake_log<F: Future>(h: Option<QuicHandshakes>, run: F) -> F::Output {
+    let Some(h) = h else { return run.await };
+    let watcher = tokio::spawn(watch_handshakes(h.clone()));
+    let out = run.await;
+    watcher.abort();
+    tracing::info!(
+        handshakes_refused = h.refused(),
+        connects_failed = h.connects_failed(),
+        "QUIC transport stopped"
+    );
+    out
+}
+
+async fn serve_tm<T: Transport>(
+    tm: TokenManager,
+    port: PacketPort<T>,
+    handshakes: Option<QuicHandshakes>,
+    args: &TmArgs,
+    configured: Option<SocketAddr>,
+) -> anyhow::Result<()> {
+    let daemon = TmDaemon::new(tm, port);
+    let exposed = Exposed {
+        name: args.name.clone(),
+        source: Source::Tm(daemon.snapshot()),
+        telemetry: daemon.telemetry(),
+    };
+    let stop = admin(&args.ops, configured, TM_ADMIN_DEFAULT, exposed).await?;
+    with_handshake_log(handshakes, daemon.run(shutdown_or(stop))).await?;
+    Ok(())
+}
+
+async fn serve_siu<T: Transport>(
+    siu: Siu,
+    port: PacketPort<T>,
+    handshakes: Option<QuicHandshakes>,
+    args: &SiuArgs,
+    configured: Option<SocketAddr>,
+) -> anyhow::Result<()> {
+    let daemon = SiuDaemon::new(siu, port);
+    let exposed = Exposed {
+        name: args.host.clone(),
+        source: Source::Siu(daemon.snapshot()),
+        telemetry: daemon.telemetry(),
+    };
+    let stop = admin(&args.ops, configured, SIU_ADMIN_DEFAULT, exposed).await?;
+    with_handshake_log(handshakes, daemon.run(shutdown_or(stop))).await?;
+    Ok(())
 }
 
 pub(crate) fn run_tm(args: TmArgs) -> anyhow::Result<ExitCode> {
@@ -200,17 +306,16 @@ pub(crate) fn run_tm(args: TmArgs) -> anyhow::Result<ExitCode> {
     )?;
     let (cfg, listen, peers) = tm_setup(&cluster, switch)
         .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
+    let link = Link::of(&cluster, &args.config, &args.name)?;
+    let tag = Tag(cluster.transport.tag);
+    let configured = cluster.switch_admin[usize::from(switch)];
     init_logs("info");
     runtime()?.block_on(async move {
-        let daemon = TmDaemon::new(TokenManager::new(cfg), bind_port(listen, &peers)?);
-        let exposed = Exposed {
-            name: args.name.clone(),
-            source: Source::Tm(daemon.snapshot()),
-            telemetry: daemon.telemetry(),
-        };
-        let configured = cluster.switch_admin[usize::from(switch)];
-        let stop = admin(&args.ops, configured, TM_ADMIN_DEFAULT, exposed).await?;
-        daemon.run(shutdown_or(stop)).await?;
+        let tm = TokenManager::new(cfg);
+        match bind_port(link, listen, &peers, tag)? {
+            Port::Udp(p) => serve_tm(tm, p, None, &args, configured).await?,
+            Port::Quic(p, h) => serve_tm(tm, p, Some(h), &args, configured).await?,
+        }
         anyhow::Ok(ExitCode::SUCCESS)
     })
 }
@@ -225,17 +330,16 @@ pub(crate) fn run_siu(args: SiuArgs) -> anyhow::Result<ExitCode> {
     )?;
     let (cfg, listen, peers) = siu_setup(&cluster, host)
         .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
+    let link = Link::of(&cluster, &args.config, &args.host)?;
+    let tag = Tag(cluster.transport.tag);
+    let configured = cluster.host_admin[usize::from(host)];
     init_logs("info");
     runtime()?.block_on(async move {
-        let daemon = SiuDaemon::new(Siu::new(cfg), bind_port(listen, &peers)?);
-        let exposed = Exposed {
-            name: args.host.clone(),
-            source: Source::Siu(daemon.snapshot()),
-            telemetry: daemon.telemetry(),
-        };
-        let configured = cluster.host_admin[usize::from(host)];
-        let stop = admin(&args.ops, configured, SIU_ADMIN_DEFAULT, exposed).await?;
-        daemon.run(shutdown_or(stop)).await?;
+        let siu = Siu::new(cfg);
+        match bind_port(link, listen, &peers, tag)? {
+            Port::Udp(p) => serve_siu(siu, p, None, &args, configured).await?,
+            Port::Quic(p, h) => serve_siu(siu, p, Some(h), &args, configured).await?,
+        }
         anyhow::Ok(ExitCode::SUCCESS)
     })
 }
@@ -273,10 +377,37 @@ pub(crate) fn run_philo(args: PhiloArgs) -> anyhow::Result<ExitCode> {
         ))
         .into());
     };
+    // The application presents its host's certificate on QUIC (it runs beside its SIU).
+    let link = Link::of(&cluster, &args.config, &args.host)?;
+    let tag = Tag(cluster.transport.tag);
     init_logs("warn");
     let started = Instant::now();
+    let timeout = Duration::from_secs(args.timeout_s);
+    match link {
+        Link::Udp => {
+            let link = AmSiuLink::connect_udp(app, siu, tag, timeout)?;
+            philo_over(link, &args, &cluster, started)
+        }
+        Link::Quic(identity) => {
+            let link = AmSiuLink::connect_quic(app, siu, identity, tag, timeout)?;
+            philo_over(link, &args, &cluster, started)
+        }
+    }
+}
+
+/// Runs the philosopher of `args.host` over its connected link.
+fn philo_over<L: isotach_smm::SiuLink>(
+    link: L,
+    args: &PhiloArgs,
+    cluster: &ClusterConfig,
+    started: Instant,
+) -> anyhow::Result<ExitCode> {
     let deadline = started + Duration::from_secs(args.timeout_s);
-    let link = AmSiuLink::connect_udp(app, siu, Duration::from_secs(args.timeout_s))?;
+    let n = cluster.topology.host_count();
+    let host = cluster
+        .host_id(&args.host)
+        .ok_or_else(|| UsageError(format!("no host named `{}`", args.host)))?;
+    let h = usize::from(host);
     let node = SmmNode::new(SmmConfig {
         host,
         topology: Arc::new(cluster.topology.clone()),

@@ -63,7 +63,24 @@ switch = "tm1"
 
 [[trunk]]
 between = ["tm0", "tm1"]
+
+[transport]
+kind = "udp"
 "#;
+
+/// `isotach cert init` in `dir/pki` and `isotach cert issue` for each node.
+fn make_pki(dir: &Path, ca_name: &str, nodes: &[&str]) {
+    let pki = dir.join("pki");
+    let pki = pki.to_str().unwrap();
+    let out = isotach(&["cert", "init", "--dir", pki, "--name", ca_name, "--force"]);
+    assert!(out.status.success(), "{out:?}");
+    for n in nodes {
+        let out = isotach(&["cert", "issue", "--dir", pki, "--node", n, "--force"]);
+        assert!(out.status.success(), "{out:?}");
+    }
+}
+
+const EXAMPLE_NODES: [&str; 6] = ["tm-a", "tm-b", "alpha", "beta", "gamma", "delta"];
 
 /// Runs check-config and expects exit 2 with exactly one error line starting with
 /// `file:line:`; returns that line.
@@ -80,8 +97,19 @@ fn refused(args: &[&str], file: &str, line: usize) -> String {
 
 #[test]
 fn the_example_config_passes() {
-    let file = example();
-    let f = file.to_str().unwrap();
+    // The example is a QUIC config: it passes once its certificates exist (made here, in a
+    // copy's directory, the way its header says).
+    let dir = TempDir::new();
+    let f = dir.write("cluster.toml", &std::fs::read_to_string(example()).unwrap());
+    let out = isotach(&["check-config", &f]);
+    assert_eq!(out.status.code(), Some(2), "no certificates yet: {out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("transport.ca") && stderr.contains("cert init"),
+        "{stderr}"
+    );
+    make_pki(&dir.0, "example", &EXAMPLE_NODES);
+    let f = f.as_str();
     let out = isotach(&["check-config", f]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
@@ -91,6 +119,8 @@ fn the_example_config_passes() {
         "trunks:",
         "max logical distance:",
         "epoch:",
+        "transport:            quic (mutual TLS)",
+        "6 node certificates ok",
     ] {
         assert!(text.contains(want), "{want} missing in {text}");
     }
@@ -106,6 +136,69 @@ fn the_example_config_passes() {
     assert_eq!(v["max_logical_distance"], 2);
     assert_eq!(v["epoch_pulses"], 64);
     assert_eq!(v["token_timeout_us"], 5000);
+    assert_eq!(v["transport"], "quic");
+    assert_eq!(v["tag"], "0x1507ac4000000001");
+    assert_eq!(v["certificates_checked"], 6);
+}
+
+/// A two-node QUIC config in `dir` (certificates in `dir/pki`).
+const QUIC: &str = r#"[transport]
+kind = "quic"
+ca = "pki/ca.pem"
+certs = "pki"
+
+[[switch]]
+name = "tm0"
+
+[[host]]
+name = "alpha"
+switch = "tm0"
+"#;
+
+#[test]
+fn quic_certificates_are_checked_naming_the_key() {
+    let dir = TempDir::new();
+    let c = dir.write("c.toml", QUIC);
+    // No CA file: the `ca` line.
+    let e = refused(&["check-config", &c], &c, 3);
+    assert!(e.contains("transport.ca") && e.contains("ca.pem"), "{e}");
+    // The CA but no certificate for alpha: the `certs` line.
+    make_pki(&dir.0, "one", &["tm0"]);
+    let e = refused(&["check-config", &c], &c, 4);
+    assert!(
+        e.contains("transport.certs") && e.contains("alpha.pem"),
+        "{e}"
+    );
+    assert!(e.contains("--node alpha"), "{e}");
+    // alpha's certificate from another CA: refused as not chaining to the cluster CA.
+    let other = TempDir::new();
+    make_pki(&other.0, "two", &["alpha"]);
+    for f in ["alpha.pem", "alpha.key"] {
+        std::fs::copy(other.0.join("pki").join(f), dir.0.join("pki").join(f)).unwrap();
+    }
+    let e = refused(&["check-config", &c], &c, 4);
+    assert!(
+        e.contains("node certificate") && e.contains("alpha.pem"),
+        "{e}"
+    );
+    // Issued by the right CA: ok.
+    make_pki(&dir.0, "one", &["tm0", "alpha"]);
+    let out = isotach(&["check-config", &c, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["certificates_checked"], 2);
+    // Without `ca` at all, the error points at the [transport] table.
+    let c = dir.write("d.toml", &QUIC.replace("ca = \"pki/ca.pem\"\n", ""));
+    let e = refused(&["check-config", &c], &c, 1);
+    assert!(e.contains("transport.ca") && e.contains("udp"), "{e}");
+}
+
+#[test]
+fn a_bad_tag_names_its_line() {
+    let dir = TempDir::new();
+    let c = dir.write("c.toml", &format!("{GOOD}tag = \"0xnope\"\n"));
+    let e = refused(&["check-config", &c], &c, 21);
+    assert!(e.contains("transport.tag"), "{e}");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! hardening, the Dockerfile builds in one stage and runs `isotach` from another, and the netns
 //! script is valid shell. A file under `deploy/` that no check knows fails the walk.
 
-use isotach_proto::config::ClusterConfig;
+use isotach_proto::config::{ClusterConfig, TransportKind};
 use serde_norway::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -23,6 +23,11 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         .collect();
     entries.sort();
     for p in entries {
+        // Certificates made by `isotach cert` next to a config (as the example's header
+        // says) are secrets of one deployment, never part of the repository.
+        if p.is_dir() && p.file_name().is_some_and(|n| n == "pki") {
+            continue;
+        }
         if p.is_dir() {
             walk(&p, out);
         } else {
@@ -115,6 +120,20 @@ fn every_cluster_config_loads() {
         );
         assert!(c.host_siu.iter().all(Option::is_some), "deploy/{}", rel(p));
         assert!(c.host_app.iter().all(Option::is_some), "deploy/{}", rel(p));
+        // The transport is chosen explicitly; QUIC configs name their certificates.
+        let text = read(p);
+        assert!(
+            text.lines().any(|l| l.trim_start().starts_with("kind = ")),
+            "deploy/{}: say [transport] kind",
+            rel(p)
+        );
+        if c.transport.kind == TransportKind::Quic {
+            assert!(
+                c.transport.ca.is_some() && c.transport.certs.is_some(),
+                "deploy/{}: quic needs ca and certs",
+                rel(p)
+            );
+        }
     }
 }
 
