@@ -1,16 +1,21 @@
 //! `isotach demo philo`: the embedded default. One process runs a token manager, N SIU
 //! daemons (tokio tasks, the same drivers as `isotach tm` / `isotach siu`) and N SMM
-//! applications (threads, the same code as `isotach philo`), all over real loopback UDP
-//! sockets through the AM transport. An independent observer checks that no two neighbours
-//! ate at once.
+//! applications (threads, the same code as `isotach philo`), all through the AM transport:
+//! over loopback UDP sockets (`--transport udp`, the default), loopback QUIC with mutual TLS
+//! (`quic`, certificates from an ephemeral in-process CA) or an in-process real-time network
+//! (`mem`). An independent observer checks that no two neighbours ate at once.
 
 use crate::philo_app::{PhiloOutcome, PhiloParams, forks_map, overlaps, run_philosopher};
 use crate::{EXIT_FAILED, UsageError};
 use clap::{Args, Subcommand, ValueEnum};
 use hdrhistogram::Histogram;
-use isotach_am::NodeAddr;
+use isotach_am::backend::chan::{ChanNet, ChanTransport};
+use isotach_am::backend::quic::{
+    QuicConfig, QuicIdentity, QuicTransport, make_ca, make_node_identity,
+};
 use isotach_am::backend::udp::UdpTransport;
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
+use isotach_am::{NodeAddr, Tag, Transport};
 use isotach_proto::config::ClusterConfig;
 use isotach_siu::Siu;
 use isotach_siu::daemon::{SiuDaemon, SiuGauges, siu_setup};
@@ -19,6 +24,7 @@ use isotach_smm::{Smm, SmmConfig, SmmLimits, SmmNode};
 use isotach_tm::TokenManager;
 use isotach_tm::daemon::{TmDaemon, tm_setup};
 use serde::Serialize;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -47,6 +53,21 @@ enum Demo {
 enum DemoTransport {
     /// Active Messages over loopback UDP (reliable, per-peer FIFO).
     Udp,
+    /// Active Messages over loopback QUIC with mutual TLS (an ephemeral cluster CA made in
+    /// the process issues every node's certificate).
+    Quic,
+    /// Active Messages over an in-process real-time network (no sockets).
+    Mem,
+}
+
+impl DemoTransport {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Udp => "AM over loopback UDP",
+            Self::Quic => "AM over loopback QUIC, mutual TLS",
+            Self::Mem => "AM over in-process channels",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -116,15 +137,23 @@ fn bind() -> anyhow::Result<UdpTransport> {
     UdpTransport::bind(any).map_err(|e| anyhow::anyhow!("bind a loopback UDP socket: {e}"))
 }
 
-/// A token manager and N SIU daemons running on their own tokio runtime over loopback UDP,
-/// plus the N (not yet used) loopback sockets of the hosts' applications.
-pub(crate) struct LoopbackCluster {
+fn bind_quic(identity: QuicIdentity) -> anyhow::Result<QuicTransport> {
+    let any: SocketAddr = "127.0.0.1:0".parse()?;
+    QuicTransport::bind(QuicConfig::new(any, identity))
+        .map_err(|e| anyhow::anyhow!("bind a loopback QUIC endpoint: {e}"))
+}
+
+/// A token manager and N SIU daemons running on their own tokio runtime, plus the N (not yet
+/// used) transports of the hosts' applications.
+pub(crate) struct LoopbackCluster<A = UdpTransport> {
     /// The generated cluster config, with every address filled in.
     pub(crate) cluster: ClusterConfig,
     /// Each SIU daemon's gauges, by host.
     pub(crate) gauges: Vec<Arc<SiuGauges>>,
-    /// Each host's application socket (blocking; for [`AmSiuLink`]), by host.
-    pub(crate) app_ts: Vec<UdpTransport>,
+    /// Each host's application transport (blocking; for [`AmSiuLink`]), by host.
+    pub(crate) app_ts: Vec<A>,
+    /// The address each host's application reaches its SIU at, by host.
+    pub(crate) siu_addrs: Vec<NodeAddr>,
     /// The running daemon tasks.
     pub(crate) daemons: RunningDaemons,
 }
@@ -137,28 +166,136 @@ pub(crate) struct RunningDaemons {
     siu_tasks: Vec<tokio::task::JoinHandle<Result<Siu, isotach_siu::daemon::DaemonError>>>,
 }
 
+/// The transports of one embedded cluster before the daemons start: the token manager's,
+/// each SIU's and each application's, and the socket address the generated config gives
+/// each (for in-process transports, a placeholder that `real` maps to the node).
+struct Nodes<D, A> {
+    tm: (D, SocketAddr),
+    sius: Vec<(D, SocketAddr)>,
+    apps: Vec<(A, SocketAddr)>,
+    /// Config address → transport address, where they differ (in-process transports).
+    real: HashMap<SocketAddr, NodeAddr>,
+}
+
+fn demo_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
 /// Starts a token manager and `n` SIU daemons (the same drivers as `isotach tm` / `isotach
 /// siu`) on a two-worker tokio runtime, over fresh loopback UDP sockets.
 pub(crate) fn start_loopback_cluster(n: usize) -> anyhow::Result<LoopbackCluster> {
-    let mut cluster = ClusterConfig::generated(n, 1).map_err(|e| UsageError(e.to_string()))?;
     // The daemons' sockets are registered with the runtime (async waits); the applications'
     // are plain blocking sockets on their own threads.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let (tm_t, siu_ts) = {
+    let rt = demo_runtime()?;
+    let (tm, sius) = {
         let _guard = rt.enter();
         let tm = bind()?;
         let sius = (0..n).map(|_| bind()).collect::<anyhow::Result<Vec<_>>>()?;
         (tm, sius)
     };
-    let app_ts = (0..n).map(|_| bind()).collect::<anyhow::Result<Vec<_>>>()?;
-    cluster.switch_listen[0] = Some(tm_t.socket_addr());
+    let apps = (0..n).map(|_| bind()).collect::<anyhow::Result<Vec<_>>>()?;
+    let with_addr = |t: UdpTransport| {
+        let a = t.socket_addr();
+        (t, a)
+    };
+    let nodes = Nodes {
+        tm: with_addr(tm),
+        sius: sius.into_iter().map(with_addr).collect(),
+        apps: apps.into_iter().map(with_addr).collect(),
+        real: HashMap::new(),
+    };
+    start_cluster(rt, nodes, Tag(DEFAULT_TAG.0))
+}
+
+/// The same over QUIC on loopback: an ephemeral cluster CA made in-process issues every
+/// daemon's and application's certificate (mutual TLS on every link).
+fn start_quic_cluster(n: usize) -> anyhow::Result<LoopbackCluster<QuicTransport>> {
+    let ca = make_ca("isotach demo cluster CA")?;
+    let rt = demo_runtime()?;
+    let bound = |name: &str| -> anyhow::Result<(QuicTransport, SocketAddr)> {
+        let t = bind_quic(make_node_identity(&ca, name)?)?;
+        let a = t.socket_addr();
+        Ok((t, a))
+    };
+    let (tm, sius) = {
+        let _guard = rt.enter();
+        let tm = bound("tm0")?;
+        let sius = (0..n)
+            .map(|h| bound(&format!("host{h}")))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        (tm, sius)
+    };
+    let apps = (0..n)
+        .map(|h| bound(&format!("host{h}-app")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let nodes = Nodes {
+        tm,
+        sius,
+        apps,
+        real: HashMap::new(),
+    };
+    start_cluster(rt, nodes, Tag(DEFAULT_TAG.0))
+}
+
+/// The same in one process without sockets: an in-process real-time network
+/// ([`ChanNet`]). The generated config holds placeholder addresses (TEST-NET-1, never bound)
+/// that name the in-process nodes.
+fn start_chan_cluster(n: usize) -> anyhow::Result<LoopbackCluster<ChanTransport>> {
+    let net = ChanNet::new();
+    let mut real = HashMap::new();
+    let mut next = 1u16;
+    let mut node = || {
+        let t = net.node();
+        let a = SocketAddr::from(([192, 0, 2, 1], next));
+        next += 1;
+        real.insert(a, t.local_addr());
+        (t, a)
+    };
+    let tm = node();
+    let sius = (0..n).map(|_| node()).collect();
+    let apps = (0..n).map(|_| node()).collect();
+    let nodes = Nodes {
+        tm,
+        sius,
+        apps,
+        real,
+    };
+    start_cluster(demo_runtime()?, nodes, Tag(DEFAULT_TAG.0))
+}
+
+/// Fills the generated config with the nodes' addresses and spawns the daemons on `rt`.
+fn start_cluster<D: Transport + 'static, A>(
+    rt: tokio::runtime::Runtime,
+    nodes: Nodes<D, A>,
+    tag: Tag,
+) -> anyhow::Result<LoopbackCluster<A>> {
+    let Nodes {
+        tm,
+        sius,
+        apps,
+        real,
+    } = nodes;
+    let addr = |a: SocketAddr| real.get(&a).copied().unwrap_or(NodeAddr::Ip(a));
+    let n = sius.len();
+    let mut cluster = ClusterConfig::generated(n, 1).map_err(|e| UsageError(e.to_string()))?;
+    cluster.switch_listen[0] = Some(tm.1);
     for h in 0..n {
-        cluster.host_siu[h] = Some(siu_ts[h].socket_addr());
-        cluster.host_app[h] = Some(app_ts[h].socket_addr());
+        cluster.host_siu[h] = Some(sius[h].1);
+        cluster.host_app[h] = Some(apps[h].1);
     }
+    let siu_addrs: Vec<NodeAddr> = sius.iter().map(|s| addr(s.1)).collect();
+    let real = |peers: Vec<NodeAddr>| -> Vec<NodeAddr> {
+        peers
+            .into_iter()
+            .map(|p| match p {
+                NodeAddr::Ip(a) => addr(a),
+                other => other,
+            })
+            .collect()
+    };
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stop = move || {
         let mut rx = stop_rx.clone();
@@ -170,12 +307,12 @@ pub(crate) fn start_loopback_cluster(n: usize) -> anyhow::Result<LoopbackCluster
     let (tm_task, siu_tasks) = {
         let _guard = rt.enter();
         let (cfg, _, peers) = tm_setup(&cluster, 0)?;
-        let port = PacketPort::new(tm_t, &peers, DEFAULT_TAG)?;
+        let port = PacketPort::new(tm.0, &real(peers), tag)?;
         let tm_task = rt.spawn(TmDaemon::new(TokenManager::new(cfg), port).run(stop()));
         let mut siu_tasks = Vec::new();
-        for (h, t) in siu_ts.into_iter().enumerate() {
+        for (h, (t, _)) in sius.into_iter().enumerate() {
             let (cfg, _, peers) = siu_setup(&cluster, h as u16)?;
-            let port = PacketPort::new(t, &peers, DEFAULT_TAG)?;
+            let port = PacketPort::new(t, &real(peers), tag)?;
             let d = SiuDaemon::new(Siu::new(cfg), port);
             gauges.push(d.gauges());
             siu_tasks.push(rt.spawn(d.run(stop())));
@@ -185,7 +322,8 @@ pub(crate) fn start_loopback_cluster(n: usize) -> anyhow::Result<LoopbackCluster
     Ok(LoopbackCluster {
         cluster,
         gauges,
-        app_ts,
+        app_ts: apps.into_iter().map(|a| a.0).collect(),
+        siu_addrs,
         daemons: RunningDaemons {
             rt,
             stop_tx,
@@ -235,19 +373,34 @@ fn philo(args: PhiloDemoArgs) -> anyhow::Result<ExitCode> {
     crate::daemon_cmd::init_logs("warn");
     let n = usize::from(args.philosophers);
     let started = Instant::now();
+    match args.transport {
+        DemoTransport::Udp => philo_over(start_loopback_cluster(n)?, &args, started),
+        DemoTransport::Quic => philo_over(start_quic_cluster(n)?, &args, started),
+        DemoTransport::Mem => philo_over(start_chan_cluster(n)?, &args, started),
+    }
+}
+
+/// Runs the philosophers over a started cluster and reports.
+fn philo_over<A: Transport + 'static>(
+    lc: LoopbackCluster<A>,
+    args: &PhiloDemoArgs,
+    started: Instant,
+) -> anyhow::Result<ExitCode> {
+    let n = usize::from(args.philosophers);
     let deadline = started + Duration::from_secs(args.timeout_s);
     let LoopbackCluster {
         cluster,
         gauges,
         app_ts,
+        siu_addrs,
         daemons,
-    } = start_loopback_cluster(n)?;
+    } = lc;
     let progress = Arc::new(AtomicU64::new(0));
     let map = Arc::new(forks_map(n));
     let topology = Arc::new(cluster.topology.clone());
     let mut threads = Vec::new();
     for (h, t) in app_ts.into_iter().enumerate() {
-        let siu = NodeAddr::Ip(cluster.host_siu[h].expect("filled above"));
+        let siu = siu_addrs[h];
         let params = PhiloParams {
             me: h,
             n,
@@ -375,8 +528,10 @@ fn philo(args: PhiloDemoArgs) -> anyhow::Result<ExitCode> {
 
 fn print_summary(r: &PhiloDemoReport) {
     println!(
-        "dining philosophers: {} philosophers over a token manager and {} SIUs ({:?}, loopback)",
-        r.philosophers, r.philosophers, r.transport
+        "dining philosophers: {} philosophers over a token manager and {} SIUs ({})",
+        r.philosophers,
+        r.philosophers,
+        r.transport.describe()
     );
     println!(
         "  meals             {} of {} ({} per philosopher; fewest {})",
