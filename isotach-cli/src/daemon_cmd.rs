@@ -459,3 +459,14 @@ fn philo_over<L: isotach_smm::SiuLink>(
         ExitCode::from(EXIT_FAILED)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_config_default_tag_is_the_ports_default_tag() {
+        assert_eq!(
+            isotach_proto::config::DEFAULT_TAG,
+            isotach_am::port::DEFAULT_TAG.0
+        );
+    }
+}
