@@ -17,10 +17,17 @@
 //!   sending the rest would pretend it has not), marks the peer down and says hello again;
 //!   [`PortEvent::PeerUp`] follows when the peer answers. What a broken stream means above the
 //!   port (a new logical-time generation) is the daemons' business;
-//! - every queue is bounded by [`PacketPort::set_queue_max`] fragments per peer. Towards a
-//!   peer that is up, [`PacketPort::has_room`] tells the driver to hold back (back-pressure);
-//!   a packet sent anyway to a full queue, or arriving when the inbox is full, is dropped,
-//!   counted and breaks the link;
+//! - flow control end to end: a port sends a peer at most a *window* of fragments the peer's
+//!   driver has not yet taken with [`PacketPort::recv`]; the receiving port returns credit (a
+//!   short message) as its driver takes packets. So a driver that stops reading stops its
+//!   peers' ports after one window each, their queues fill, and their drivers see
+//!   [`PacketPort::has_room`] turn false: back-pressure reaches the sending state machine
+//!   without loss. Hellos and credit bypass the inbox, so a port that is not being read still
+//!   answers them;
+//! - every queue is bounded by [`PacketPort::set_queue_max`] fragments per peer (the window is
+//!   the same, at most [`PacketPort::WINDOW_MAX`]). A packet sent anyway to a full queue, or
+//!   arriving beyond the peers' windows (a misbehaving peer), is dropped, counted and breaks
+//!   the link;
 //! - packets from addresses that are not configured peers, and messages with a foreign tag,
 //!   are dropped and counted ([`PortStats`]).
 //!
@@ -46,6 +53,8 @@ const H_DATA: HandlerId = HandlerId(1);
 const H_HELLO: HandlerId = HandlerId(2);
 /// Handler of the hello's answer (reply, short).
 const H_HELLO_ACK: HandlerId = HandlerId(3);
+/// Handler of returned credit (request, short; `args[0]` = fragments the driver took).
+const H_CREDIT: HandlerId = HandlerId(4);
 /// The endpoint every port uses (the first one a bundle allocates).
 const PORT_EP: EpId = EpId(0);
 /// The tag of Isotach cluster traffic when the configuration names none.
@@ -114,8 +123,13 @@ pub struct PortStats {
 
 #[derive(Debug, Default)]
 struct Inbox {
-    packets: VecDeque<(usize, Vec<u8>)>,
+    /// Whole packets: (peer, bytes, fragments it took).
+    packets: VecDeque<(usize, Vec<u8>, usize)>,
     partial: Vec<Vec<u8>>,
+    /// Fragments of each peer's partial packet.
+    partial_frags: Vec<usize>,
+    /// Credit returned by peers (consumed by `poll`).
+    credited: Vec<(usize, usize)>,
     events: VecDeque<PortEvent>,
     /// Peers whose hello answer arrived (consumed by `poll`).
     acked: Vec<usize>,
@@ -161,6 +175,10 @@ struct Peer {
     hello_outstanding: bool,
     /// Fragments waiting for credit: (bytes, more follows).
     out: VecDeque<(Vec<u8>, bool)>,
+    /// Fragments sent that the peer's driver has not taken yet (as far as we know).
+    in_flight: usize,
+    /// Fragments of this peer's we took and have not credited back yet.
+    owed: usize,
 }
 
 /// A reliable FIFO packet service to a fixed set of peers. See the module documentation.
@@ -183,6 +201,8 @@ impl<T: Transport> PacketPort<T> {
     pub const PACKET_MAX: usize = 64 * 1024;
     /// Default of [`PacketPort::set_queue_max`].
     pub const QUEUE_MAX_DEFAULT: usize = 65_536;
+    /// Largest flow-control window (fragments in flight towards one peer).
+    pub const WINDOW_MAX: usize = 1024;
 
     /// AM settings for a port: full credits (64 outstanding fragments per peer), otherwise
     /// the defaults.
@@ -204,8 +224,9 @@ impl<T: Transport> PacketPort<T> {
         }
         let inbox = Arc::new(Mutex::new(Inbox {
             partial: vec![Vec::new(); peers.len()],
+            partial_frags: vec![0; peers.len()],
             incarnations: vec![0; peers.len()],
-            packets_max: Self::QUEUE_MAX_DEFAULT,
+            packets_max: Self::inbox_max(peers.len(), Self::QUEUE_MAX_DEFAULT),
             ..Inbox::default()
         }));
         let by_addr: Arc<HashMap<NodeAddr, usize>> =
@@ -226,17 +247,31 @@ impl<T: Transport> PacketPort<T> {
                 return;
             }
             partial.extend_from_slice(req.data());
+            ib.partial_frags[peer] += 1;
             if !more {
                 let packet = std::mem::take(partial);
+                let frags = std::mem::take(&mut ib.partial_frags[peer]);
                 if ib.packets.len() >= ib.packets_max {
-                    // The driver is not keeping up: drop rather than grow, and say so.
+                    // More than the peers' windows allow: a misbehaving peer. Drop rather
+                    // than grow, and say so.
                     ib.stats.inbox_overflow += 1;
                     ib.break_link(peer, LossReason::InboxOverflow);
                     return;
                 }
-                ib.packets.push_back((peer, packet));
+                ib.packets.push_back((peer, packet, frags));
                 ib.stats.packets_received += 1;
             }
+        })?;
+        let (ib, map) = (Arc::clone(&inbox), Arc::clone(&by_addr));
+        bundle.set_request_handler(ep, H_CREDIT, move |req| {
+            let mut ib = lock(&ib);
+            let Some(&peer) = map.get(&req.source().node) else {
+                ib.stats.unknown_peer += 1;
+                return;
+            };
+            let n = req.args().first().copied().unwrap_or(0);
+            let n = usize::try_from(n).unwrap_or(usize::MAX);
+            ib.credited.push((peer, n));
         })?;
         let (ib, map) = (Arc::clone(&inbox), Arc::clone(&by_addr));
         bundle.set_request_handler(ep, H_HELLO, move |req| {
@@ -273,6 +308,8 @@ impl<T: Transport> PacketPort<T> {
             if r.handler == H_DATA {
                 ib.stats.fragments_lost += 1;
                 ib.break_link(peer, LossReason::Returned(r.status));
+            } else if r.handler == H_CREDIT {
+                // The peer is gone; its data will be lost too and break the link.
             } else {
                 ib.hello_failed.push(peer);
                 ib.events.push_back(PortEvent::HelloReturned {
@@ -295,6 +332,8 @@ impl<T: Transport> PacketPort<T> {
             ps.push(Peer {
                 addr,
                 idx,
+                in_flight: 0,
+                owed: 0,
                 up: false,
                 links_lost: 0,
                 hello_outstanding: false,
@@ -314,7 +353,18 @@ impl<T: Transport> PacketPort<T> {
     /// config's `queue-packets-max` is the daemons' value.
     pub fn set_queue_max(&mut self, fragments: usize) {
         self.queue_max = fragments.max(1);
-        lock(&self.inbox).packets_max = self.queue_max;
+        lock(&self.inbox).packets_max = Self::inbox_max(self.peers.len(), self.queue_max);
+    }
+
+    /// The flow-control window: fragments in flight towards one peer.
+    fn window(&self) -> usize {
+        self.queue_max.min(Self::WINDOW_MAX)
+    }
+
+    /// Whole packets the inbox holds: every peer's window, which well-behaved peers never
+    /// exceed, whatever our own window (theirs may differ up to [`Self::WINDOW_MAX`]).
+    fn inbox_max(peers: usize, queue_max: usize) -> usize {
+        peers.max(1) * Self::WINDOW_MAX.max(queue_max.min(Self::WINDOW_MAX)) + 64
     }
 
     /// Can `peer` take another packet of up to a medium message without overflowing its
@@ -408,7 +458,10 @@ impl<T: Transport> PacketPort<T> {
 
     /// The next received packet and the peer it came from.
     pub fn recv(&mut self) -> Option<(usize, Vec<u8>)> {
-        lock(&self.inbox).packets.pop_front()
+        let (peer, packet, frags) = lock(&self.inbox).packets.pop_front()?;
+        // Credit goes back at the next push.
+        self.peers[peer].owed += frags;
+        Some((peer, packet))
     }
 
     /// The next peer event.
@@ -434,14 +487,19 @@ impl<T: Transport> PacketPort<T> {
 
     /// Takes hello outcomes and broken links out of the inbox.
     fn absorb(&mut self) {
-        let (acked, failed, broken) = {
+        let (acked, failed, broken, credited) = {
             let mut ib = lock(&self.inbox);
             (
                 std::mem::take(&mut ib.acked),
                 std::mem::take(&mut ib.hello_failed),
                 std::mem::take(&mut ib.broken),
+                std::mem::take(&mut ib.credited),
             )
         };
+        for (peer, n) in credited {
+            let p = &mut self.peers[peer];
+            p.in_flight = p.in_flight.saturating_sub(n);
+        }
         for peer in failed {
             self.peers[peer].hello_outstanding = false;
         }
@@ -466,8 +524,12 @@ impl<T: Transport> PacketPort<T> {
         p.out.clear();
         p.up = false;
         p.links_lost += 1;
+        // A new stream starts with a fresh window on both sides.
+        p.in_flight = 0;
+        p.owed = 0;
         let mut ib = lock(&self.inbox);
         ib.partial[peer].clear();
+        ib.partial_frags[peer] = 0;
         ib.stats.links_lost += 1;
         ib.stats.fragments_dropped += dropped as u64;
         ib.events.push_back(PortEvent::PeerLost {
@@ -481,6 +543,8 @@ impl<T: Transport> PacketPort<T> {
     fn push(&mut self) -> Result<usize, AmError> {
         let mut sent = 0;
         let inc = self.bundle.core().incarnation();
+        let window = self.window();
+        let inbox_empty = lock(&self.inbox).packets.is_empty();
         for p in &mut self.peers {
             if !p.up {
                 if !p.hello_outstanding {
@@ -499,7 +563,25 @@ impl<T: Transport> PacketPort<T> {
                 }
                 continue;
             }
+            // Credit first, in batches of a quarter window (or all of it once the inbox is
+            // empty, so a peer waiting for the last few never waits on us).
+            if p.owed > 0 && (p.owed >= window / 4 || inbox_empty) {
+                match self
+                    .bundle
+                    .try_request_short(PORT_EP, p.idx, H_CREDIT, &[p.owed as u64])
+                {
+                    Ok(()) => {
+                        p.owed = 0;
+                        sent += 1;
+                    }
+                    Err(AmError::WouldBlock) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             while let Some((bytes, more)) = p.out.front() {
+                if p.in_flight >= window {
+                    break;
+                }
                 match self.bundle.try_request_medium(
                     PORT_EP,
                     p.idx,
@@ -509,6 +591,7 @@ impl<T: Transport> PacketPort<T> {
                 ) {
                     Ok(()) => {
                         p.out.pop_front();
+                        p.in_flight += 1;
                         sent += 1;
                     }
                     Err(AmError::WouldBlock) => break,
@@ -534,6 +617,11 @@ impl<T: Transport> PacketPort<T> {
             return Ok(true);
         }
         self.bundle.wait_async(timeout).await
+    }
+
+    /// Fragments sent to `peer` that its driver has not taken yet, as far as credit tells.
+    pub fn in_flight(&self, peer: usize) -> usize {
+        self.peers.get(peer).map_or(0, |p| p.in_flight)
     }
 }
 
@@ -694,25 +782,41 @@ mod tests {
     }
 
     #[test]
-    fn a_full_inbox_drops_and_breaks_the_link() {
+    fn flow_control_holds_the_sender_to_its_window_until_the_receiver_reads() {
         let (mut a, mut b) = pair();
-        b.set_queue_max(3);
-        for i in 0..10u8 {
-            a.send(0, &[i]).unwrap();
+        a.set_queue_max(4);
+        let packets: Vec<Vec<u8>> = (0..8u8)
+            .map(|i| vec![i; 1 + usize::from(i) * 100])
+            .collect();
+        for p in &packets[..4] {
+            a.send(0, p).unwrap();
         }
-        pump(&mut a, &mut b, |_, b| b.stats().inbox_overflow > 0);
-        let ev = events(&mut b);
+        // b's driver reads nothing: a stops after its window of 4 fragments.
+        pump(&mut a, &mut b, |a, _| a.in_flight(0) == 4);
+        assert_eq!(a.queued(), 0);
+        for p in &packets[4..] {
+            assert!(a.has_room(0));
+            a.send(0, p).unwrap();
+        }
+        for _ in 0..200 {
+            a.poll().unwrap();
+            b.poll().unwrap();
+        }
+        assert_eq!(a.in_flight(0), 4);
+        assert_eq!(b.stats().packets_received, 4, "nothing beyond the window");
+        assert_eq!(a.queued(), 4);
         assert!(
-            ev.iter().any(|e| matches!(
-                e,
-                PortEvent::PeerLost {
-                    reason: LossReason::InboxOverflow,
-                    ..
-                }
-            )),
-            "{ev:?}"
+            !a.has_room(0),
+            "the queue (4) is full: back-pressure for a's driver"
         );
-        let got: Vec<_> = std::iter::from_fn(|| b.recv()).collect();
-        assert_eq!(got.len(), 3, "the inbox kept what fit");
+        // b reads: credit flows back and so does the rest, in order, nothing lost.
+        let mut got = Vec::new();
+        pump(&mut a, &mut b, |_, b| {
+            got.extend(std::iter::from_fn(|| b.recv()).map(|(_, p)| p));
+            got.len() == packets.len()
+        });
+        assert_eq!(got, packets);
+        let (sa, sb) = (a.stats(), b.stats());
+        assert_eq!((sa.links_lost, sb.links_lost, sb.inbox_overflow), (0, 0, 0));
     }
 }

@@ -439,7 +439,7 @@ pub(crate) fn run_status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     let timeout = Duration::from_secs(args.timeout_s);
-    rt.block_on(async move {
+    let work = async move {
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
             .connect_timeout(timeout)
             .timeout(timeout);
@@ -489,5 +489,16 @@ pub(crate) fn run_status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             }
         }
         anyhow::Ok(ExitCode::SUCCESS)
+    };
+    // One deadline over the whole exchange: a daemon that accepts the connection but never
+    // answers must not hang the caller.
+    rt.block_on(async move {
+        tokio::time::timeout(timeout, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(anyhow::anyhow!(
+                    "admin {addr}: no answer within {timeout:?}"
+                ))
+            })
     })
 }

@@ -28,7 +28,7 @@ struct Cluster {
 const TM: usize = 0;
 const SIU_BETA: usize = 2;
 
-fn tm_args<'a>(c: &'a Cluster) -> Vec<&'a str> {
+fn tm_args(c: &Cluster) -> Vec<&str> {
     vec![
         "tm",
         "--config",

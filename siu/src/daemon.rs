@@ -278,11 +278,22 @@ impl<T: Transport> SiuDaemon<T> {
         loop {
             self.step()?;
             let timeout = self.wait_time();
-            tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                r = self.port.wait_async(timeout) => { r?; }
+            if self.blocked() {
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(timeout) => {}
+                }
+            } else {
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    r = self.port.wait_async(timeout) => { r?; }
+                }
             }
+            // Under a steady stream the wait is always ready: let the runtime's other tasks
+            // (the admin service shares it) run between passes.
+            tokio::task::yield_now().await;
         }
         tracing::info!(
             host = self.siu.host(),
@@ -492,13 +503,19 @@ impl<T: Transport> SiuDaemon<T> {
         }
     }
 
-    fn wait_time(&self) -> Duration {
-        if !self.host_held.is_empty()
+    /// Is the driver waiting on itself (held input, stalled output, a pending start) rather
+    /// than on the network? Then it sleeps instead of waiting for arrivals: unread arrivals may
+    /// already be waiting in the port, which would make the wait return at once, forever.
+    fn blocked(&self) -> bool {
+        !self.host_held.is_empty()
             || !self.net_held.is_empty()
             || self.start_pending
             || self.net_stalled.is_some()
             || self.host_stalled.is_some()
-        {
+    }
+
+    fn wait_time(&self) -> Duration {
+        if self.blocked() {
             return RETRY;
         }
         match self.siu.poll_timeout() {

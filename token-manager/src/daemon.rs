@@ -200,11 +200,22 @@ impl<T: Transport> TmDaemon<T> {
         loop {
             self.step()?;
             let timeout = self.wait_time();
-            tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                r = self.port.wait_async(timeout) => { r?; }
+            if self.blocked() {
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    () = tokio::time::sleep(timeout) => {}
+                }
+            } else {
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    r = self.port.wait_async(timeout) => { r?; }
+                }
             }
+            // Under a steady stream the wait is always ready: let the runtime's other tasks
+            // (the admin service shares it) run between passes.
+            tokio::task::yield_now().await;
         }
         tracing::info!(
             waves = self.tm.waves(),
@@ -315,8 +326,15 @@ impl<T: Transport> TmDaemon<T> {
         Ok(())
     }
 
+    /// Is the driver waiting on itself (held input, stalled output) rather than on the
+    /// network? Then it sleeps instead of waiting for arrivals: unread arrivals may already be
+    /// waiting in the port, which would make the wait return at once, forever.
+    fn blocked(&self) -> bool {
+        !self.held.is_empty() || self.stalled.is_some()
+    }
+
     fn wait_time(&self) -> Duration {
-        if !self.held.is_empty() || self.stalled.is_some() {
+        if self.blocked() {
             return Duration::from_millis(1);
         }
         match self.tm.poll_timeout() {

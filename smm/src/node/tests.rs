@@ -486,7 +486,7 @@ fn pulses_going_back_report_a_restart_of_logical_time() {
         let mut out = Vec::new();
         EopMarker {
             ts,
-            token_kind: packet::Kind::Token as u8,
+            token_kind: Kind::Token as u8,
             ..EopMarker::default()
         }
         .encode(&mut out);
@@ -507,9 +507,9 @@ fn pulses_going_back_report_a_restart_of_logical_time() {
         source: 1,
         dest: 0,
         sequum: 0,
-        sref: packet::Sref::Mem {
-            op: packet::SrefOp::Write,
-            width: packet::Width::W64,
+        sref: Sref::Mem {
+            op: SrefOp::Write,
+            width: Width::W64,
             addr: 0,
             value: 1,
             ref_id: 0,

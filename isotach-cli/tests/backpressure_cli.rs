@@ -1,0 +1,133 @@
+//! Bounded queues through real daemons (`docs/operations.md`, "Bounded queues and
+//! back-pressure"): with a small `queue-packets-max` and one host's application missing while
+//! the other host (`isotach tool send`) writes to it, the SIU's queue towards the missing
+//! application fills to the limit and stops there — nothing is dropped, logical time waits —
+//! and when the application connects, everything drains and logical time goes on in the same
+//! generation. No timed assertions: deadlines are liveness
+//! guards; every process is killed when the test ends.
+
+mod common;
+
+use common::{GUARD, Procs, free_addrs, free_tcp, scratch, spawn, status_until};
+use isotach_proto::packet::StartOfIsochron;
+use isotach_tests::ByteGenerator;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+const QUEUE_MAX: u64 = 64;
+/// Isochrons beta sends, each one write to alpha: several times the limit.
+const ISOCHRONS: u32 = 400;
+
+/// Hex lines for `isotach tool send`: beta's isochrons, each writing one variable at alpha.
+fn beta_writes_to_alpha() -> String {
+    let mut host = ByteGenerator::new(1);
+    let mut text = String::new();
+    for iso_id in 0..ISOCHRONS {
+        let soi = StartOfIsochron {
+            iso_id,
+            distance: 2,
+            ..StartOfIsochron::default()
+        };
+        for packet in host.isochron(soi, &[(0, u64::from(iso_id))]) {
+            for b in packet {
+                let _ = write!(text, "{b:02x}");
+            }
+            text.push('\n');
+        }
+    }
+    text
+}
+
+/// The SIU's application peer (absent from the very first snapshot, before the driver ran).
+fn app_peer(v: &serde_json::Value) -> serde_json::Value {
+    v["peers"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "application"))
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_missing_application_fills_its_queue_to_the_limit_and_drains_when_it_comes() {
+    let dir = scratch("backpressure");
+    let a = free_addrs(5);
+    let cfg = dir.join("cluster.toml");
+    let text = format!(
+        "{}\n[limits]\nqueue-packets-max = {QUEUE_MAX}\n",
+        common::two_host_config(&a)
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let (adm_alpha, adm_beta) = (free_tcp(), free_tcp());
+    let writes = dir.join("writes.hex");
+    std::fs::write(&writes, beta_writes_to_alpha()).unwrap();
+    let writes = writes.to_str().unwrap();
+    let mut procs = Procs(Vec::new());
+    for (label, args) in [
+        (
+            "tm0",
+            vec!["tm", "--config", cfg, "--name", "tm0", "--no-admin"],
+        ),
+        (
+            "siu-alpha",
+            vec![
+                "siu", "--config", cfg, "--host", "alpha", "--admin", &adm_alpha,
+            ],
+        ),
+        (
+            "siu-beta",
+            vec![
+                "siu", "--config", cfg, "--host", "beta", "--admin", &adm_beta,
+            ],
+        ),
+        (
+            "app-beta",
+            vec![
+                "tool",
+                "send",
+                "--config",
+                cfg,
+                "--host",
+                "beta",
+                writes,
+                "--then-recv",
+                "100000000",
+            ],
+        ),
+    ] {
+        procs.0.push(spawn(&dir, label, &args));
+    }
+    let until = Instant::now() + GUARD;
+    // Alpha's application is missing: its queue fills to the limit and no further.
+    let full = status_until(&dir, &adm_alpha, until, |v| {
+        app_peer(v)["queued"].as_u64() == Some(QUEUE_MAX)
+    });
+    assert_eq!(app_peer(&full)["up"], false, "{full}");
+    let generation = full["generation"].as_u64().unwrap();
+    let stalled_at = full["recvclock"].as_u64().unwrap();
+    for _ in 0..20 {
+        let v = status_until(&dir, &adm_alpha, until, |v| !app_peer(v).is_null());
+        assert!(app_peer(&v)["queued"].as_u64().unwrap() <= QUEUE_MAX, "{v}");
+        assert_eq!(v["counters"]["port.fragments_dropped"], 0, "{v}");
+        assert!(v["queues"]["to_host"].as_u64().unwrap() <= QUEUE_MAX, "{v}");
+    }
+    // The application comes: the queue drains and logical time goes on, same generation.
+    procs.0.push(spawn(
+        &dir,
+        "app-alpha",
+        &[
+            "tool", "recv", "--config", cfg, "--host", "alpha", "--no-eop",
+        ],
+    ));
+    let after = status_until(&dir, &adm_alpha, until, |v| {
+        app_peer(v)["up"] == true
+            && v["recvclock"].as_u64().unwrap() > stalled_at + 1000
+            && v["counters"]["messages_delivered"].as_u64() >= Some(u64::from(ISOCHRONS))
+    });
+    assert_eq!(after["generation"].as_u64(), Some(generation), "{after}");
+    assert_eq!(after["counters"]["port.fragments_dropped"], 0, "{after}");
+    let beta = status_until(&dir, &adm_beta, until, |v| {
+        v["recvclock"].as_u64().unwrap() > stalled_at + 1000
+    });
+    assert_eq!(beta["generation"].as_u64(), Some(generation), "{beta}");
+}
