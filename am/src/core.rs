@@ -112,6 +112,8 @@ pub struct Stats {
     pub tx_dropped: u64,
     /// FIFO requests parked in a reorder buffer.
     pub fifo_parked: u64,
+    /// Requests refused because their tag does not admit the endpoint's (foreign traffic).
+    pub bad_tag: u64,
 }
 
 /// What the core needs from the handler tables: which kind of handler an index holds, and
@@ -1200,6 +1202,9 @@ impl Core {
     fn deliver(&mut self, pi: u32, si: usize, payload: Option<&[u8]>, d: &mut dyn Dispatch) {
         let peer_addr = self.peers[pi as usize].addr;
         let status = validate_request(&self.eps, &self.peers[pi as usize].rs[si].req, &*d);
+        if status == Err(Status::BadTag) {
+            self.stats.bad_tag += 1;
+        }
         let rs = &mut self.peers[pi as usize].rs[si];
         let req = &rs.req;
         let ep = EpId(req.dst_ep);

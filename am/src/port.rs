@@ -458,7 +458,19 @@ impl<T: Transport> PacketPort<T> {
 
     /// The next received packet and the peer it came from.
     pub fn recv(&mut self) -> Option<(usize, Vec<u8>)> {
-        let (peer, packet, frags) = lock(&self.inbox).packets.pop_front()?;
+        self.recv_where(|_| true)
+    }
+
+    /// The next received packet from a peer `accept` admits, and that peer. Packets of other
+    /// peers stay in the inbox, in order: a driver that cannot take more from one peer (its
+    /// application, say) still takes packets from the others. Each peer's packets still come
+    /// in order.
+    pub fn recv_where(&mut self, accept: impl Fn(usize) -> bool) -> Option<(usize, Vec<u8>)> {
+        let (peer, packet, frags) = {
+            let mut ib = lock(&self.inbox);
+            let i = ib.packets.iter().position(|(p, _, _)| accept(*p))?;
+            ib.packets.remove(i)?
+        };
         // Credit goes back at the next push.
         self.peers[peer].owed += frags;
         Some((peer, packet))
@@ -818,5 +830,39 @@ mod tests {
         assert_eq!(got, packets);
         let (sa, sb) = (a.stats(), b.stats());
         assert_eq!((sa.links_lost, sb.links_lost, sb.inbox_overflow), (0, 0, 0));
+    }
+
+    #[test]
+    fn recv_where_skips_a_peer_and_keeps_each_peers_order() {
+        let a = UdpTransport::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let b = UdpTransport::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let c = UdpTransport::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let (aa, ba, ca) = (a.local_addr(), b.local_addr(), c.local_addr());
+        let mut a = PacketPort::new(a, &[ba, ca], DEFAULT_TAG).unwrap();
+        let mut b = PacketPort::new(b, &[aa], DEFAULT_TAG).unwrap();
+        let mut c = PacketPort::new(c, &[aa], DEFAULT_TAG).unwrap();
+        for i in 0..5u8 {
+            b.send(0, &[b'b', i]).unwrap();
+            c.send(0, &[b'c', i]).unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while a.stats().packets_received < 10 {
+            assert!(std::time::Instant::now() < deadline, "liveness guard");
+            for p in [&mut a, &mut b, &mut c] {
+                p.poll().unwrap();
+            }
+            a.wait(Duration::from_millis(1)).unwrap();
+        }
+        // Only peer 1 (c) is admitted: b's packets stay.
+        let from_c: Vec<_> = std::iter::from_fn(|| a.recv_where(|p| p == 1)).collect();
+        assert_eq!(
+            from_c,
+            (0..5u8).map(|i| (1, vec![b'c', i])).collect::<Vec<_>>()
+        );
+        let rest: Vec<_> = std::iter::from_fn(|| a.recv()).collect();
+        assert_eq!(
+            rest,
+            (0..5u8).map(|i| (0, vec![b'b', i])).collect::<Vec<_>>()
+        );
     }
 }

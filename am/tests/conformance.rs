@@ -724,6 +724,11 @@ fn tag_mismatch<T: Transport>(mut h: H<T>) {
         0,
         "no event at the destination"
     );
+    assert_eq!(
+        h.nodes[1].stats().bad_tag,
+        1,
+        "the destination counts the foreign request"
+    );
 }
 
 #[test]

@@ -338,6 +338,15 @@ fn an_application_with_another_tag_cannot_reach_its_siu() {
     philosophers_eat(&mut procs, &dir, good, until);
     log_line(&dir, "siu-alpha", &["peer up", "application"], until);
     stop_daemons(&mut procs, &dir, until);
+    // The SIU's AM layer counted the foreign hellos it refused (its shutdown line).
+    let siu_log = log_of(&dir, "siu-alpha");
+    let refused: u64 = siu_log
+        .split("bad_tag: ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no bad_tag count in\n{siu_log}"));
+    assert!(refused > 0, "{siu_log}");
     drop(procs);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -384,6 +384,14 @@ impl Token {
         a
     }
 
+    /// Is `bytes` a valid token marked repeat? A repeat only re-sends one of the last two
+    /// tokens; over a reliable link its original is already on the way, so a driver whose
+    /// link is full may drop it (the token timer would otherwise fill every queue with
+    /// repeats while logical time waits).
+    pub fn is_repeat(bytes: &[u8]) -> bool {
+        Self::decode(bytes).is_ok_and(|t| t.repeat)
+    }
+
     /// Decodes a token.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut f = Fields::new(open(bytes, Kind::Token, TOKEN_LEN)?);

@@ -24,7 +24,7 @@ use isotach_am::port::{PacketPort, PeerStatus, PortEvent, PortStats};
 use isotach_am::telemetry::{PeriodMeter, RateMeter, Telemetry};
 use isotach_am::{AmError, NodeAddr, Transport};
 use isotach_proto::config::ClusterConfig;
-use isotach_proto::packet::{Kind, peek_kind};
+use isotach_proto::packet::{Kind, Token, peek_kind};
 use isotach_proto::topology::HostId;
 use isotach_proto::wave::Rejoin;
 use std::collections::VecDeque;
@@ -177,6 +177,8 @@ pub struct SiuDaemon<T: Transport> {
     pulse_rate: RateMeter,
     /// When the last token from the token manager arrived (cleared by our next token).
     token_in_at: Option<Instant>,
+    /// Repeat tokens dropped because the link was full (see [`Token::is_repeat`]).
+    repeats_dropped: u64,
 }
 
 impl<T: Transport> SiuDaemon<T> {
@@ -218,6 +220,7 @@ impl<T: Transport> SiuDaemon<T> {
             pulse_period: PeriodMeter::new(),
             pulse_rate: RateMeter::new(0),
             token_in_at: None,
+            repeats_dropped: 0,
         }
     }
 
@@ -302,6 +305,7 @@ impl<T: Transport> SiuDaemon<T> {
             port = ?self.port.stats(),
             am = ?self.port.bundle().stats(),
             broken_links = self.rejoin.pending(),
+            repeats_dropped = self.repeats_dropped,
             "SIU stopped"
         );
         Ok(self.siu)
@@ -414,10 +418,18 @@ impl<T: Transport> SiuDaemon<T> {
                 break;
             }
         }
-        // Stop reading once a held queue is full: the rest waits in the (bounded) port inbox.
-        while self.host_held.len().max(self.net_held.len()) < self.held_max
-            && let Some((peer, bytes)) = self.port.recv()
-        {
+        // A full held queue stops reading from its side only; the rest of that side waits in
+        // the port (whose flow control stops the sender). The other side keeps flowing: the
+        // reset wave must reach an SIU whose application's packets wait for it.
+        loop {
+            let host_open = self.host_held.len() < self.held_max;
+            let net_open = self.net_held.len() < self.held_max;
+            let Some((peer, bytes)) = self
+                .port
+                .recv_where(|p| if p == PEER_APP { host_open } else { net_open })
+            else {
+                break;
+            };
             if peer == PEER_TM && peek_kind(&bytes) == Ok(Kind::Token) {
                 self.token_in_at.get_or_insert_with(Instant::now);
             }
@@ -466,6 +478,10 @@ impl<T: Transport> SiuDaemon<T> {
     fn drain(&mut self) -> Result<(), DaemonError> {
         while let Some((peer, bytes)) = self.net_stalled.take().or_else(|| self.next_net()) {
             if !self.port.has_room(peer) {
+                if Token::is_repeat(&bytes) {
+                    self.repeats_dropped += 1;
+                    continue;
+                }
                 self.net_stalled = Some((peer, bytes));
                 break;
             }

@@ -18,6 +18,7 @@ use isotach_am::port::{PacketPort, PeerStatus, PortEvent, PortStats};
 use isotach_am::telemetry::{PeriodMeter, RateMeter, Telemetry};
 use isotach_am::{AmError, NodeAddr, Transport};
 use isotach_proto::config::ClusterConfig;
+use isotach_proto::packet::Token;
 use isotach_proto::topology::{Hop, SwitchId};
 use isotach_proto::wave::Rejoin;
 use std::collections::VecDeque;
@@ -129,6 +130,8 @@ pub struct TmDaemon<T: Transport> {
     telemetry: Arc<Telemetry>,
     wave_period: PeriodMeter,
     wave_rate: RateMeter,
+    /// Repeat tokens dropped because the link was full (see [`Token::is_repeat`]).
+    repeats_dropped: u64,
 }
 
 impl<T: Transport> TmDaemon<T> {
@@ -149,6 +152,7 @@ impl<T: Transport> TmDaemon<T> {
             telemetry: Arc::new(Telemetry::new(&[HIST_WAVE_PERIOD, HIST_PASS])),
             wave_period: PeriodMeter::new(),
             wave_rate: RateMeter::new(0),
+            repeats_dropped: 0,
         }
     }
 
@@ -222,6 +226,7 @@ impl<T: Transport> TmDaemon<T> {
             stats = ?self.tm.stats(),
             port = ?self.port.stats(),
             broken_links = self.rejoin.pending(),
+            repeats_dropped = self.repeats_dropped,
             am = ?self.port.bundle().stats(),
             "token manager stopped"
         );
@@ -317,6 +322,10 @@ impl<T: Transport> TmDaemon<T> {
     fn drain(&mut self) -> Result<(), DaemonError> {
         while let Some((link, bytes)) = self.stalled.take().or_else(|| self.tm.poll_transmit()) {
             if !self.port.has_room(link) {
+                if Token::is_repeat(&bytes) {
+                    self.repeats_dropped += 1;
+                    continue;
+                }
                 // Back-pressure: the TM's own bounded queue fills behind this packet.
                 self.stalled = Some((link, bytes));
                 break;

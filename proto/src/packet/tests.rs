@@ -486,3 +486,23 @@ fn token_layout_is_sixteen_bytes_big_endian() {
         crc32(&b[..12])
     );
 }
+
+#[test]
+fn is_repeat_reads_the_flag_of_valid_tokens_only() {
+    let plain = Token {
+        seq: 2,
+        generation: 1,
+        ..Token::default()
+    };
+    let repeat = Token {
+        repeat: true,
+        ..plain
+    };
+    assert!(!Token::is_repeat(&plain.to_bytes()));
+    assert!(Token::is_repeat(&repeat.to_bytes()));
+    let mut corrupt = repeat.to_bytes();
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 1;
+    assert!(!Token::is_repeat(&corrupt), "a bad CRC is not a repeat");
+    assert!(!Token::is_repeat(&[]));
+}
