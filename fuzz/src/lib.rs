@@ -286,7 +286,14 @@ pub fn render_config(c: &ClusterConfig) -> String {
         TransportKind::Udp => "udp",
         TransportKind::Quic => "quic",
     };
-    let _ = writeln!(t, "[transport]\nkind = {}\n", toml_str(kind));
+    let _ = writeln!(t, "[transport]\nkind = {}", toml_str(kind));
+    let _ = writeln!(t, "tag = {}", toml_str(&format!("{:#x}", c.transport.tag)));
+    for (key, path) in [("ca", &c.transport.ca), ("certs", &c.transport.certs)] {
+        if let Some(p) = path {
+            let _ = writeln!(t, "{key} = {}", toml_str(&p.display().to_string()));
+        }
+    }
+    t.push('\n');
     let _ = writeln!(
         t,
         "[timing]\ntoken-timeout-us = {}\nepoch-pulses = {}\n",
@@ -308,6 +315,9 @@ pub fn render_config(c: &ClusterConfig) -> String {
         if let Some(a) = c.switch_listen.get(i).copied().flatten() {
             let _ = writeln!(t, "listen = {}", toml_str(&a.to_string()));
         }
+        if let Some(a) = c.switch_admin.get(i).copied().flatten() {
+            let _ = writeln!(t, "admin = {}", toml_str(&a.to_string()));
+        }
     }
     for (h, name) in c.host_names.iter().enumerate() {
         let sw = &c.switch_names[usize::from(c.topology.switch_of(h as u16))];
@@ -322,6 +332,9 @@ pub fn render_config(c: &ClusterConfig) -> String {
         }
         if let Some(a) = c.host_app.get(h).copied().flatten() {
             let _ = writeln!(t, "app = {}", toml_str(&a.to_string()));
+        }
+        if let Some(a) = c.host_admin.get(h).copied().flatten() {
+            let _ = writeln!(t, "admin = {}", toml_str(&a.to_string()));
         }
     }
     for &(a, b) in c.topology.trunks() {
