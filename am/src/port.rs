@@ -203,6 +203,11 @@ impl<T: Transport> PacketPort<T> {
     pub const QUEUE_MAX_DEFAULT: usize = 65_536;
     /// Largest flow-control window (fragments in flight towards one peer).
     pub const WINDOW_MAX: usize = 1024;
+    /// Smallest window: the fragments of the largest packet (credit is returned per whole
+    /// packet taken, so a smaller window could never complete one).
+    pub const WINDOW_MIN: usize = Self::PACKET_MAX / MAX_MEDIUM_BYTES + 1;
+    /// Fragments taken before credit goes back (a quarter of [`Self::WINDOW_MIN`]).
+    const CREDIT_BATCH: usize = Self::WINDOW_MIN / 4;
 
     /// AM settings for a port: full credits (64 outstanding fragments per peer), otherwise
     /// the defaults.
@@ -358,7 +363,7 @@ impl<T: Transport> PacketPort<T> {
 
     /// The flow-control window: fragments in flight towards one peer.
     fn window(&self) -> usize {
-        self.queue_max.min(Self::WINDOW_MAX)
+        self.queue_max.clamp(Self::WINDOW_MIN, Self::WINDOW_MAX)
     }
 
     /// Whole packets the inbox holds: every peer's window, which well-behaved peers never
@@ -556,7 +561,6 @@ impl<T: Transport> PacketPort<T> {
         let mut sent = 0;
         let inc = self.bundle.core().incarnation();
         let window = self.window();
-        let inbox_empty = lock(&self.inbox).packets.is_empty();
         for p in &mut self.peers {
             if !p.up {
                 if !p.hello_outstanding {
@@ -575,9 +579,11 @@ impl<T: Transport> PacketPort<T> {
                 }
                 continue;
             }
-            // Credit first, in batches of a quarter window (or all of it once the inbox is
-            // empty, so a peer waiting for the last few never waits on us).
-            if p.owed > 0 && (p.owed >= window / 4 || inbox_empty) {
+            // Credit in batches of a quarter of the smallest window any sender may use: a
+            // sender that used its whole window has sent us at least that much, which our
+            // driver takes, so it never waits on us for long; batching keeps credit to one
+            // short message per CREDIT_BATCH fragments.
+            if p.owed >= Self::CREDIT_BATCH {
                 match self
                     .bundle
                     .try_request_short(PORT_EP, p.idx, H_CREDIT, &[p.owed as u64])
@@ -796,17 +802,18 @@ mod tests {
     #[test]
     fn flow_control_holds_the_sender_to_its_window_until_the_receiver_reads() {
         let (mut a, mut b) = pair();
-        a.set_queue_max(4);
-        let packets: Vec<Vec<u8>> = (0..8u8)
-            .map(|i| vec![i; 1 + usize::from(i) * 100])
-            .collect();
-        for p in &packets[..4] {
+        // The queue and the window: 65 fragments (the window never goes below one largest
+        // packet).
+        let w = PacketPort::<UdpTransport>::WINDOW_MIN;
+        let packets: Vec<Vec<u8>> = (0..2 * w).map(|i| vec![i as u8; 1 + i * 7]).collect();
+        a.set_queue_max(w);
+        for p in &packets[..w] {
             a.send(0, p).unwrap();
         }
-        // b's driver reads nothing: a stops after its window of 4 fragments.
-        pump(&mut a, &mut b, |a, _| a.in_flight(0) == 4);
+        // b's driver reads nothing: a stops after its window.
+        pump(&mut a, &mut b, |a, _| a.in_flight(0) == w);
         assert_eq!(a.queued(), 0);
-        for p in &packets[4..] {
+        for p in &packets[w..] {
             assert!(a.has_room(0));
             a.send(0, p).unwrap();
         }
@@ -814,13 +821,10 @@ mod tests {
             a.poll().unwrap();
             b.poll().unwrap();
         }
-        assert_eq!(a.in_flight(0), 4);
-        assert_eq!(b.stats().packets_received, 4, "nothing beyond the window");
-        assert_eq!(a.queued(), 4);
-        assert!(
-            !a.has_room(0),
-            "the queue (4) is full: back-pressure for a's driver"
-        );
+        assert_eq!(a.in_flight(0), w);
+        assert_eq!(b.stats().packets_received, w as u64, "nothing beyond the window");
+        assert_eq!(a.queued(), w);
+        assert!(!a.has_room(0), "the queue is full: back-pressure for a's driver");
         // b reads: credit flows back and so does the rest, in order, nothing lost.
         let mut got = Vec::new();
         pump(&mut a, &mut b, |_, b| {
