@@ -173,7 +173,12 @@ impl AdminService {
                     queues: map(&[("out", s.queue_depth as u64), ("held", s.held as u64)]),
                     counters,
                     pulse_rate_per_s: s.wave_rate_per_s,
-                    peers: peers(&s.peers, |i| format!("link {i}")),
+                    peers: peers(&s.peers, |i| {
+                        s.peer_names
+                            .get(i)
+                            .cloned()
+                            .unwrap_or_else(|| format!("link {i}"))
+                    }),
                     outstanding_isochrons: 0,
                 }
             }

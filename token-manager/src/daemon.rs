@@ -65,6 +65,8 @@ pub struct TmSnapshot {
     pub wave_rate_per_s: f64,
     /// Each neighbour's link, by link id.
     pub peers: Vec<PeerStatus>,
+    /// What each link leads to, by link id ("SIU of host 2", "TM of switch 1").
+    pub peer_names: Vec<String>,
     /// The state machine's counters.
     pub stats: TmStats,
     /// The port's counters.
@@ -181,6 +183,15 @@ impl<T: Transport> TmDaemon<T> {
             uptime_us: self.now_us(),
             wave_rate_per_s: self.wave_rate.observe(self.tm.waves()),
             peers: self.port.peer_status(),
+            peer_names: self
+                .tm
+                .links
+                .iter()
+                .map(|l| match l.peer {
+                    Hop::Host(h) => format!("SIU of host {h}"),
+                    Hop::Switch(s) => format!("TM of switch {s}"),
+                })
+                .collect(),
             stats: self.tm.stats(),
             port: self.port.stats(),
         };

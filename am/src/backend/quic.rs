@@ -406,12 +406,20 @@ impl QuicTransport {
             .thread_name("am-quic")
             .enable_all()
             .build()?;
-        let mut endpoint = {
+        let bound = {
             let _g = rt.enter();
-            quinn::Endpoint::server(sc, cfg.bind)?
+            quinn::Endpoint::server(sc, cfg.bind).and_then(|e| Ok((e.local_addr()?, e)))
+        };
+        let (local, mut endpoint) = match bound {
+            Ok(b) => b,
+            Err(e) => {
+                // Dropping a runtime inside another one (a daemon binds from async code)
+                // panics; let it go in the background instead.
+                rt.shutdown_background();
+                return Err(e.into());
+            }
         };
         endpoint.set_default_client_config(cc);
-        let local = endpoint.local_addr()?;
         let shared = Arc::new(Shared {
             conns: Mutex::new(HashMap::new()),
             handshakes: Arc::default(),
@@ -723,5 +731,21 @@ mod tests {
         };
         assert!(check_identity(&id).is_err());
         check_identity(&make_node_identity(&ca, "alpha").unwrap()).unwrap();
+    }
+
+    #[test]
+    fn a_taken_address_is_an_error_even_inside_a_runtime() {
+        let ca = make_ca("test CA").unwrap();
+        let id = || make_node_identity(&ca, "alpha").unwrap();
+        let first =
+            QuicTransport::bind(QuicConfig::new("127.0.0.1:0".parse().unwrap(), id())).unwrap();
+        let taken = first.socket_addr();
+        // A daemon binds from async code on its own runtime: the failed bind must not panic.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let r = rt.block_on(async { QuicTransport::bind(QuicConfig::new(taken, id())) });
+        assert!(r.is_err(), "the address is taken");
     }
 }
