@@ -234,7 +234,7 @@ impl<T: Transport> TmDaemon<T> {
             // Under a steady stream the wait is always ready: let the runtime's other tasks
             // (the admin service shares it) run now and then.
             passes = passes.wrapping_add(1);
-            if passes % YIELD_EVERY == 0 {
+            if passes.is_multiple_of(YIELD_EVERY) {
                 tokio::task::yield_now().await;
             }
         }
