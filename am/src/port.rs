@@ -822,9 +822,16 @@ mod tests {
             b.poll().unwrap();
         }
         assert_eq!(a.in_flight(0), w);
-        assert_eq!(b.stats().packets_received, w as u64, "nothing beyond the window");
+        assert_eq!(
+            b.stats().packets_received,
+            w as u64,
+            "nothing beyond the window"
+        );
         assert_eq!(a.queued(), w);
-        assert!(!a.has_room(0), "the queue is full: back-pressure for a's driver");
+        assert!(
+            !a.has_room(0),
+            "the queue is full: back-pressure for a's driver"
+        );
         // b reads: credit flows back and so does the rest, in order, nothing lost.
         let mut got = Vec::new();
         pump(&mut a, &mut b, |_, b| {
