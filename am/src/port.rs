@@ -36,6 +36,7 @@
 //! blocks in [`PacketPort::wait`] (threads) or [`PacketPort::wait_async`] (tokio).
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -640,6 +641,69 @@ impl<T: Transport> PacketPort<T> {
     /// Fragments sent to `peer` that its driver has not taken yet, as far as credit tells.
     pub fn in_flight(&self, peer: usize) -> usize {
         self.peers.get(peer).map_or(0, |p| p.in_flight)
+    }
+}
+
+/// Why a daemon built around a port could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The configuration lacks something the daemon needs.
+    #[error("config: {0}")]
+    Config(String),
+    /// The transport failed.
+    #[error("transport: {0}")]
+    Am(#[from] AmError),
+}
+
+/// Driver passes between explicit yields to the runtime (a yield per pass costs throughput).
+const YIELD_EVERY: u32 = 16;
+
+/// A daemon around one [`PacketPort`], as [`drive`] runs it: a pass that never blocks, how
+/// long it may wait, and whether it is waiting on itself rather than on the network.
+pub trait Driver {
+    /// The port's transport.
+    type Transport: Transport;
+    /// One pass: arrivals in, timers, output out. Never blocks.
+    fn step(&mut self) -> Result<(), DaemonError>;
+    /// Longest wait before the next pass (the state machine's next timer).
+    fn wait_time(&self) -> Duration;
+    /// Is the driver waiting on itself (held input, stalled output) rather than on the
+    /// network? Then it sleeps: unread arrivals may already wait in the port, and waiting
+    /// for arrivals would return at once, forever.
+    fn blocked(&self) -> bool;
+    /// The port.
+    fn port_mut(&mut self) -> &mut PacketPort<Self::Transport>;
+}
+
+/// Runs `driver` until `shutdown` completes: a pass, then a wait for arrivals (or a sleep
+/// when blocked), with a yield to the runtime every [`YIELD_EVERY`] passes so that other
+/// tasks on it (the admin service) run even under a steady stream.
+pub async fn drive<D: Driver>(
+    driver: &mut D,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut passes = 0u32;
+    loop {
+        driver.step()?;
+        let timeout = driver.wait_time();
+        if driver.blocked() {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return Ok(()),
+                () = tokio::time::sleep(timeout) => {}
+            }
+        } else {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return Ok(()),
+                r = driver.port_mut().wait_async(timeout) => { r?; }
+            }
+        }
+        passes = passes.wrapping_add(1);
+        if passes.is_multiple_of(YIELD_EVERY) {
+            tokio::task::yield_now().await;
+        }
     }
 }
 

@@ -20,9 +20,10 @@
 //! "Peer loss and restarts"). A lost application or other SIU does not touch logical time.
 
 use crate::{Route, Siu, SiuConfig, SiuError, SiuStats};
-use isotach_am::port::{PacketPort, PeerStatus, PortEvent, PortStats};
+pub use isotach_am::port::DaemonError;
+use isotach_am::port::{Driver, PacketPort, PeerStatus, PortEvent, PortStats};
 use isotach_am::telemetry::{PeriodMeter, RateMeter, Telemetry};
-use isotach_am::{AmError, NodeAddr, Transport};
+use isotach_am::{NodeAddr, Transport};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::{Kind, Token, peek_kind};
 use isotach_proto::topology::HostId;
@@ -33,15 +34,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use thiserror::Error;
 use tokio::sync::watch;
 
 /// Peer id of the token manager.
 pub const PEER_TM: usize = 0;
 /// Peer id of the host's SMM application.
 pub const PEER_APP: usize = 1;
-/// Driver passes between explicit yields to the runtime (a yield per pass costs throughput).
-const YIELD_EVERY: u32 = 16;
 /// Longest single wait of the driver loop.
 const WAIT_MAX: Duration = Duration::from_millis(50);
 /// Wait while held input is pending (it is retried after this).
@@ -93,17 +91,6 @@ pub struct SiuSnapshot {
     pub stats: SiuStats,
     /// The port's counters.
     pub port: PortStats,
-}
-
-/// Why a daemon could not start or stopped with an error.
-#[derive(Debug, Error)]
-pub enum DaemonError {
-    /// The configuration lacks something the daemon needs.
-    #[error("config: {0}")]
-    Config(String),
-    /// The transport failed.
-    #[error("transport: {0}")]
-    Am(#[from] AmError),
 }
 
 /// The SIU's configuration, its listen address and its peers (see the module documentation),
@@ -274,36 +261,12 @@ impl<T: Transport> SiuDaemon<T> {
 
     /// Runs until `shutdown` completes; returns the state machine (for its counters).
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<Siu, DaemonError> {
-        let mut shutdown = std::pin::pin!(shutdown);
-        let mut passes = 0u32;
         tracing::info!(
             host = self.siu.host(),
             addr = %self.port.local_addr(),
             "SIU up; waiting for the token manager and the application"
         );
-        loop {
-            self.step()?;
-            let timeout = self.wait_time();
-            if self.blocked() {
-                tokio::select! {
-                    biased;
-                    () = &mut shutdown => break,
-                    () = tokio::time::sleep(timeout) => {}
-                }
-            } else {
-                tokio::select! {
-                    biased;
-                    () = &mut shutdown => break,
-                    r = self.port.wait_async(timeout) => { r?; }
-                }
-            }
-            // Under a steady stream the wait is always ready: let the runtime's other tasks
-            // (the admin service shares it) run now and then.
-            passes = passes.wrapping_add(1);
-            if passes.is_multiple_of(YIELD_EVERY) {
-                tokio::task::yield_now().await;
-            }
-        }
+        isotach_am::port::drive(&mut self, shutdown).await?;
         tracing::info!(
             host = self.siu.host(),
             recvclock = self.siu.recvclock(),
@@ -315,42 +278,6 @@ impl<T: Transport> SiuDaemon<T> {
             "SIU stopped"
         );
         Ok(self.siu)
-    }
-
-    /// One pass: arrivals in, timers, output out. Never blocks.
-    pub fn step(&mut self) -> Result<(), DaemonError> {
-        let pass = Instant::now();
-        let handled = self.port.poll()?;
-        self.events();
-        let now = self.now_us();
-        if self.start_pending && self.port.is_up(PEER_TM) {
-            self.start_pending = false;
-            tracing::info!(
-                host = self.siu.host(),
-                "token manager up: starting logical time"
-            );
-            self.siu.start(now);
-        }
-        self.feed(now)?;
-        self.siu.handle_timeout(now);
-        self.drain()?;
-        self.port.poll()?;
-        self.gauges
-            .recvclock
-            .store(self.siu.recvclock(), Ordering::Relaxed);
-        self.gauges
-            .started
-            .store(u64::from(self.siu.started()), Ordering::Relaxed);
-        self.pulse_period
-            .observe(&self.telemetry, HIST_PULSE_PERIOD, self.siu.recvclock());
-        if handled > 0 {
-            self.telemetry
-                .record(HIST_PASS, pass.elapsed().as_micros() as u64);
-        }
-        if self.published.elapsed() >= PUBLISH_EVERY {
-            self.publish();
-        }
-        Ok(())
     }
 
     fn events(&mut self) {
@@ -524,16 +451,44 @@ impl<T: Transport> SiuDaemon<T> {
             }
         }
     }
+}
 
-    /// Is the driver waiting on itself (held input, stalled output, a pending start) rather
-    /// than on the network? Then it sleeps instead of waiting for arrivals: unread arrivals may
-    /// already be waiting in the port, which would make the wait return at once, forever.
-    fn blocked(&self) -> bool {
-        !self.host_held.is_empty()
-            || !self.net_held.is_empty()
-            || self.start_pending
-            || self.net_stalled.is_some()
-            || self.host_stalled.is_some()
+impl<T: Transport> Driver for SiuDaemon<T> {
+    type Transport = T;
+
+    fn step(&mut self) -> Result<(), DaemonError> {
+        let pass = Instant::now();
+        let handled = self.port.poll()?;
+        self.events();
+        let now = self.now_us();
+        if self.start_pending && self.port.is_up(PEER_TM) {
+            self.start_pending = false;
+            tracing::info!(
+                host = self.siu.host(),
+                "token manager up: starting logical time"
+            );
+            self.siu.start(now);
+        }
+        self.feed(now)?;
+        self.siu.handle_timeout(now);
+        self.drain()?;
+        self.port.poll()?;
+        self.gauges
+            .recvclock
+            .store(self.siu.recvclock(), Ordering::Relaxed);
+        self.gauges
+            .started
+            .store(u64::from(self.siu.started()), Ordering::Relaxed);
+        self.pulse_period
+            .observe(&self.telemetry, HIST_PULSE_PERIOD, self.siu.recvclock());
+        if handled > 0 {
+            self.telemetry
+                .record(HIST_PASS, pass.elapsed().as_micros() as u64);
+        }
+        if self.published.elapsed() >= PUBLISH_EVERY {
+            self.publish();
+        }
+        Ok(())
     }
 
     fn wait_time(&self) -> Duration {
@@ -544,5 +499,17 @@ impl<T: Transport> SiuDaemon<T> {
             Some(t) => Duration::from_micros(t.saturating_sub(self.now_us())).min(WAIT_MAX),
             None => WAIT_MAX,
         }
+    }
+
+    fn blocked(&self) -> bool {
+        !self.host_held.is_empty()
+            || !self.net_held.is_empty()
+            || self.start_pending
+            || self.net_stalled.is_some()
+            || self.host_stalled.is_some()
+    }
+
+    fn port_mut(&mut self) -> &mut PacketPort<T> {
+        &mut self.port
     }
 }

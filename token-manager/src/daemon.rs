@@ -14,9 +14,10 @@
 //! restarts").
 
 use crate::{LinkId, TmConfig, TmError, TmStats, TokenManager};
-use isotach_am::port::{PacketPort, PeerStatus, PortEvent, PortStats};
+pub use isotach_am::port::DaemonError;
+use isotach_am::port::{Driver, PacketPort, PeerStatus, PortEvent, PortStats};
 use isotach_am::telemetry::{PeriodMeter, RateMeter, Telemetry};
-use isotach_am::{AmError, NodeAddr, Transport};
+use isotach_am::{NodeAddr, Transport};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::Token;
 use isotach_proto::topology::{Hop, SwitchId};
@@ -26,11 +27,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use thiserror::Error;
 use tokio::sync::watch;
 
-/// Driver passes between explicit yields to the runtime (a yield per pass costs throughput).
-const YIELD_EVERY: u32 = 16;
 /// Longest single wait of the driver loop (the loop re-checks timers at least this often).
 const WAIT_MAX: Duration = Duration::from_millis(50);
 
@@ -71,17 +69,6 @@ pub struct TmSnapshot {
     pub stats: TmStats,
     /// The port's counters.
     pub port: PortStats,
-}
-
-/// Why a daemon could not start or stopped with an error.
-#[derive(Debug, Error)]
-pub enum DaemonError {
-    /// The configuration lacks something the daemon needs.
-    #[error("config: {0}")]
-    Config(String),
-    /// The transport failed.
-    #[error("transport: {0}")]
-    Am(#[from] AmError),
 }
 
 /// The TM's configuration and its peers' addresses (by link), from a cluster config.
@@ -207,37 +194,13 @@ impl<T: Transport> TmDaemon<T> {
         mut self,
         shutdown: impl Future<Output = ()>,
     ) -> Result<TokenManager, DaemonError> {
-        let mut shutdown = std::pin::pin!(shutdown);
-        let mut passes = 0u32;
         tracing::info!(
             switch = self.tm.cfg.switch,
             addr = %self.port.local_addr(),
             links = self.tm.links.len(),
             "token manager up; waiting for neighbours"
         );
-        loop {
-            self.step()?;
-            let timeout = self.wait_time();
-            if self.blocked() {
-                tokio::select! {
-                    biased;
-                    () = &mut shutdown => break,
-                    () = tokio::time::sleep(timeout) => {}
-                }
-            } else {
-                tokio::select! {
-                    biased;
-                    () = &mut shutdown => break,
-                    r = self.port.wait_async(timeout) => { r?; }
-                }
-            }
-            // Under a steady stream the wait is always ready: let the runtime's other tasks
-            // (the admin service shares it) run now and then.
-            passes = passes.wrapping_add(1);
-            if passes.is_multiple_of(YIELD_EVERY) {
-                tokio::task::yield_now().await;
-            }
-        }
+        isotach_am::port::drive(&mut self, shutdown).await?;
         tracing::info!(
             waves = self.tm.waves(),
             stats = ?self.tm.stats(),
@@ -248,28 +211,6 @@ impl<T: Transport> TmDaemon<T> {
             "token manager stopped"
         );
         Ok(self.tm)
-    }
-
-    /// One pass: arrivals in, timers, output out. Never blocks.
-    pub fn step(&mut self) -> Result<(), DaemonError> {
-        let pass = Instant::now();
-        let handled = self.port.poll()?;
-        self.events();
-        let now = self.now_us();
-        self.feed(now)?;
-        self.tm.handle_timeout(now);
-        self.drain()?;
-        self.port.poll()?;
-        self.wave_period
-            .observe(&self.telemetry, HIST_WAVE_PERIOD, self.tm.waves());
-        if handled > 0 {
-            self.telemetry
-                .record(HIST_PASS, pass.elapsed().as_micros() as u64);
-        }
-        if self.published.elapsed() >= PUBLISH_EVERY {
-            self.publish();
-        }
-        Ok(())
     }
 
     fn events(&mut self) {
@@ -351,12 +292,30 @@ impl<T: Transport> TmDaemon<T> {
         }
         Ok(())
     }
+}
 
-    /// Is the driver waiting on itself (held input, stalled output) rather than on the
-    /// network? Then it sleeps instead of waiting for arrivals: unread arrivals may already be
-    /// waiting in the port, which would make the wait return at once, forever.
-    fn blocked(&self) -> bool {
-        !self.held.is_empty() || self.stalled.is_some()
+impl<T: Transport> Driver for TmDaemon<T> {
+    type Transport = T;
+
+    fn step(&mut self) -> Result<(), DaemonError> {
+        let pass = Instant::now();
+        let handled = self.port.poll()?;
+        self.events();
+        let now = self.now_us();
+        self.feed(now)?;
+        self.tm.handle_timeout(now);
+        self.drain()?;
+        self.port.poll()?;
+        self.wave_period
+            .observe(&self.telemetry, HIST_WAVE_PERIOD, self.tm.waves());
+        if handled > 0 {
+            self.telemetry
+                .record(HIST_PASS, pass.elapsed().as_micros() as u64);
+        }
+        if self.published.elapsed() >= PUBLISH_EVERY {
+            self.publish();
+        }
+        Ok(())
     }
 
     fn wait_time(&self) -> Duration {
@@ -367,5 +326,13 @@ impl<T: Transport> TmDaemon<T> {
             Some(t) => Duration::from_micros(t.saturating_sub(self.now_us())).min(WAIT_MAX),
             None => WAIT_MAX,
         }
+    }
+
+    fn blocked(&self) -> bool {
+        !self.held.is_empty() || self.stalled.is_some()
+    }
+
+    fn port_mut(&mut self) -> &mut PacketPort<T> {
+        &mut self.port
     }
 }
