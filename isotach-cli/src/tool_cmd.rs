@@ -14,11 +14,14 @@
 //! Packets are printed one per line, decoded (`--json`: one JSON object per line).
 
 use crate::UsageError;
+use crate::daemon_cmd::Link;
 use crate::daemon_cmd::load;
 use clap::{Args, Subcommand, ValueEnum};
 use isotach_am::NodeAddr;
+use isotach_am::backend::quic::{QuicConfig, QuicTransport};
 use isotach_am::backend::udp::UdpTransport;
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
+use isotach_am::{Tag, Transport};
 use isotach_proto::packet::{
     BARRIER_MASK, IsotachMessage, MSG_PAYLOAD_MAX, Packet, Sref, SrefOp, Width,
 };
@@ -232,6 +235,10 @@ struct Resolved {
     local: SocketAddr,
     host: Option<HostId>,
     switch: Option<SwitchId>,
+    /// The transport and identity of the peer the tool plays (UDP without a config).
+    link: Link,
+    /// The cluster's AM tag.
+    tag: Tag,
 }
 
 /// Which of the SIU's peers the tool plays.
@@ -247,6 +254,8 @@ fn resolve(t: &Target, plays: Plays<'_>) -> Result<Resolved, UsageError> {
         local: t.local.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
         host: None,
         switch: None,
+        link: Link::Udp,
+        tag: DEFAULT_TAG,
     };
     if let Some(path) = &t.config {
         let file = path.display();
@@ -262,6 +271,13 @@ fn resolve(t: &Target, plays: Plays<'_>) -> Result<Resolved, UsageError> {
         let switch = cluster.topology.switch_of(host);
         let missing = |what: &str| UsageError(format!("{file}: {what} has no address"));
         let siu = cluster.host_siu[h].ok_or_else(|| missing(&format!("host `{name}` siu")))?;
+        // On QUIC the tool presents the certificate of the node it plays.
+        let played = match plays {
+            Plays::Tm => cluster.switch_names[usize::from(switch)].as_str(),
+            Plays::App => name,
+            Plays::OtherSiu(other) => other,
+        };
+        let link = Link::of(&cluster, path, played)?;
         let local = match plays {
             Plays::Tm => cluster.switch_listen[usize::from(switch)]
                 .ok_or_else(|| missing("the SIU's switch"))?,
@@ -286,6 +302,8 @@ fn resolve(t: &Target, plays: Plays<'_>) -> Result<Resolved, UsageError> {
             local: t.local.unwrap_or(local),
             host: Some(host),
             switch: Some(switch),
+            link,
+            tag: Tag(cluster.transport.tag),
         };
     } else if matches!(plays, Plays::OtherSiu(_)) {
         return Err(UsageError("--from-host needs --config".into()));
@@ -303,9 +321,37 @@ fn resolve(t: &Target, plays: Plays<'_>) -> Result<Resolved, UsageError> {
     Ok(r)
 }
 
-fn open_port(r: &Resolved) -> anyhow::Result<PacketPort<UdpTransport>> {
-    let t = UdpTransport::bind(r.local).map_err(|e| anyhow::anyhow!("bind {}: {e}", r.local))?;
-    Ok(PacketPort::new(t, &[NodeAddr::Ip(r.siu)], DEFAULT_TAG)?)
+/// The tool's port, over the transport the config names.
+enum ToolPort {
+    Udp(PacketPort<UdpTransport>),
+    Quic(PacketPort<QuicTransport>),
+}
+
+fn open_port(r: &Resolved) -> anyhow::Result<ToolPort> {
+    let bind_err = |e: isotach_am::AmError| anyhow::anyhow!("bind {}: {e}", r.local);
+    let peers = [NodeAddr::Ip(r.siu)];
+    Ok(match &r.link {
+        Link::Udp => {
+            let t = UdpTransport::bind(r.local).map_err(bind_err)?;
+            ToolPort::Udp(PacketPort::new(t, &peers, r.tag)?)
+        }
+        Link::Quic(identity) => {
+            let cfg = QuicConfig::new(r.local, identity.clone());
+            let t = QuicTransport::bind(cfg).map_err(bind_err)?;
+            ToolPort::Quic(PacketPort::new(t, &peers, r.tag)?)
+        }
+    })
+}
+
+/// Runs `$body` with `$port` bound to the tool's port, whatever its transport (the body is
+/// generic code over `PacketPort<T>`, expanded once per transport).
+macro_rules! with_port {
+    ($r:expr, $port:ident => $body:block) => {
+        match open_port($r)? {
+            ToolPort::Udp(mut $port) => $body,
+            ToolPort::Quic(mut $port) => $body,
+        }
+    };
 }
 
 fn deadline(t: &Target) -> Option<Instant> {
@@ -514,7 +560,7 @@ fn bounce(a: BounceArgs) -> anyhow::Result<ExitCode> {
         StartMode::Yes => true,
         StartMode::No => false,
     };
-    let mut port = open_port(&r)?;
+    with_port!(&r, port => {
     let mut b = TokenBouncer::new(switch);
     if let Some(n) = a.pause_after {
         b.pause_after(n);
@@ -595,6 +641,7 @@ fn bounce(a: BounceArgs) -> anyhow::Result<ExitCode> {
         }
         port.wait(Duration::from_millis(5))?;
     }
+    })
 }
 
 /// An isotach message for `dest` with TS `ts` from a random other host (a `msg` sref with a
@@ -633,7 +680,7 @@ fn random_message(
 }
 
 /// Polls until every queued packet was delivered and acknowledged (or the deadline passed).
-fn flush(port: &mut PacketPort<UdpTransport>, deadline: Option<Instant>) -> anyhow::Result<()> {
+fn flush<T: Transport>(port: &mut PacketPort<T>, deadline: Option<Instant>) -> anyhow::Result<()> {
     let guard = Instant::now() + Duration::from_secs(10);
     while port.queued() > 0 || port.bundle().outstanding() > 0 {
         if timed_out(deadline) || Instant::now() >= guard {
@@ -693,7 +740,7 @@ fn send(a: SendArgs) -> anyhow::Result<ExitCode> {
         ))
     })?;
     let deadline = deadline(&a.target);
-    let mut port = open_port(&r)?;
+    with_port!(&r, port => {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for p in &packets {
@@ -722,6 +769,7 @@ fn send(a: SendArgs) -> anyhow::Result<ExitCode> {
         return receive(&mut port, n, false, a.target.json, deadline, &mut out);
     }
     Ok(ExitCode::SUCCESS)
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -730,7 +778,7 @@ fn send(a: SendArgs) -> anyhow::Result<ExitCode> {
 fn recv(a: RecvArgs) -> anyhow::Result<ExitCode> {
     let r = resolve(&a.target, Plays::App)?;
     let deadline = deadline(&a.target);
-    let mut port = open_port(&r)?;
+    with_port!(&r, port => {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     receive(
@@ -741,10 +789,11 @@ fn recv(a: RecvArgs) -> anyhow::Result<ExitCode> {
         deadline,
         &mut out,
     )
+    })
 }
 
-fn receive(
-    port: &mut PacketPort<UdpTransport>,
+fn receive<T: Transport>(
+    port: &mut PacketPort<T>,
     count: u64,
     no_eop: bool,
     json: bool,

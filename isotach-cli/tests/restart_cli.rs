@@ -9,7 +9,9 @@
 
 mod common;
 
-use common::{GUARD, Procs, free_addrs, free_tcp, logs, scratch, spawn, status, status_until};
+use common::{
+    GUARD, Procs, free_addrs, free_tcp, logs, make_pki, scratch, spawn, status, status_until,
+};
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
@@ -44,11 +46,27 @@ fn siu_args<'a>(c: &'a Cluster, host: &'a str, admin: &'a str) -> Vec<&'a str> {
     vec!["siu", "--config", &c.cfg, "--host", host, "--admin", admin]
 }
 
-fn start(name: &str) -> Cluster {
+/// Which transport the cluster's links use.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Udp,
+    /// QUIC with mutual TLS, certificates made with `isotach cert`.
+    Quic,
+}
+
+fn start(name: &str, kind: Kind) -> Cluster {
     let dir = scratch(name);
     let a = free_addrs(5);
     let cfg = dir.join("cluster.toml");
-    std::fs::write(&cfg, common::two_host_config(&a)).unwrap();
+    let mut text = common::two_host_config(&a);
+    if kind == Kind::Quic {
+        make_pki(&dir.join("pki"), name, &["tm0", "alpha", "beta"]);
+        text = text.replace(
+            "kind = \"udp\"",
+            "kind = \"quic\"\nca = \"pki/ca.pem\"\ncerts = \"pki\"",
+        );
+    }
+    std::fs::write(&cfg, text).unwrap();
     let mut c = Cluster {
         cfg: cfg.to_str().unwrap().to_string(),
         dir,
@@ -119,7 +137,7 @@ fn logs_mention(dir: &Path, what: &str) -> bool {
 
 #[test]
 fn a_restarted_token_manager_or_siu_resumes_logical_time_in_a_new_generation() {
-    let mut c = start("restart");
+    let mut c = start("restart", Kind::Udp);
     let until = Instant::now() + GUARD;
     let g1 = resumed_after(&c, 0, until);
 
@@ -157,7 +175,7 @@ fn a_restarted_token_manager_or_siu_resumes_logical_time_in_a_new_generation() {
 
 #[test]
 fn a_frozen_token_manager_is_lost_then_resumes_in_a_new_generation() {
-    let c = start("freeze");
+    let c = start("freeze", Kind::Udp);
     let until = Instant::now() + GUARD;
     let g1 = resumed_after(&c, 0, until);
     signal(&c, TM, "-STOP");
@@ -183,4 +201,21 @@ fn a_frozen_token_manager_is_lost_then_resumes_in_a_new_generation() {
         });
         assert!(u(&v, "generation") >= g2, "{v}");
     }
+}
+
+#[test]
+fn over_quic_a_restarted_token_manager_is_reached_again_and_logical_time_resumes() {
+    let mut c = start("restart-quic", Kind::Quic);
+    let until = Instant::now() + GUARD;
+    let g1 = resumed_after(&c, 0, until);
+    // The new TM process has a new QUIC endpoint at the same address: the SIUs must drop
+    // their connection to the dead one and use the one it opens.
+    let args: Vec<String> = tm_args(&c).iter().map(|s| s.to_string()).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    kill_and_restart(&mut c, TM, &args);
+    let g2 = resumed_after(&c, g1, until);
+    let tm = status_until(&c.dir, &c.admin_tm, until, |v| {
+        v["started"] == true && u(v, "generation") >= g2 && u(v, "waves") > 0
+    });
+    assert_eq!(tm["role"], "tm");
 }

@@ -6,35 +6,19 @@
 
 mod common;
 
-use common::{BIN, GUARD, Procs, free_addrs, logs, scratch, sigterm, spawn, wait_guarded};
+use common::{
+    BIN, GUARD, Procs, free_addrs, logs, make_pki, scratch, sigterm, spawn, wait_guarded,
+};
+use isotach_proto::packet::StartOfIsochron;
+use isotach_tests::ByteGenerator;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const HOSTS: [&str; 3] = ["alpha", "beta", "gamma"];
 
 fn isotach(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().unwrap()
-}
-
-/// `isotach cert init --dir DIR --name CLUSTER` and `cert issue` for each node.
-fn make_pki(dir: &Path, cluster: &str, nodes: &[&str]) {
-    let d = dir.to_str().unwrap();
-    let out = isotach(&["cert", "init", "--dir", d, "--name", cluster]);
-    assert!(out.status.success(), "cert init: {out:?}");
-    for n in nodes {
-        let out = isotach(&[
-            "cert",
-            "issue",
-            "--dir",
-            d,
-            "--node",
-            n,
-            "--san",
-            "127.0.0.1",
-        ]);
-        assert!(out.status.success(), "cert issue {n}: {out:?}");
-    }
 }
 
 /// A cluster config: one TM `tm0`, hosts alpha, beta, gamma; `a` = [tm, then siu and app of
@@ -172,12 +156,62 @@ fn three_hosts_run_philo_over_quic_daemons() {
         ));
     }
     philosophers_eat(&mut procs, &dir, cfg, until);
+    tools_speak_quic(&dir, cfg);
     stop_daemons(&mut procs, &dir, until);
     // Everyone presented a certificate from the cluster CA: no handshake was refused.
     let end = log_line(&dir, "tm0", &["QUIC transport stopped"], until);
     assert_eq!(field(&end, "handshakes_refused"), 0, "{end}");
     drop(procs);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The SIU test tools follow the config's transport: `tool send` plays alpha's application
+/// (alpha's certificate) and sends an isochron writing a variable at beta; `tool recv` plays
+/// beta's application and prints the write.
+fn tools_speak_quic(dir: &Path, cfg: &str) {
+    let mut alpha = ByteGenerator::new(0);
+    let soi = StartOfIsochron {
+        iso_id: 7,
+        distance: 1,
+        ..StartOfIsochron::default()
+    };
+    let hex: String = alpha
+        .isochron(soi, &[(1, 0x77)])
+        .iter()
+        .map(|p| p.iter().map(|b| format!("{b:02x}")).collect::<String>() + "\n")
+        .collect();
+    let file = dir.join("isochron.hex");
+    std::fs::write(&file, hex).unwrap();
+    let recv = Command::new(BIN)
+        .args([
+            "tool", "recv", "--config", cfg, "--host", "beta", "--no-eop",
+        ])
+        .args(["--count", "1", "--json", "--timeout-s", "120"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let send = isotach(&[
+        "tool",
+        "send",
+        "--config",
+        cfg,
+        "--host",
+        "alpha",
+        file.to_str().unwrap(),
+        "--timeout-s",
+        "120",
+    ]);
+    assert!(send.status.success(), "tool send: {send:?}");
+    let got = recv.wait_with_output().unwrap();
+    let line = String::from_utf8_lossy(&got.stdout);
+    assert!(got.status.success(), "tool recv: {got:?}");
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(
+        (&v["kind"], &v["sref"]["value"]),
+        (&"message".into(), &0x77.into()),
+        "{line}"
+    );
 }
 
 #[test]

@@ -354,12 +354,22 @@ fn configs(cfg: &QuicConfig) -> Result<(quinn::ServerConfig, quinn::ClientConfig
 }
 
 /// Register a ready connection and pump its datagrams into the channel.
-fn adopt(shared: &Arc<Shared>, tx: &mpsc::Sender<(SocketAddr, Bytes)>, conn: quinn::Connection) {
+///
+/// A peer that connects to us while we hold a connection to its address either restarted
+/// (the old connection is dead but not yet timed out) or connected at the same moment as we
+/// did: sending on the newest incoming connection is right in both cases (both stay open for
+/// reading). A connection we opened ourselves never displaces a live one.
+fn adopt(
+    shared: &Arc<Shared>,
+    tx: &mpsc::Sender<(SocketAddr, Bytes)>,
+    conn: quinn::Connection,
+    incoming: bool,
+) {
     let addr = conn.remote_address();
     {
         let mut conns = shared.lock();
         match conns.remove(&addr) {
-            Some(Conn::Ready(old)) if old.close_reason().is_none() => {
+            Some(Conn::Ready(old)) if old.close_reason().is_none() && !incoming => {
                 // Keep the connection we already use; still read from the new one.
                 conns.insert(addr, Conn::Ready(old));
             }
@@ -434,7 +444,7 @@ impl QuicTransport {
                     tokio::spawn(async move {
                         // A peer without a certificate from our CA fails here.
                         match incoming.await {
-                            Ok(conn) => adopt(&shared, &tx, conn),
+                            Ok(conn) => adopt(&shared, &tx, conn, true),
                             Err(e) => {
                                 let h = &shared.handshakes;
                                 h.failed(&h.refused, format!("handshake from {from}: {e}"));
@@ -527,7 +537,7 @@ impl QuicTransport {
                         Err(e) => Err(e.to_string()),
                     };
                     match conn {
-                        Ok(c) => adopt(&shared, &tx, c),
+                        Ok(c) => adopt(&shared, &tx, c, false),
                         Err(e) => {
                             let h = &shared.handshakes;
                             h.failed(&h.connects_failed, format!("connection to {to}: {e}"));

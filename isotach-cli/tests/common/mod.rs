@@ -160,3 +160,24 @@ pub(crate) fn status_until(
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `isotach cert init --dir DIR --name CLUSTER` and `cert issue` for each node.
+pub(crate) fn make_pki(dir: &Path, cluster: &str, nodes: &[&str]) {
+    let d = dir.to_str().unwrap();
+    let isotach = |args: &[&str]| Command::new(BIN).args(args).output().unwrap();
+    let out = isotach(&["cert", "init", "--dir", d, "--name", cluster]);
+    assert!(out.status.success(), "cert init: {out:?}");
+    for n in nodes {
+        let out = isotach(&[
+            "cert",
+            "issue",
+            "--dir",
+            d,
+            "--node",
+            n,
+            "--san",
+            "127.0.0.1",
+        ]);
+        assert!(out.status.success(), "cert issue {n}: {out:?}");
+    }
+}
