@@ -24,10 +24,10 @@
 //!   [`PacketPort::has_room`] turn false: back-pressure reaches the sending state machine
 //!   without loss. Hellos and credit bypass the inbox, so a port that is not being read still
 //!   answers them;
-//! - every queue is bounded by [`PacketPort::set_queue_max`] fragments per peer (the window is
-//!   the same, at most [`PacketPort::WINDOW_MAX`]). A packet sent anyway to a full queue, or
-//!   arriving beyond the peers' windows (a misbehaving peer), is dropped, counted and breaks
-//!   the link;
+//! - every send queue is bounded by [`PacketPort::set_queue_max`] fragments per peer (the
+//!   window is the same, within [`PacketPort::WINDOW_MIN`]..=[`PacketPort::WINDOW_MAX`]); the
+//!   inbox holds at most every peer's largest window. A packet sent anyway to a full queue, or
+//!   arriving beyond that (a misbehaving peer), is dropped, counted and breaks the link;
 //! - packets from addresses that are not configured peers, and messages with a foreign tag,
 //!   are dropped and counted ([`PortStats`]).
 //!
@@ -232,7 +232,7 @@ impl<T: Transport> PacketPort<T> {
             partial: vec![Vec::new(); peers.len()],
             partial_frags: vec![0; peers.len()],
             incarnations: vec![0; peers.len()],
-            packets_max: Self::inbox_max(peers.len(), Self::QUEUE_MAX_DEFAULT),
+            packets_max: Self::inbox_max(peers.len()),
             ..Inbox::default()
         }));
         let by_addr: Arc<HashMap<NodeAddr, usize>> =
@@ -355,11 +355,11 @@ impl<T: Transport> PacketPort<T> {
         })
     }
 
-    /// Bounds every per-peer send queue and the inbox to `fragments` (at least 1); the cluster
-    /// config's `queue-packets-max` is the daemons' value.
+    /// Bounds every per-peer send queue to `fragments` (at least 1), and the window to the
+    /// same (within [`Self::WINDOW_MIN`]..=[`Self::WINDOW_MAX`]); the cluster config's
+    /// `queue-packets-max` is the daemons' value.
     pub fn set_queue_max(&mut self, fragments: usize) {
         self.queue_max = fragments.max(1);
-        lock(&self.inbox).packets_max = Self::inbox_max(self.peers.len(), self.queue_max);
     }
 
     /// The flow-control window: fragments in flight towards one peer.
@@ -367,10 +367,10 @@ impl<T: Transport> PacketPort<T> {
         self.queue_max.clamp(Self::WINDOW_MIN, Self::WINDOW_MAX)
     }
 
-    /// Whole packets the inbox holds: every peer's window, which well-behaved peers never
-    /// exceed, whatever our own window (theirs may differ up to [`Self::WINDOW_MAX`]).
-    fn inbox_max(peers: usize, queue_max: usize) -> usize {
-        peers.max(1) * Self::WINDOW_MAX.max(queue_max.min(Self::WINDOW_MAX)) + 64
+    /// Whole packets the inbox holds: every peer's largest window, which well-behaved peers
+    /// never exceed whatever their own `queue-packets-max`.
+    fn inbox_max(peers: usize) -> usize {
+        peers.max(1) * Self::WINDOW_MAX + 64
     }
 
     /// Can `peer` take another packet of up to a medium message without overflowing its
@@ -676,7 +676,7 @@ pub trait Driver {
 }
 
 /// Runs `driver` until `shutdown` completes: a pass, then a wait for arrivals (or a sleep
-/// when blocked), with a yield to the runtime every [`YIELD_EVERY`] passes so that other
+/// when blocked), with a yield to the runtime every `YIELD_EVERY` (16) passes so that other
 /// tasks on it (the admin service) run even under a steady stream.
 pub async fn drive<D: Driver>(
     driver: &mut D,
