@@ -105,22 +105,33 @@ pub struct RateMeter {
 impl RateMeter {
     /// A meter whose first window starts now at `count`.
     pub fn new(count: u64) -> Self {
+        Self::new_at(count, Instant::now())
+    }
+
+    /// A meter whose first window starts at `now` at `count`.
+    pub fn new_at(count: u64, now: Instant) -> Self {
         Self {
-            start: Instant::now(),
+            start: now,
             count_at_start: count,
             rate_per_s: 0.0,
         }
     }
 
-    /// Observes the running `count` (monotonic within a window; a count that went down, as
-    /// after a logical-time restart, starts a new window); returns the current rate.
+    /// Observes the running `count` now; returns the current rate.
     pub fn observe(&mut self, count: u64) -> f64 {
-        let elapsed = self.start.elapsed().as_secs_f64();
+        self.observe_at(count, Instant::now())
+    }
+
+    /// Observes the running `count` at `now` (monotonic within a window; a count that went
+    /// down, as after a logical-time restart, starts a new window and the rate reads 0 until
+    /// it is full); returns the rate of the last full window.
+    pub fn observe_at(&mut self, count: u64, now: Instant) -> f64 {
+        let elapsed = now.saturating_duration_since(self.start).as_secs_f64();
         if count < self.count_at_start {
-            *self = Self::new(count);
+            *self = Self::new_at(count, now);
         } else if elapsed >= 1.0 {
             self.rate_per_s = (count - self.count_at_start) as f64 / elapsed;
-            self.start = Instant::now();
+            self.start = now;
             self.count_at_start = count;
         }
         self.rate_per_s
@@ -145,12 +156,19 @@ impl PeriodMeter {
     }
 
     /// The running `count` of events is now this; when it grew by k, records the time since
-    /// the last growth divided by k in `name`.
+    /// the last growth divided by k in `name`. Reads the clock only when the count moved.
     pub fn observe(&mut self, t: &Telemetry, name: &str, count: u64) {
-        let now = Instant::now();
+        if self.last.is_some_and(|(_, n)| n == count) {
+            return;
+        }
+        self.observe_at(t, name, count, Instant::now());
+    }
+
+    /// [`PeriodMeter::observe`] at `now`.
+    pub fn observe_at(&mut self, t: &Telemetry, name: &str, count: u64, now: Instant) {
         match self.last {
             Some((at, n)) if count > n => {
-                let per = now.duration_since(at).as_micros() as u64 / (count - n);
+                let per = now.saturating_duration_since(at).as_micros() as u64 / (count - n);
                 t.record(name, per);
                 self.last = Some((now, count));
             }
@@ -192,25 +210,42 @@ mod tests {
     fn period_meter_divides_by_the_events_seen() {
         let t = Telemetry::new(&["p_us"]);
         let mut m = PeriodMeter::new();
-        m.observe(&t, "p_us", 10);
-        m.observe(&t, "p_us", 10);
+        let t0 = Instant::now();
+        let at = |us: u64| t0 + std::time::Duration::from_micros(us);
+        m.observe_at(&t, "p_us", 10, at(0));
+        m.observe_at(&t, "p_us", 10, at(50));
         assert_eq!(
             t.summaries()[0].count,
             0,
             "no period before the second event"
         );
-        m.observe(&t, "p_us", 14);
-        assert_eq!(t.summaries()[0].count, 1);
-        m.observe(&t, "p_us", 2);
-        m.observe(&t, "p_us", 3);
-        assert_eq!(t.summaries()[0].count, 2, "a restart starts over");
+        m.observe_at(&t, "p_us", 14, at(400));
+        let s = &t.summaries()[0];
+        assert_eq!(
+            (s.count, s.min_us, s.max_us),
+            (1, 100, 100),
+            "400 µs over 4 events"
+        );
+        m.observe_at(&t, "p_us", 2, at(500));
+        m.observe_at(&t, "p_us", 3, at(530));
+        let s = &t.summaries()[0];
+        assert_eq!((s.count, s.min_us), (2, 30), "a restart starts over");
     }
 
     #[test]
-    fn rate_meter_restarts_when_the_count_goes_down() {
-        let mut r = RateMeter::new(100);
-        assert_eq!(r.observe(150), 0.0, "no full window yet");
-        assert_eq!(r.observe(3), 0.0);
-        assert_eq!(r.rate_per_s(), 0.0);
+    fn rate_meter_reports_full_windows_and_restarts_when_the_count_goes_down() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + std::time::Duration::from_millis(ms);
+        let mut r = RateMeter::new_at(100, at(0));
+        assert_eq!(r.observe_at(150, at(500)), 0.0, "no full window yet");
+        assert_eq!(r.observe_at(2100, at(2000)), 1000.0, "2000 events in 2 s");
+        assert_eq!(r.observe_at(2600, at(2500)), 1000.0, "the last full window");
+        assert_eq!(
+            r.observe_at(3, at(2600)),
+            0.0,
+            "a restart opens a new window"
+        );
+        assert_eq!(r.observe_at(503, at(3600)), 500.0);
+        assert_eq!(r.rate_per_s(), 500.0);
     }
 }
