@@ -99,6 +99,18 @@ pub enum PortEvent {
     },
 }
 
+/// What [`PacketPort::offer`] did with a packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Offered {
+    /// Queued for the peer.
+    Sent,
+    /// The peer's queue was full and the packet was redundant: dropped.
+    Dropped,
+    /// The peer's queue was full: the packet is handed back for the driver to hold (and to
+    /// offer again before anything after it).
+    Held(Vec<u8>),
+}
+
 /// Counters of one port.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PortStats {
@@ -401,6 +413,11 @@ impl<T: Transport> PacketPort<T> {
         self.peers.get(peer).is_some_and(|p| p.up)
     }
 
+    /// How many peers are up.
+    pub fn peers_up(&self) -> usize {
+        self.peers.iter().filter(|p| p.up).count()
+    }
+
     /// Are all peers up?
     pub fn all_up(&self) -> bool {
         self.peers.iter().all(|p| p.up)
@@ -460,6 +477,25 @@ impl<T: Transport> PacketPort<T> {
         }
         lock(&self.inbox).stats.packets_sent += 1;
         Ok(())
+    }
+
+    /// Sends `packet` to `peer` if its queue has room. Otherwise the packet is dropped when
+    /// `redundant(packet)` says a copy of it is already on its way (a repeat token), or handed
+    /// back to be held: the driver's back-pressure.
+    pub fn offer(
+        &mut self,
+        peer: usize,
+        packet: Vec<u8>,
+        redundant: impl FnOnce(&[u8]) -> bool,
+    ) -> Result<Offered, AmError> {
+        if self.has_room(peer) {
+            self.send(peer, &packet)?;
+            Ok(Offered::Sent)
+        } else if redundant(&packet) {
+            Ok(Offered::Dropped)
+        } else {
+            Ok(Offered::Held(packet))
+        }
     }
 
     /// The next received packet and the peer it came from.
@@ -939,5 +975,30 @@ mod tests {
             rest,
             (0..5u8).map(|i| (0, vec![b'b', i])).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn offer_sends_with_room_then_drops_redundant_and_hands_back_the_rest() {
+        let (mut a, _b) = pair();
+        a.set_queue_max(2);
+        assert_eq!(
+            a.offer(0, b"one".to_vec(), |_| true).unwrap(),
+            Offered::Sent
+        );
+        assert_eq!(
+            a.offer(0, b"two".to_vec(), |_| false).unwrap(),
+            Offered::Sent
+        );
+        // The peer is not up: both wait and the queue (2) is full.
+        assert_eq!(
+            a.offer(0, b"repeat".to_vec(), |p| p == b"repeat").unwrap(),
+            Offered::Dropped
+        );
+        assert_eq!(
+            a.offer(0, b"three".to_vec(), |_| false).unwrap(),
+            Offered::Held(b"three".to_vec())
+        );
+        assert_eq!(a.queued(), 2);
+        assert_eq!(a.stats().links_lost, 0, "back-pressure is not a loss");
     }
 }

@@ -159,8 +159,9 @@ impl AdminService {
                 let s = rx.borrow().clone();
                 let mut counters = map(&tm_counters(&s.stats));
                 counters.extend(map(&port_counters(&s.port)));
-                counters.insert("peers_up".into(), s.peers_up as u64);
-                counters.insert("links".into(), s.links as u64);
+                let up = s.peers.iter().filter(|p| p.up).count();
+                counters.insert("peers_up".into(), up as u64);
+                counters.insert("links".into(), s.peers.len() as u64);
                 StatusReply {
                     role: "tm".into(),
                     name: self.name.clone(),

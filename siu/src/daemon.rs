@@ -21,7 +21,7 @@
 
 use crate::{Route, Siu, SiuConfig, SiuError, SiuStats};
 pub use isotach_am::port::DaemonError;
-use isotach_am::port::{Driver, PacketPort, PeerStatus, PortEvent, PortStats};
+use isotach_am::port::{Driver, Offered, PacketPort, PeerStatus, PortEvent, PortStats};
 use isotach_am::telemetry::{PeriodMeter, RateMeter, Telemetry};
 use isotach_am::{NodeAddr, Transport};
 use isotach_proto::config::ClusterConfig;
@@ -85,8 +85,8 @@ pub struct SiuSnapshot {
     pub pending_pulse_packets: u64,
     /// Each peer's link, by peer id ([`PEER_TM`], [`PEER_APP`], then the other SIUs).
     pub peers: Vec<PeerStatus>,
-    /// Names of the peers, by peer id.
-    pub peer_names: Vec<String>,
+    /// Names of the peers, by peer id (fixed for the daemon's life).
+    pub peer_names: Arc<[String]>,
     /// The state machine's counters.
     pub stats: SiuStats,
     /// The port's counters.
@@ -147,6 +147,8 @@ pub struct SiuDaemon<T: Transport> {
     port: PacketPort<T>,
     /// Peer id of each host's SIU (`None` for this host).
     siu_peer: Vec<Option<usize>>,
+    /// Each peer's name, by peer id ("token manager", "application", "SIU of host 2").
+    peer_names: Arc<[String]>,
     host_held: VecDeque<Vec<u8>>,
     net_held: VecDeque<Vec<u8>>,
     /// Most packets held (per direction) before the driver stops reading the port.
@@ -179,11 +181,21 @@ impl<T: Transport> SiuDaemon<T> {
         let peers = port.peer_addrs().count();
         let me = usize::from(siu.host());
         let hosts = siu.config().topology.host_count();
-        let siu_peer = (0..hosts)
+        let siu_peer: Vec<Option<usize>> = (0..hosts)
             .map(|h| match h.cmp(&me) {
                 std::cmp::Ordering::Less => Some(2 + h),
                 std::cmp::Ordering::Equal => None,
                 std::cmp::Ordering::Greater => Some(1 + h),
+            })
+            .collect();
+        let peer_names = (0..peers)
+            .map(|p| match p {
+                PEER_TM => "token manager".to_string(),
+                PEER_APP => "application".to_string(),
+                p => {
+                    let h = siu_peer.iter().position(|&x| x == Some(p));
+                    format!("SIU of host {}", h.unwrap_or(usize::MAX))
+                }
             })
             .collect();
         Self {
@@ -191,6 +203,7 @@ impl<T: Transport> SiuDaemon<T> {
             siu,
             port,
             siu_peer,
+            peer_names,
             host_held: VecDeque::new(),
             net_held: VecDeque::new(),
             held_max,
@@ -241,9 +254,7 @@ impl<T: Transport> SiuDaemon<T> {
             outstanding_isochrons: self.siu.outstanding_isochrons(),
             pending_pulse_packets: self.siu.pending_pulse_packets(),
             peers: self.port.peer_status(),
-            peer_names: (0..self.port.peer_addrs().count())
-                .map(|p| self.peer_name(p))
-                .collect(),
+            peer_names: Arc::clone(&self.peer_names),
             stats: self.siu.stats(),
             port: self.port.stats(),
         };
@@ -328,15 +339,10 @@ impl<T: Transport> SiuDaemon<T> {
         }
     }
 
-    fn peer_name(&self, peer: usize) -> String {
-        match peer {
-            PEER_TM => "token manager".into(),
-            PEER_APP => "application".into(),
-            p => {
-                let h = self.siu_peer.iter().position(|&x| x == Some(p));
-                format!("SIU of host {}", h.unwrap_or(usize::MAX))
-            }
-        }
+    fn peer_name(&self, peer: usize) -> &str {
+        self.peer_names
+            .get(peer)
+            .map_or("unknown peer", String::as_str)
     }
 
     fn feed(&mut self, now: u64) -> Result<(), DaemonError> {
@@ -410,29 +416,26 @@ impl<T: Transport> SiuDaemon<T> {
 
     fn drain(&mut self) -> Result<(), DaemonError> {
         while let Some((peer, bytes)) = self.net_stalled.take().or_else(|| self.next_net()) {
-            if !self.port.has_room(peer) {
-                if Token::is_repeat(&bytes) {
-                    self.repeats_dropped += 1;
-                    continue;
+            let token_to_tm = peer == PEER_TM && peek_kind(&bytes) == Ok(Kind::Token);
+            match self.port.offer(peer, bytes, Token::is_repeat)? {
+                Offered::Sent => {
+                    if token_to_tm && let Some(at) = self.token_in_at.take() {
+                        self.telemetry
+                            .record(HIST_TOKEN_TURNAROUND, at.elapsed().as_micros() as u64);
+                    }
                 }
-                self.net_stalled = Some((peer, bytes));
-                break;
+                Offered::Dropped => self.repeats_dropped += 1,
+                Offered::Held(bytes) => {
+                    self.net_stalled = Some((peer, bytes));
+                    break;
+                }
             }
-            if peer == PEER_TM
-                && peek_kind(&bytes) == Ok(Kind::Token)
-                && let Some(at) = self.token_in_at.take()
-            {
-                self.telemetry
-                    .record(HIST_TOKEN_TURNAROUND, at.elapsed().as_micros() as u64);
-            }
-            self.port.send(peer, &bytes)?;
         }
         while let Some(b) = self.host_stalled.take().or_else(|| self.siu.poll_host()) {
-            if !self.port.has_room(PEER_APP) {
+            if let Offered::Held(b) = self.port.offer(PEER_APP, b, |_| false)? {
                 self.host_stalled = Some(b);
                 break;
             }
-            self.port.send(PEER_APP, &b)?;
         }
         Ok(())
     }

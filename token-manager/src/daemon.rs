@@ -15,7 +15,7 @@
 
 use crate::{LinkId, TmConfig, TmError, TmStats, TokenManager};
 pub use isotach_am::port::DaemonError;
-use isotach_am::port::{Driver, PacketPort, PeerStatus, PortEvent, PortStats};
+use isotach_am::port::{Driver, Offered, PacketPort, PeerStatus, PortEvent, PortStats};
 use isotach_am::telemetry::{PeriodMeter, RateMeter, Telemetry};
 use isotach_am::{NodeAddr, Transport};
 use isotach_proto::config::ClusterConfig;
@@ -53,18 +53,15 @@ pub struct TmSnapshot {
     pub queue_depth: usize,
     /// Inputs held by the driver for back-pressure.
     pub held: usize,
-    /// Neighbours that answered the hello, of `links`.
-    pub peers_up: usize,
-    /// Neighbours.
-    pub links: usize,
     /// Microseconds since the daemon started.
     pub uptime_us: u64,
     /// Waves per second over the last full second.
     pub wave_rate_per_s: f64,
     /// Each neighbour's link, by link id.
     pub peers: Vec<PeerStatus>,
-    /// What each link leads to, by link id ("SIU of host 2", "TM of switch 1").
-    pub peer_names: Vec<String>,
+    /// What each link leads to, by link id ("SIU of host 2", "TM of switch 1"; fixed for the
+    /// daemon's life).
+    pub peer_names: Arc<[String]>,
     /// The state machine's counters.
     pub stats: TmStats,
     /// The port's counters.
@@ -112,6 +109,8 @@ pub struct TmDaemon<T: Transport> {
     tm: TokenManager,
     port: PacketPort<T>,
     held: VecDeque<(LinkId, Vec<u8>)>,
+    /// What each link leads to, by link id.
+    peer_names: Arc<[String]>,
     /// A packet the port had no room for (output waits behind it).
     stalled: Option<(LinkId, Vec<u8>)>,
     origin: Instant,
@@ -131,10 +130,19 @@ impl<T: Transport> TmDaemon<T> {
     pub fn new(tm: TokenManager, mut port: PacketPort<T>) -> Self {
         port.set_queue_max(tm.cfg.limits.queue_packets_max);
         let links = tm.links.len();
+        let peer_names = tm
+            .links
+            .iter()
+            .map(|l| match l.peer {
+                Hop::Host(h) => format!("SIU of host {h}"),
+                Hop::Switch(s) => format!("TM of switch {s}"),
+            })
+            .collect();
         Self {
             tm,
             port,
             held: VecDeque::new(),
+            peer_names,
             stalled: None,
             origin: Instant::now(),
             rejoin: Rejoin::new(links),
@@ -165,20 +173,10 @@ impl<T: Transport> TmDaemon<T> {
             waves: self.tm.waves(),
             queue_depth: self.tm.queue_depth(),
             held: self.held.len() + usize::from(self.stalled.is_some()),
-            peers_up: self.port.peer_status().iter().filter(|p| p.up).count(),
-            links: self.tm.links.len(),
             uptime_us: self.now_us(),
             wave_rate_per_s: self.wave_rate.observe(self.tm.waves()),
             peers: self.port.peer_status(),
-            peer_names: self
-                .tm
-                .links
-                .iter()
-                .map(|l| match l.peer {
-                    Hop::Host(h) => format!("SIU of host {h}"),
-                    Hop::Switch(s) => format!("TM of switch {s}"),
-                })
-                .collect(),
+            peer_names: Arc::clone(&self.peer_names),
             stats: self.tm.stats(),
             port: self.port.stats(),
         };
@@ -221,7 +219,7 @@ impl<T: Transport> TmDaemon<T> {
                     tracing::info!(
                         link,
                         peer = ?self.tm.links[link].peer,
-                        up = self.port.peer_status().iter().filter(|p| p.up).count(),
+                        up = self.port.peers_up(),
                         of = self.tm.links.len(),
                         "neighbour up"
                     );
@@ -279,16 +277,15 @@ impl<T: Transport> TmDaemon<T> {
 
     fn drain(&mut self) -> Result<(), DaemonError> {
         while let Some((link, bytes)) = self.stalled.take().or_else(|| self.tm.poll_transmit()) {
-            if !self.port.has_room(link) {
-                if Token::is_repeat(&bytes) {
-                    self.repeats_dropped += 1;
-                    continue;
+            match self.port.offer(link, bytes, Token::is_repeat)? {
+                Offered::Sent => {}
+                Offered::Dropped => self.repeats_dropped += 1,
+                Offered::Held(bytes) => {
+                    // Back-pressure: the TM's own bounded queue fills behind this packet.
+                    self.stalled = Some((link, bytes));
+                    break;
                 }
-                // Back-pressure: the TM's own bounded queue fills behind this packet.
-                self.stalled = Some((link, bytes));
-                break;
             }
-            self.port.send(link, &bytes)?;
         }
         Ok(())
     }
