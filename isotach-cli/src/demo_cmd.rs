@@ -207,7 +207,7 @@ pub(crate) fn start_loopback_cluster(n: usize) -> anyhow::Result<LoopbackCluster
         apps: apps.into_iter().map(with_addr).collect(),
         real: HashMap::new(),
     };
-    start_cluster(rt, nodes, Tag(DEFAULT_TAG.0))
+    start_cluster(rt, nodes, DEFAULT_TAG)
 }
 
 /// The same over QUIC on loopback: an ephemeral cluster CA made in-process issues every
@@ -237,7 +237,7 @@ fn start_quic_cluster(n: usize) -> anyhow::Result<LoopbackCluster<QuicTransport>
         apps,
         real: HashMap::new(),
     };
-    start_cluster(rt, nodes, Tag(DEFAULT_TAG.0))
+    start_cluster(rt, nodes, DEFAULT_TAG)
 }
 
 /// The same in one process without sockets: an in-process real-time network
@@ -263,7 +263,7 @@ fn start_chan_cluster(n: usize) -> anyhow::Result<LoopbackCluster<ChanTransport>
         apps,
         real,
     };
-    start_cluster(demo_runtime()?, nodes, Tag(DEFAULT_TAG.0))
+    start_cluster(demo_runtime()?, nodes, DEFAULT_TAG)
 }
 
 /// Fills the generated config with the nodes' addresses and spawns the daemons on `rt`.
