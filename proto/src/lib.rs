@@ -4,6 +4,7 @@
 //! * [`packet`]: every packet kind that crosses an SIU, with a fixed big-endian layout, a
 //!   version byte and a trailing CRC-32. `docs/wire.md` documents the layout byte by byte.
 //! * [`topology`]: switches (token managers), hosts and links; routes and logical distances.
+//! * [`reply`]: payloads of the non-isotach replies between SMM nodes (reads, state transfer).
 //! * [`config`]: the TOML cluster configuration that builds a [`topology::Topology`].
 //!
 //! Nothing here does I/O; decoders never panic on any input.
@@ -11,6 +12,7 @@
 
 pub mod config;
 pub mod packet;
+pub mod reply;
 pub mod topology;
 pub mod wave;
 

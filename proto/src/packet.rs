@@ -516,6 +516,9 @@ pub enum SrefOp {
     Assign = 4,
     /// Run a registered handler at its place in the order.
     Msg = 5,
+    /// Copy request of a joining node (state transfer): the holder answers with an image of
+    /// the page of `addr` cut at this place in the order. `ref_id` names the join.
+    Copy = 6,
 }
 
 impl SrefOp {
@@ -526,6 +529,7 @@ impl SrefOp {
             3 => Self::Sched,
             4 => Self::Assign,
             5 => Self::Msg,
+            6 => Self::Copy,
             other => {
                 return Err(DecodeError::OutOfRange {
                     field: "message.op",

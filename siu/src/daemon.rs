@@ -170,6 +170,8 @@ pub struct SiuDaemon<T: Transport> {
     token_in_at: Option<Instant>,
     /// Repeat tokens dropped because the link was full (see [`Token::is_repeat`]).
     repeats_dropped: u64,
+    /// Packets for the host dropped since the application was last up (none attached).
+    absent_dropped: u64,
 }
 
 impl<T: Transport> SiuDaemon<T> {
@@ -223,6 +225,7 @@ impl<T: Transport> SiuDaemon<T> {
             pulse_rate: RateMeter::new(0),
             token_in_at: None,
             repeats_dropped: 0,
+            absent_dropped: 0,
         }
     }
 
@@ -301,6 +304,19 @@ impl<T: Transport> SiuDaemon<T> {
                         peer = self.peer_name(peer),
                         "peer up"
                     );
+                    if peer == PEER_APP {
+                        self.siu.host_attached();
+                    }
+                    if peer == PEER_APP && self.absent_dropped > 0 {
+                        tracing::warn!(
+                            host = self.siu.host(),
+                            dropped = self.absent_dropped,
+                            "application attached: dropped {} packets for the host while none \
+                             was attached (reads and copy requests were refused as absent)",
+                            self.absent_dropped
+                        );
+                        self.absent_dropped = 0;
+                    }
                     if self.rejoin.back(peer, generation) && self.siu.started() {
                         tracing::warn!(
                             host = self.siu.host(),
@@ -432,6 +448,15 @@ impl<T: Transport> SiuDaemon<T> {
             }
         }
         while let Some(b) = self.host_stalled.take().or_else(|| self.siu.poll_host()) {
+            if !self.port.is_up(PEER_APP) {
+                // Nobody would read it: the SIU counts it and answers requests for the host.
+                if self.siu.host_absent(&b).is_err() {
+                    self.host_stalled = Some(b);
+                    break;
+                }
+                self.absent_dropped += 1;
+                continue;
+            }
             if let Offered::Held(b) = self.port.offer(PEER_APP, b, |_| false)? {
                 self.host_stalled = Some(b);
                 break;

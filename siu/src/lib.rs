@@ -253,4 +253,9 @@ pub struct SiuStats {
     pub plain_to_host: u64,
     /// Inputs refused with an error (all kinds).
     pub errors: u64,
+    /// Packets for the host dropped because no application was attached
+    /// ([`Siu::host_absent`]).
+    pub absent_dropped: u64,
+    /// Reads and copy requests answered with an `absent` refusal on the host's behalf.
+    pub absent_replies: u64,
 }

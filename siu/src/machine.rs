@@ -4,8 +4,9 @@ use crate::pulse::{Placement, PulseLog, PulseSlot};
 use crate::{Mode, Route, Side, SiuConfig, SiuError, SiuStats, Transmit};
 use isotach_proto::packet::{
     self, BARRIERS, BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage,
-    Kind, PlainMessage, StartOfIsochron, Token,
+    Kind, PlainMessage, Sref, SrefOp, StartOfIsochron, Token,
 };
+use isotach_proto::reply::{self, HostReply};
 use isotach_proto::topology::{HostId, Topology};
 use isotach_proto::wave::{Arrival, LastTwo, classify, generation_newer, seq_of};
 use std::collections::{BTreeMap, VecDeque};
@@ -67,6 +68,8 @@ pub struct Siu {
     pulses: PulseLog,
     to_host: VecDeque<Vec<u8>>,
     to_net: VecDeque<Transmit>,
+    /// Largest TS of an isotach message handed to the host in this generation.
+    host_ts_max: u64,
     stats: SiuStats,
 }
 
@@ -100,6 +103,7 @@ impl Siu {
             pulses,
             to_host: VecDeque::new(),
             to_net: VecDeque::new(),
+            host_ts_max: 0,
             stats: SiuStats::default(),
             cfg,
         }
@@ -349,6 +353,78 @@ impl Siu {
     }
 
     // ---------------------------------------------------------------------------------------
+    // No application attached
+
+    /// Consumes a packet for the host that no application will read (none is attached): the
+    /// driver hands it here instead of to the host. The packet is counted as dropped; a read or
+    /// a copy request (state transfer) is answered with a refusal marked `absent`, so the
+    /// requester is not left waiting; and the host's next isochron is stamped after the
+    /// packet's pulse, so an application that attaches later orders its admission after every
+    /// request answered on its behalf (`docs/design.md`, "Joining late"). Refused with
+    /// back-pressure, not consumed, when the network queue has no room for the refusal.
+    pub fn host_absent(&mut self, bytes: &[u8]) -> Result<(), SiuError> {
+        self.room(Side::Net, 1)?;
+        self.stats.absent_dropped += 1;
+        if packet::peek_kind(bytes) != Ok(Kind::IsotachMessage) {
+            return Ok(());
+        }
+        let Ok(m) = IsotachMessage::decode(bytes) else {
+            return Ok(());
+        };
+        self.raise_ts_floor(m.ts.saturating_add(1));
+        let Sref::Mem {
+            op, addr, ref_id, ..
+        } = m.sref
+        else {
+            return Ok(());
+        };
+        let answer = match op {
+            SrefOp::Read => HostReply::ReadRefused {
+                ref_id,
+                absent: true,
+            },
+            SrefOp::Copy => HostReply::CopyRefused {
+                page: reply::page_of(addr),
+                join_id: ref_id,
+                absent: true,
+            },
+            _ => return Ok(()),
+        };
+        let mut payload = Vec::with_capacity(reply::COPY_REFUSED_LEN);
+        answer.encode(&mut payload);
+        let plain = PlainMessage {
+            source: self.cfg.host,
+            dest: m.source,
+            payload,
+        };
+        let mut out = Vec::with_capacity(packet::PLAIN_LEN_MIN + reply::COPY_REFUSED_LEN);
+        plain.encode(&mut out);
+        self.stats.absent_replies += 1;
+        self.to_net.push_back(Transmit {
+            route: Route::Host(m.source),
+            bytes: out,
+        });
+        Ok(())
+    }
+
+    /// A (new) application attached to the host: its first isochron is stamped after every
+    /// isotach message handed to the host before, so whatever a previous application received
+    /// and lost is ordered before the new one's admission (`docs/design.md`, "Joining late").
+    pub fn host_attached(&mut self) {
+        self.raise_ts_floor(self.host_ts_max.saturating_add(1));
+    }
+
+    /// Every later isochron of this host gets a TS of at least `ts` (both sequence sets of
+    /// every channel: the next isochron is ordered after it whatever its set).
+    fn raise_ts_floor(&mut self, ts: u64) {
+        for sets in &mut self.latest_ts {
+            for latest in sets.iter_mut() {
+                *latest = (*latest).max(ts);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
     // Non-isotach traffic: passed through at once, FIFO, never waiting on logical time
     // (requirements 20, 22).
 
@@ -390,6 +466,7 @@ impl Siu {
         self.token_deadline_us = None;
         self.open = None;
         self.latest_ts.iter_mut().for_each(|l| *l = [0; 2]);
+        self.host_ts_max = 0;
         self.outstanding.clear();
         self.barriers = [Barrier::default(); BARRIERS];
         self.signals_raised = 0;
@@ -881,6 +958,7 @@ impl Siu {
             }
         }
         // Requirement 21: FIFO, handed over as they arrive.
+        self.host_ts_max = self.host_ts_max.max(ts);
         self.to_host.push_back(bytes.to_vec());
         self.stats.messages_delivered += 1;
         Ok(())

@@ -22,7 +22,7 @@ pub mod testkit;
 
 pub use driver::{LinkError, SharedSmm, SiuLink, Smm, WaitError};
 pub use map::{Addr, LocalMap, MapError, MemoryMap};
-pub use node::{HandlerCall, Isochron, SmmNode};
+pub use node::{HandlerCall, Isochron, JoinReport, JoinStatus, SmmNode};
 
 use isotach_proto::topology::{HostId, Topology};
 use std::sync::Arc;
@@ -65,6 +65,8 @@ pub struct SmmLimits {
     pub scheds_max: usize,
     /// Packets held in pulse buckets.
     pub bucket_packets_max: usize,
+    /// Operations logged for pages catching up after a join (state transfer), all pages.
+    pub join_log_max: usize,
 }
 
 impl Default for SmmLimits {
@@ -76,6 +78,7 @@ impl Default for SmmLimits {
             reads_max: 65_536,
             scheds_max: 4096,
             bucket_packets_max: 1 << 20,
+            join_log_max: 1 << 18,
         }
     }
 }
@@ -108,6 +111,8 @@ pub enum Table {
     Scheds,
     /// Pulse buckets.
     Buckets,
+    /// Operations logged while pages catch up after a join.
+    JoinLog,
 }
 
 /// Errors of the SMM API and of input from the SIU.
@@ -166,6 +171,18 @@ pub enum SmmError {
     /// A barrier already in progress, or a count of zero.
     #[error("barrier {0}: already in progress or zero count")]
     Barrier(usize),
+    /// The node is still getting current copies of its pages (state transfer after
+    /// [`SmmNode::join`]), or its transfer failed ([`SmmNode::join_status`]); or `join` was
+    /// called on a node that already issued isochrons or joined.
+    #[error("this node's copies are not current yet (joining); wait for the join to finish")]
+    Joining,
+    /// The copy a read went to could not answer: that host's copy was not current (it is
+    /// joining), or no application was attached there.
+    #[error("host {host} refused the read: its copy is not current or no application is attached")]
+    ReadRefused {
+        /// The host asked.
+        host: HostId,
+    },
     /// Bytes from the SIU that do not decode or make no sense here.
     #[error("bad input from the SIU: {0}")]
     BadInput(String),
@@ -214,6 +231,18 @@ pub struct SmmStats {
     pub bad_input: u64,
     /// Barriers completed.
     pub barriers_completed: u64,
+    /// Packets `handle_siu` refused for a table limit (the driver holds and retries them).
+    pub refused: u64,
+    /// Reads the copy holder refused (not current there, or no application attached).
+    pub reads_refused: u64,
+    /// Reads, copy requests and other operations that reached a copy not yet current here
+    /// (before this node's admission): refused or discarded.
+    pub refused_not_current: u64,
+    /// Page images sent to joining nodes.
+    pub images_sent: u64,
+    /// EOPs of pulses before this node's admission whose bucket was incomplete (the node
+    /// attached mid-pulse; not a count mismatch).
+    pub partial_pulses: u64,
 }
 
 /// Handle of a read issued in an isochron; resolves to the value read.
@@ -243,6 +272,13 @@ pub enum RecordedOp {
     Sched {
         /// Address.
         addr: Addr,
+    },
+    /// A read the copy holder refused (see [`SmmError::ReadRefused`]).
+    ReadRefused {
+        /// Address.
+        addr: Addr,
+        /// The host that refused.
+        host: HostId,
     },
     /// An assign.
     Assign {

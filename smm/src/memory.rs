@@ -15,6 +15,7 @@ use crate::{OrderKey, SmmError, map::Addr};
 /// copy tells them apart by their messages' sequums, this host's copy by the position).
 pub(crate) type SchedId = (OrderKey, u32);
 use isotach_proto::packet::Width;
+use isotach_proto::reply::{ImageEntry, ImageSched};
 use isotach_proto::topology::HostId;
 use std::collections::HashMap;
 
@@ -172,6 +173,75 @@ impl Memory {
             !hit
         });
         Ok(released)
+    }
+
+    /// The page's variables as a state-transfer image: every variable that is non-zero or
+    /// has unresolved scheds. Reads waiting here are not part of it: they were sent to this
+    /// copy and this copy answers them.
+    pub(crate) fn image(&self, page: u32) -> Vec<ImageEntry> {
+        let Some(vars) = self.pages.get(&page) else {
+            return Vec::new();
+        };
+        vars.iter()
+            .enumerate()
+            .filter(|(_, v)| v.value != 0 || !v.scheds.is_empty())
+            .map(|(slot, v)| ImageEntry {
+                slot: slot as u32,
+                value: v.value,
+                pending: v
+                    .pending
+                    .and_then(|p| v.scheds.iter().position(|&(k, _)| k == p))
+                    .map(|i| i as u16),
+                scheds: v
+                    .scheds
+                    .iter()
+                    .map(|&((key, pos), host)| ImageSched {
+                        ts: key.ts,
+                        source: key.source,
+                        sequum: key.sequum,
+                        sub: key.sub,
+                        pos,
+                        host,
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Replaces the page with an image (entries for slots beyond the page are refused).
+    pub(crate) fn install(&mut self, page: u32, image: &[ImageEntry]) -> Result<(), SmmError> {
+        let slots = self.slots_per_page;
+        let vars = self
+            .pages
+            .get_mut(&page)
+            .ok_or(SmmError::NotACopy(Addr::new(page, 0)))?;
+        if let Some(e) = image.iter().find(|e| e.slot >= slots) {
+            return Err(SmmError::Unmapped(Addr::new(page, e.slot)));
+        }
+        vars.iter_mut().for_each(|v| *v = Var::default());
+        for e in image {
+            let scheds: Vec<(SchedId, HostId)> = e
+                .scheds
+                .iter()
+                .map(|s| {
+                    let key = OrderKey {
+                        ts: s.ts,
+                        source: s.source,
+                        sequum: s.sequum,
+                        sub: s.sub,
+                    };
+                    ((key, s.pos), s.host)
+                })
+                .collect();
+            let var = &mut vars[e.slot as usize];
+            var.value = e.value;
+            var.pending = e
+                .pending
+                .and_then(|p| scheds.get(usize::from(p)))
+                .map(|s| s.0);
+            var.scheds = scheds;
+        }
+        Ok(())
     }
 
     /// Reads waiting now and the most that ever waited.

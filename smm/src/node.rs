@@ -7,8 +7,12 @@ use isotach_proto::packet::{
     self, BARRIERS, BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage,
     Kind, MSG_PAYLOAD_MAX, PlainMessage, SORT_VECTOR_MAX, Sref, SrefOp, StartOfIsochron, Width,
 };
+use isotach_proto::reply::HostReply;
 use isotach_proto::topology::{HostId, Topology};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+
+mod join;
+pub use join::{JoinReport, JoinStatus};
 
 /// What a message handler is told.
 #[derive(Debug)]
@@ -23,10 +27,6 @@ pub struct HandlerCall<'a> {
 
 type Handler = Box<dyn FnMut(&HandlerCall<'_>) + Send>;
 type SignalHandler = Box<dyn FnMut(u8, u64) + Send>;
-
-/// Tag of a read reply in a non-isotach payload.
-const READ_REPLY: u8 = 1;
-const READ_REPLY_LEN: usize = 1 + 4 + 8;
 
 /// An operation as the application asked for it.
 #[derive(Debug, Clone)]
@@ -46,6 +46,8 @@ enum LocalOp {
     Sched(Addr),
     Assign(Addr, Width, u64),
     Message(u16, Vec<u8>),
+    /// A join's admission of a page (state transfer): operations on it are logged from here.
+    Admit(u32),
 }
 
 /// An issued isochron waiting in the hit buffer.
@@ -56,6 +58,8 @@ struct HitEntry {
     remote: bool,
     ops: Vec<LocalOp>,
     record: Option<usize>,
+    /// A join's admission isochron (not the application's: not counted in the stats).
+    admission: bool,
 }
 
 /// A packet in a pulse bucket.
@@ -82,6 +86,8 @@ enum ReadSlot {
         record: Option<(usize, usize)>,
     },
     Ready(u64),
+    /// The copy asked was not current (joining) or had no application: refused by this host.
+    Refused(HostId),
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -114,6 +120,11 @@ pub struct SmmNode {
     records: Vec<ExecRecord>,
     /// Reused by every drain: the execution order of a bucket (no allocation per sref).
     order: Vec<u32>,
+    /// Pages not current yet (state transfer, [`SmmNode::join`]).
+    joins: BTreeMap<u32, join::PageJoin>,
+    /// Operations on catching-up pages after their admission, in order: (page, message).
+    join_log: Vec<(u32, IsotachMessage)>,
+    join: join::JoinState,
     stats: SmmStats,
 }
 
@@ -138,7 +149,9 @@ pub struct Isochron<'a> {
 }
 
 impl SmmNode {
-    /// A node for `cfg.host` with zeroed local copies of its pages.
+    /// A node for `cfg.host` with zeroed local copies of its pages, current from the start:
+    /// for a node that starts together with logical time and every other copy (one process,
+    /// the simulator). A node that attaches to running daemons calls [`SmmNode::join`].
     pub fn new(cfg: SmmConfig) -> Self {
         let map = LocalMap::new(&cfg.map, &cfg.topology, cfg.host);
         let memory = Memory::new(map.local_pages(), cfg.limits.slots_per_page);
@@ -163,6 +176,9 @@ impl SmmNode {
             to_siu: VecDeque::new(),
             records: Vec::new(),
             order: Vec::with_capacity(SORT_VECTOR_MAX),
+            joins: BTreeMap::new(),
+            join_log: Vec::new(),
+            join: join::JoinState::default(),
             stats: SmmStats::default(),
             cfg,
         }
@@ -201,6 +217,7 @@ impl SmmNode {
     /// has resolved and nothing is queued for the SIU.
     pub fn is_idle(&self) -> bool {
         self.hit.is_empty()
+            && self.joins.is_empty()
             && self.buckets.is_empty()
             && self.to_siu.is_empty()
             && self.reads.values().all(|r| matches!(r, ReadSlot::Ready(_)))
@@ -224,17 +241,24 @@ impl SmmNode {
         }
     }
 
-    /// Takes a resolved read's value and frees its handle.
+    /// The read resolved or was refused: [`SmmNode::take_read`] has its outcome.
+    pub fn read_settled(&self, h: ReadHandle) -> bool {
+        !matches!(self.reads.get(&h.0), Some(ReadSlot::Waiting { .. }))
+    }
+
+    /// Takes a resolved read's value and frees its handle. A read the copy holder refused
+    /// (its copy was not current, or no application was attached there) is
+    /// [`SmmError::ReadRefused`].
     pub fn take_read(&mut self, h: ReadHandle) -> Result<Option<u64>, SmmError> {
-        match self.reads.get(&h.0) {
-            None => Err(SmmError::UnknownRead),
-            Some(ReadSlot::Waiting { .. }) => Ok(None),
-            Some(&ReadSlot::Ready(v)) => {
-                self.reads.remove(&h.0);
-                self.stats.reads_outstanding = self.reads.len() as u64;
-                Ok(Some(v))
-            }
-        }
+        let outcome = match self.reads.get(&h.0) {
+            None => return Err(SmmError::UnknownRead),
+            Some(ReadSlot::Waiting { .. }) => return Ok(None),
+            Some(&ReadSlot::Ready(v)) => Ok(Some(v)),
+            Some(&ReadSlot::Refused(host)) => Err(SmmError::ReadRefused { host }),
+        };
+        self.reads.remove(&h.0);
+        self.stats.reads_outstanding = self.reads.len() as u64;
+        outcome
     }
 
     /// Registers the handler run by `message` srefs naming `handler`, at their place in the
@@ -330,8 +354,10 @@ impl SmmNode {
     /// or a non-isotach message (read replies).
     pub fn handle_siu(&mut self, bytes: &[u8]) -> Result<(), SmmError> {
         let r = self.siu_input(bytes);
-        if let Err(SmmError::BadInput(_)) = &r {
-            self.stats.bad_input += 1;
+        match &r {
+            Err(SmmError::BadInput(_)) => self.stats.bad_input += 1,
+            Err(SmmError::Limit(_)) => self.stats.refused += 1,
+            _ => {}
         }
         r
     }
@@ -387,14 +413,37 @@ impl SmmNode {
     }
 
     fn plain(&mut self, p: &PlainMessage) -> Result<(), SmmError> {
-        let b = &p.payload;
-        if b.len() != READ_REPLY_LEN || b[0] != READ_REPLY {
-            return Err(SmmError::BadInput("unknown non-isotach payload".into()));
+        let r = HostReply::decode(&p.payload)
+            .map_err(|e| SmmError::BadInput(format!("non-isotach payload: {e}")))?;
+        match r {
+            HostReply::ReadValue { ref_id, value } => self.resolve_read(ref_id, value),
+            HostReply::ReadRefused { ref_id, .. } => self.refuse_read(ref_id, p.source),
+            HostReply::CopyRefused { .. } | HostReply::PageImage { .. } => {
+                self.join_reply(p.source, &r)
+            }
         }
-        let ref_id = u32::from_be_bytes([b[1], b[2], b[3], b[4]]);
-        let mut v = [0u8; 8];
-        v.copy_from_slice(&b[5..13]);
-        self.resolve_read(ref_id, u64::from_be_bytes(v))
+    }
+
+    fn refuse_read(&mut self, ref_id: u32, host: HostId) -> Result<(), SmmError> {
+        let Some(slot) = self.reads.get_mut(&ref_id) else {
+            return Err(SmmError::BadInput(format!(
+                "refusal for unknown read {ref_id}"
+            )));
+        };
+        let ReadSlot::Waiting { record } = *slot else {
+            return Err(SmmError::BadInput(format!(
+                "refusal after a reply for read {ref_id}"
+            )));
+        };
+        *slot = ReadSlot::Refused(host);
+        self.stats.reads_refused += 1;
+        if let Some((r, op)) = record
+            && let Some(rec) = self.records[r].ops.get_mut(op)
+            && let RecordedOp::Read { addr, .. } = *rec
+        {
+            *rec = RecordedOp::ReadRefused { addr, host };
+        }
+        Ok(())
     }
 
     fn resolve_read(&mut self, ref_id: u32, value: u64) -> Result<(), SmmError> {
@@ -443,6 +492,7 @@ impl SmmNode {
 
     /// Fills `self.order` with bucket indices in execution order.
     fn order_bucket(&mut self, eop: &EopMarker, bucket: &[Bucketed]) {
+        let partial = self.partial_pulse(eop.ts);
         let order = &mut self.order;
         order.clear();
         let n = bucket.len();
@@ -450,7 +500,11 @@ impl SmmNode {
         let usable =
             !eop.repeat && eop.count as usize == n && vector.len() == n.min(SORT_VECTOR_MAX);
         if !eop.repeat && eop.count as usize != n {
-            self.stats.count_mismatches += 1;
+            if partial {
+                self.stats.partial_pulses += 1;
+            } else {
+                self.stats.count_mismatches += 1;
+            }
         }
         if !usable {
             order.extend(0..n as u32);
@@ -540,15 +594,21 @@ impl SmmNode {
                 }
                 LocalOp::Assign(addr, width, value) => self.assign(addr, width, value, me),
                 LocalOp::Message(handler, payload) => self.call(handler, me, key.ts, &payload),
+                LocalOp::Admit(page) => self.admit(page, key.ts),
             }
         }
         if let Some(r) = entry.record {
             self.records[r].key = Some(key);
         }
-        self.stats.isochrons_executed += 1;
+        if !entry.admission {
+            self.stats.isochrons_executed += 1;
+        }
     }
 
     fn execute_message(&mut self, ts: u64, m: &IsotachMessage) {
+        if self.intercept(m) {
+            return;
+        }
         self.stats.srefs_executed += 1;
         let key = OrderKey {
             ts,
@@ -577,6 +637,18 @@ impl SmmNode {
                     SrefOp::Assign => {
                         self.assign(addr, *width, *value, m.source);
                         Ok(())
+                    }
+                    SrefOp::Copy => {
+                        if self
+                            .map
+                            .copyset(addr.page())
+                            .is_some_and(|c| c.contains(&self.cfg.host))
+                        {
+                            self.send_image(addr.page(), m.source, *ref_id);
+                            Ok(())
+                        } else {
+                            Err(SmmError::NotACopy(addr))
+                        }
                     }
                     SrefOp::Msg => Ok(()),
                 };
@@ -609,18 +681,7 @@ impl SmmNode {
             let _ = self.resolve_read(ref_id, value);
             return;
         }
-        let mut payload = Vec::with_capacity(READ_REPLY_LEN);
-        payload.push(READ_REPLY);
-        payload.extend_from_slice(&ref_id.to_be_bytes());
-        payload.extend_from_slice(&value.to_be_bytes());
-        let p = PlainMessage {
-            source: self.cfg.host,
-            dest: requester,
-            payload,
-        };
-        let mut out = Vec::with_capacity(packet::PLAIN_LEN_MIN + READ_REPLY_LEN);
-        p.encode(&mut out);
-        self.to_siu.push_back(out);
+        self.send_reply(requester, &HostReply::ReadValue { ref_id, value });
     }
 
     fn call(&mut self, handler: u16, source: HostId, ts: u64, payload: &[u8]) {
@@ -773,15 +834,35 @@ impl SmmNode {
     }
 
     fn issue(&mut self, ops: Vec<Planned>) -> Result<(), SmmError> {
+        self.check_not_joining()?;
         if self.hit.len() >= self.cfg.limits.hit_buffer_max {
             return Err(SmmError::Limit(Table::HitBuffer));
         }
         self.account_scheds(&ops)?;
         let (local, remote) = self.split(&ops);
         let record = self.record_for(&ops);
+        self.stats.isochrons_issued += 1;
+        self.enqueue(local, &remote, record, false);
+        Ok(())
+    }
+
+    /// Issues a join's admission isochron (see [`SmmNode::join`]).
+    fn enqueue_admission(&mut self, local: Vec<LocalOp>, remote: Vec<(HostId, Sref)>) {
+        if !local.is_empty() {
+            self.enqueue(local, &remote, None, true);
+        }
+    }
+
+    /// Puts an isochron in the hit buffer (sending its remote part) or runs it at once.
+    fn enqueue(
+        &mut self,
+        local: Vec<LocalOp>,
+        remote: &[(HostId, Sref)],
+        record: Option<usize>,
+        admission: bool,
+    ) {
         let iso_id = self.next_iso_id;
         self.next_iso_id = self.next_iso_id.wrapping_add(1);
-        self.stats.isochrons_issued += 1;
         let index = self.issued;
         self.issued += 1;
         let entry = HitEntry {
@@ -789,9 +870,10 @@ impl SmmNode {
             remote: !remote.is_empty(),
             ops: local,
             record,
+            admission,
         };
         if entry.remote {
-            self.send_isochron(iso_id, index, &remote);
+            self.send_isochron(iso_id, index, remote);
             self.markers_outstanding += 1;
             self.stats.markers_outstanding_max = self
                 .stats
@@ -807,12 +889,13 @@ impl SmmNode {
                 sub: 0,
             };
             self.immediate += 1;
-            self.stats.isochrons_immediate += 1;
+            if !admission {
+                self.stats.isochrons_immediate += 1;
+            }
             self.run_local(entry, key);
         } else {
             self.hit.push_back(entry);
         }
-        Ok(())
     }
 
     /// Checks assigns against this host's unassigned scheds (in program order) and commits

@@ -22,6 +22,8 @@ struct Cluster {
     tms: Vec<TokenManager>,
     sius: Vec<Siu>,
     nodes: Vec<SmmNode>,
+    /// Hosts with no application attached (their SIU answers for them).
+    absent: Vec<bool>,
     queue: VecDeque<(To, Vec<u8>)>,
 }
 
@@ -55,31 +57,47 @@ impl Cluster {
                 })
             })
             .collect();
-        let nodes = (0..hosts)
-            .map(|h| {
-                SmmNode::new(SmmConfig {
-                    host: h as u16,
-                    topology: topo.clone(),
-                    map: map.clone(),
-                    limits: SmmLimits {
-                        slots_per_page: 16,
-                        ..SmmLimits::default()
-                    },
-                    record: true,
-                })
-            })
-            .collect();
+        let nodes = (0..hosts).map(|h| Self::node(h, &topo, &map)).collect();
         let mut c = Self {
             topo,
             tms,
             sius,
             nodes,
+            absent: vec![false; hosts],
             queue: VecDeque::new(),
         };
         c.sius[0].start(0);
         c.collect();
         c.run_until(|c| c.sius.iter().all(Siu::started));
         c
+    }
+
+    fn node(h: usize, topo: &Arc<Topology>, map: &Arc<MemoryMap>) -> SmmNode {
+        SmmNode::new(SmmConfig {
+            host: h as u16,
+            topology: topo.clone(),
+            map: map.clone(),
+            limits: SmmLimits {
+                slots_per_page: 16,
+                ..SmmLimits::default()
+            },
+            record: true,
+        })
+    }
+
+    /// Host `h`'s application goes away: its SIU answers for it from now on.
+    fn detach(&mut self, h: usize) {
+        self.absent[h] = true;
+    }
+
+    /// A new application attaches at host `h` and joins.
+    fn attach_and_join(&mut self, h: usize) {
+        let map = self.nodes[h].cfg.map.clone();
+        self.nodes[h] = Self::node(h, &self.topo, &map);
+        self.absent[h] = false;
+        self.sius[h].host_attached();
+        self.nodes[h].join().unwrap();
+        self.collect();
     }
 
     /// Moves every output into the queue.
@@ -130,6 +148,7 @@ impl Cluster {
             To::Tm(s, link) => self.tms[s].handle_input(0, link, &bytes).unwrap(),
             To::SiuNet(h) => self.sius[h].handle_net(0, &bytes).unwrap(),
             To::SiuHost(h) => self.sius[h].handle_host(0, &bytes).unwrap(),
+            To::Node(h) if self.absent[h] => self.sius[h].host_absent(&bytes).unwrap(),
             To::Node(h) => self.nodes[h].handle_siu(&bytes).unwrap(),
         }
         self.collect();
@@ -521,4 +540,93 @@ fn pulses_going_back_report_a_restart_of_logical_time() {
         SmmError::Restarted { ts: 2, drained: 5 }
     );
     assert_eq!(node.stats().bad_input, 0, "a restart is not bad input");
+}
+
+fn write_all(c: &mut Cluster, from: usize, page: u32, base: u64) {
+    let mut iso = c.nodes[from].isochron();
+    for slot in 0..4 {
+        iso.write(Addr::new(page, slot), Width::W64, base + u64::from(slot))
+            .unwrap();
+    }
+    iso.end().unwrap();
+}
+
+#[test]
+fn a_restarted_node_gets_an_image_and_every_later_operation() {
+    let mut c = Cluster::new(3, 1, map("0 0 1 2\n", 3));
+    write_all(&mut c, 0, 0, 100);
+    // Host 2 schedules slot 3: the sched travels in the image, its assign after the join.
+    let mut iso = c.nodes[2].isochron();
+    iso.sched(Addr::new(0, 3)).unwrap();
+    iso.end().unwrap();
+    c.quiesce();
+    c.detach(1);
+    write_all(&mut c, 0, 0, 200); // while host 1 has no application
+    c.attach_and_join(1);
+    assert_eq!(
+        c.nodes[1].isochron().end(),
+        Err(SmmError::EmptyIsochron),
+        "empty isochrons are refused first"
+    );
+    let mut iso = c.nodes[1].isochron();
+    iso.write(Addr::new(0, 0), Width::W64, 1).unwrap();
+    assert_eq!(iso.end(), Err(SmmError::Joining));
+    write_all(&mut c, 2, 0, 300); // during the join
+    c.run_until(|c| c.nodes[1].join_status() == JoinStatus::Current);
+    let mut iso = c.nodes[2].isochron();
+    iso.assign(Addr::new(0, 3), Width::W64, 7).unwrap();
+    iso.end().unwrap();
+    c.quiesce();
+    let report = c.nodes[1].join_report().unwrap();
+    assert_eq!(report.pages_recovered, vec![0]);
+    assert!(report.pages_started_empty.is_empty());
+    for slot in 0..3 {
+        let a = Addr::new(0, slot);
+        assert_eq!(c.nodes[1].local_value(a), Some(300 + u64::from(slot)));
+        assert_eq!(c.nodes[1].local_value(a), c.nodes[0].local_value(a));
+    }
+    assert_eq!(c.nodes[1].snapshot(), c.nodes[0].snapshot());
+    assert_eq!(c.nodes[1].local_value(Addr::new(0, 3)), Some(303));
+    // The rejoined copy serves reads and runs isochrons.
+    let mut iso = c.nodes[1].isochron();
+    let r = iso.read(Addr::new(0, 1), Width::W64).unwrap();
+    iso.end().unwrap();
+    c.quiesce();
+    assert_eq!(c.nodes[1].take_read(r), Ok(Some(301)));
+    assert!(
+        c.nodes[1].stats().images_sent == 0
+            && c.nodes[0].stats().images_sent + c.nodes[2].stats().images_sent >= 1
+    );
+}
+
+#[test]
+fn a_page_without_a_live_copy_starts_empty_and_is_reported() {
+    let mut c = Cluster::new(3, 1, map("0 1 2\n1 0 1\n", 3));
+    write_all(&mut c, 0, 0, 10);
+    write_all(&mut c, 0, 1, 20);
+    c.quiesce();
+    c.detach(2);
+    c.detach(1);
+    c.attach_and_join(1);
+    c.run_until(|c| c.nodes[1].join_status() == JoinStatus::Current);
+    let report = c.nodes[1].join_report().unwrap().clone();
+    assert_eq!(
+        report.pages_started_empty,
+        vec![0],
+        "host 2 had no application"
+    );
+    assert_eq!(report.pages_recovered, vec![1], "host 0 holds page 1");
+    assert_eq!(c.nodes[1].local_value(Addr::new(0, 1)), Some(0));
+    assert_eq!(c.nodes[1].local_value(Addr::new(1, 1)), Some(21));
+    assert!(c.sius[2].stats().absent_replies >= 1);
+    // A read sent to the absent host is refused, not left waiting.
+    c.nodes[0] = Cluster::node(0, &c.topo, &Arc::new(map("0 2\n1 0 1\n", 3)));
+    let mut iso = c.nodes[0].isochron();
+    let r = iso.read(Addr::new(0, 0), Width::W64).unwrap();
+    iso.end().unwrap();
+    c.run_until(|c| c.nodes[0].read_settled(r));
+    assert_eq!(
+        c.nodes[0].take_read(r),
+        Err(SmmError::ReadRefused { host: 2 })
+    );
 }

@@ -1,0 +1,438 @@
+//! Payloads of the non-isotach messages one SMM node (or, for an absent application, its
+//! SIU) sends another: read replies, refusals and page images of a state transfer. They ride
+//! in a [`PlainMessage`](crate::packet::PlainMessage), which carries the CRC; the layout is
+//! in `docs/wire.md`. Decoders validate every length, tag and index and never panic.
+
+use crate::packet::{DecodeError, PLAIN_PAYLOAD_MAX};
+
+/// Tag of [`HostReply::ReadValue`].
+const TAG_READ_VALUE: u8 = 1;
+/// Tag of [`HostReply::ReadRefused`].
+const TAG_READ_REFUSED: u8 = 2;
+/// Tag of [`HostReply::CopyRefused`].
+const TAG_COPY_REFUSED: u8 = 3;
+/// Tag of [`HostReply::PageImage`].
+const TAG_PAGE_IMAGE: u8 = 4;
+
+/// Length of a read value reply.
+pub const READ_VALUE_LEN: usize = 1 + 4 + 8;
+/// Length of a read refusal.
+pub const READ_REFUSED_LEN: usize = 1 + 4 + 1;
+/// Length of a copy refusal.
+pub const COPY_REFUSED_LEN: usize = 1 + 4 + 4 + 1;
+/// Length of a page image chunk's header (entries follow).
+pub const IMAGE_HEADER_LEN: usize = 1 + 4 + 4 + 2 + 2;
+/// Most entry bytes in one image chunk.
+pub const IMAGE_CHUNK_BYTES_MAX: usize = PLAIN_PAYLOAD_MAX - IMAGE_HEADER_LEN;
+/// Length of one sched in an image entry.
+pub const IMAGE_SCHED_LEN: usize = 8 + 2 + 8 + 4 + 4 + 2;
+/// Length of an image entry without its scheds.
+pub const IMAGE_ENTRY_LEN_MIN: usize = 4 + 8 + 2 + 2;
+/// Value of [`ImageEntry::pending`] on the wire when the variable is substantiated.
+const NO_PENDING: u16 = u16::MAX;
+
+/// The page of a shared address as srefs carry it (page in the high 32 bits, slot in the low).
+pub fn page_of(addr: u64) -> u32 {
+    (addr >> 32) as u32
+}
+
+/// A reply from one host's SMM (or its SIU, when no application is attached) to another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostReply<'a> {
+    /// The value of a read.
+    ReadValue {
+        /// The requester's read reference.
+        ref_id: u32,
+        /// The value.
+        value: u64,
+    },
+    /// A read the copy could not answer: it is not current (joining), or no application is
+    /// attached at that host (`absent`).
+    ReadRefused {
+        /// The requester's read reference.
+        ref_id: u32,
+        /// Sent by the SIU of a host without an application.
+        absent: bool,
+    },
+    /// A copy request the holder could not answer at its place in the order: the holder's
+    /// copy was not current there, or no application is attached (`absent`).
+    CopyRefused {
+        /// The page asked for.
+        page: u32,
+        /// The joiner's join id.
+        join_id: u32,
+        /// Sent by the SIU of a host without an application.
+        absent: bool,
+    },
+    /// One chunk of a page image cut at the copy request's place in the order.
+    PageImage {
+        /// The page.
+        page: u32,
+        /// The joiner's join id.
+        join_id: u32,
+        /// This chunk's index (from 0).
+        chunk: u16,
+        /// Chunks in the image (at least 1).
+        chunks: u16,
+        /// Encoded [`ImageEntry`]s; decode with [`ImageEntry::decode_all`].
+        entries: &'a [u8],
+    },
+}
+
+impl HostReply<'_> {
+    /// Appends the encoded payload.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match *self {
+            Self::ReadValue { ref_id, value } => {
+                out.push(TAG_READ_VALUE);
+                out.extend_from_slice(&ref_id.to_be_bytes());
+                out.extend_from_slice(&value.to_be_bytes());
+            }
+            Self::ReadRefused { ref_id, absent } => {
+                out.push(TAG_READ_REFUSED);
+                out.extend_from_slice(&ref_id.to_be_bytes());
+                out.push(u8::from(absent));
+            }
+            Self::CopyRefused {
+                page,
+                join_id,
+                absent,
+            } => {
+                out.push(TAG_COPY_REFUSED);
+                out.extend_from_slice(&page.to_be_bytes());
+                out.extend_from_slice(&join_id.to_be_bytes());
+                out.push(u8::from(absent));
+            }
+            Self::PageImage {
+                page,
+                join_id,
+                chunk,
+                chunks,
+                entries,
+            } => {
+                debug_assert!(entries.len() <= IMAGE_CHUNK_BYTES_MAX);
+                debug_assert!(chunk < chunks);
+                out.push(TAG_PAGE_IMAGE);
+                out.extend_from_slice(&page.to_be_bytes());
+                out.extend_from_slice(&join_id.to_be_bytes());
+                out.extend_from_slice(&chunk.to_be_bytes());
+                out.extend_from_slice(&chunks.to_be_bytes());
+                out.extend_from_slice(entries);
+            }
+        }
+    }
+
+    /// Decodes a payload. Image entries are only checked for size here; decode them with
+    /// [`ImageEntry::decode_all`].
+    pub fn decode(b: &[u8]) -> Result<HostReply<'_>, DecodeError> {
+        let tag = *b.first().ok_or(DecodeError::Short { need: 1, got: 0 })?;
+        let exact = |len: usize| match b.len().cmp(&len) {
+            std::cmp::Ordering::Less => Err(DecodeError::Short {
+                need: len,
+                got: b.len(),
+            }),
+            std::cmp::Ordering::Greater => Err(DecodeError::Long {
+                max: len,
+                got: b.len(),
+            }),
+            std::cmp::Ordering::Equal => Ok(()),
+        };
+        let flag = |v: u8| match v {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(DecodeError::OutOfRange {
+                field: "reply.absent",
+                value: u64::from(other),
+            }),
+        };
+        match tag {
+            TAG_READ_VALUE => {
+                exact(READ_VALUE_LEN)?;
+                Ok(HostReply::ReadValue {
+                    ref_id: be32(&b[1..5]),
+                    value: be64(&b[5..13]),
+                })
+            }
+            TAG_READ_REFUSED => {
+                exact(READ_REFUSED_LEN)?;
+                Ok(HostReply::ReadRefused {
+                    ref_id: be32(&b[1..5]),
+                    absent: flag(b[5])?,
+                })
+            }
+            TAG_COPY_REFUSED => {
+                exact(COPY_REFUSED_LEN)?;
+                Ok(HostReply::CopyRefused {
+                    page: be32(&b[1..5]),
+                    join_id: be32(&b[5..9]),
+                    absent: flag(b[9])?,
+                })
+            }
+            TAG_PAGE_IMAGE => {
+                if b.len() < IMAGE_HEADER_LEN {
+                    return Err(DecodeError::Short {
+                        need: IMAGE_HEADER_LEN,
+                        got: b.len(),
+                    });
+                }
+                let chunk = be16(&b[9..11]);
+                let chunks = be16(&b[11..13]);
+                if chunks == 0 || chunk >= chunks {
+                    return Err(DecodeError::OutOfRange {
+                        field: "image.chunk",
+                        value: u64::from(chunk),
+                    });
+                }
+                Ok(HostReply::PageImage {
+                    page: be32(&b[1..5]),
+                    join_id: be32(&b[5..9]),
+                    chunk,
+                    chunks,
+                    entries: &b[IMAGE_HEADER_LEN..],
+                })
+            }
+            other => Err(DecodeError::OutOfRange {
+                field: "reply.tag",
+                value: u64::from(other),
+            }),
+        }
+    }
+}
+
+/// An unresolved sched of a variable in a page image: where it sits in the holder's order
+/// (its isochron's timestamp, source, sequum and sub-position, and its position among that
+/// isochron's operations) and which host scheduled it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ImageSched {
+    /// Pulse.
+    pub ts: u64,
+    /// Source of the isochron.
+    pub source: u16,
+    /// Sequum.
+    pub sequum: u64,
+    /// Place behind an isochron marker.
+    pub sub: u32,
+    /// Position among the isochron's operations.
+    pub pos: u32,
+    /// The scheduling host (whose assign resolves it).
+    pub host: u16,
+}
+
+/// One variable of a page image: its slot, value and unresolved scheds. Variables that are
+/// zero and have no sched are left out of an image.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ImageEntry {
+    /// Slot in the page.
+    pub slot: u32,
+    /// Value.
+    pub value: u64,
+    /// Index into `scheds` of the sched the variable is unsubstantiated by, if any.
+    pub pending: Option<u16>,
+    /// Unresolved scheds, oldest first.
+    pub scheds: Vec<ImageSched>,
+}
+
+impl ImageEntry {
+    /// Encoded length.
+    pub fn encoded_len(&self) -> usize {
+        IMAGE_ENTRY_LEN_MIN + self.scheds.len() * IMAGE_SCHED_LEN
+    }
+
+    /// Appends the encoded entry.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        debug_assert!(self.scheds.len() < usize::from(u16::MAX));
+        debug_assert!(
+            self.pending
+                .is_none_or(|p| usize::from(p) < self.scheds.len())
+        );
+        out.extend_from_slice(&self.slot.to_be_bytes());
+        out.extend_from_slice(&self.value.to_be_bytes());
+        out.extend_from_slice(&self.pending.unwrap_or(NO_PENDING).to_be_bytes());
+        out.extend_from_slice(&(self.scheds.len() as u16).to_be_bytes());
+        for s in &self.scheds {
+            out.extend_from_slice(&s.ts.to_be_bytes());
+            out.extend_from_slice(&s.source.to_be_bytes());
+            out.extend_from_slice(&s.sequum.to_be_bytes());
+            out.extend_from_slice(&s.sub.to_be_bytes());
+            out.extend_from_slice(&s.pos.to_be_bytes());
+            out.extend_from_slice(&s.host.to_be_bytes());
+        }
+    }
+
+    /// Decodes every entry of an image chunk; the bytes must hold whole entries only.
+    pub fn decode_all(mut b: &[u8]) -> Result<Vec<ImageEntry>, DecodeError> {
+        let mut out = Vec::new();
+        while !b.is_empty() {
+            if b.len() < IMAGE_ENTRY_LEN_MIN {
+                return Err(DecodeError::Short {
+                    need: IMAGE_ENTRY_LEN_MIN,
+                    got: b.len(),
+                });
+            }
+            let n = usize::from(be16(&b[14..16]));
+            let len = IMAGE_ENTRY_LEN_MIN + n * IMAGE_SCHED_LEN;
+            if b.len() < len {
+                return Err(DecodeError::Short {
+                    need: len,
+                    got: b.len(),
+                });
+            }
+            let pending = match be16(&b[12..14]) {
+                NO_PENDING => None,
+                p if usize::from(p) < n => Some(p),
+                p => {
+                    return Err(DecodeError::OutOfRange {
+                        field: "image.pending",
+                        value: u64::from(p),
+                    });
+                }
+            };
+            let scheds = b[IMAGE_ENTRY_LEN_MIN..len]
+                .chunks_exact(IMAGE_SCHED_LEN)
+                .map(|s| ImageSched {
+                    ts: be64(&s[0..8]),
+                    source: be16(&s[8..10]),
+                    sequum: be64(&s[10..18]),
+                    sub: be32(&s[18..22]),
+                    pos: be32(&s[22..26]),
+                    host: be16(&s[26..28]),
+                })
+                .collect();
+            out.push(ImageEntry {
+                slot: be32(&b[0..4]),
+                value: be64(&b[4..12]),
+                pending,
+                scheds,
+            });
+            b = &b[len..];
+        }
+        Ok(out)
+    }
+}
+
+/// Splits `entries` into chunk bodies of at most [`IMAGE_CHUNK_BYTES_MAX`] bytes, whole
+/// entries each; an empty image is one empty chunk. `None` when an entry alone exceeds a
+/// chunk (more scheds on one variable than a chunk holds) or there are more than `u16::MAX`
+/// chunks.
+pub fn image_chunks(entries: &[ImageEntry]) -> Option<Vec<Vec<u8>>> {
+    let mut chunks = vec![Vec::new()];
+    for e in entries {
+        let len = e.encoded_len();
+        if len > IMAGE_CHUNK_BYTES_MAX {
+            return None;
+        }
+        let last = chunks.last_mut().expect("at least one chunk");
+        if last.len() + len > IMAGE_CHUNK_BYTES_MAX {
+            chunks.push(Vec::new());
+        }
+        e.encode(chunks.last_mut().expect("at least one chunk"));
+    }
+    (chunks.len() <= usize::from(u16::MAX)).then_some(chunks)
+}
+
+fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
+}
+
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn be64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(slot: u32, scheds: usize) -> ImageEntry {
+        ImageEntry {
+            slot,
+            value: u64::from(slot) * 3,
+            pending: scheds.checked_sub(1).map(|p| p as u16),
+            scheds: (0..scheds)
+                .map(|i| ImageSched {
+                    ts: i as u64,
+                    source: 2,
+                    sequum: 9,
+                    sub: 1,
+                    pos: 0,
+                    host: 3,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        let entries = [entry(1, 0), entry(7, 2)];
+        let mut body = Vec::new();
+        for e in &entries {
+            e.encode(&mut body);
+        }
+        for r in [
+            HostReply::ReadValue {
+                ref_id: 7,
+                value: u64::MAX,
+            },
+            HostReply::ReadRefused {
+                ref_id: 1,
+                absent: true,
+            },
+            HostReply::CopyRefused {
+                page: 4,
+                join_id: 2,
+                absent: false,
+            },
+            HostReply::PageImage {
+                page: 4,
+                join_id: 2,
+                chunk: 1,
+                chunks: 3,
+                entries: &body,
+            },
+        ] {
+            let mut out = Vec::new();
+            r.encode(&mut out);
+            assert_eq!(HostReply::decode(&out), Ok(r));
+        }
+        assert_eq!(ImageEntry::decode_all(&body).unwrap(), entries);
+    }
+
+    #[test]
+    fn bad_payloads_are_refused() {
+        assert!(HostReply::decode(&[]).is_err());
+        assert!(HostReply::decode(&[9, 0, 0]).is_err());
+        assert!(HostReply::decode(&[TAG_READ_VALUE, 0, 0]).is_err());
+        assert!(HostReply::decode(&[TAG_READ_REFUSED, 0, 0, 0, 1, 2]).is_err());
+        let mut img = vec![TAG_PAGE_IMAGE, 0, 0, 0, 1, 0, 0, 0, 1, 0, 2, 0, 2];
+        assert!(HostReply::decode(&img).is_err(), "chunk beyond chunks");
+        img[10] = 1;
+        assert!(HostReply::decode(&img).is_ok());
+        let mut e = Vec::new();
+        entry(3, 1).encode(&mut e);
+        assert!(ImageEntry::decode_all(&e[..e.len() - 1]).is_err());
+        e[13] = 5; // pending index beyond the scheds
+        assert!(ImageEntry::decode_all(&e).is_err());
+    }
+
+    #[test]
+    fn images_split_into_whole_entry_chunks() {
+        assert_eq!(image_chunks(&[]), Some(vec![Vec::new()]));
+        let entries: Vec<_> = (0..1000).map(|s| entry(s, s as usize % 3)).collect();
+        let chunks = image_chunks(&entries).unwrap();
+        assert!(chunks.len() > 1);
+        let back: Vec<_> = chunks
+            .iter()
+            .flat_map(|c| {
+                assert!(c.len() <= IMAGE_CHUNK_BYTES_MAX);
+                ImageEntry::decode_all(c).unwrap()
+            })
+            .collect();
+        assert_eq!(back, entries);
+        assert_eq!(image_chunks(&[entry(0, 200)]), None);
+    }
+}
