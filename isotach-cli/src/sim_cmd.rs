@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use isotach_proto::config::{ClusterConfig, Timing};
 use isotach_proto::topology::{HOSTS_MAX, SWITCHES_MAX};
 use isotach_sim::philo::{self, PhiloOptions};
-use isotach_sim::sc::{self, ScOptions};
+use isotach_sim::sc::{self, AppFaults, ScOptions};
 use isotach_sim::waves::{self, WavesLoad, WavesOptions, WavesReport};
 use isotach_sim::{Faults, Pauses, RangeUs, Tamper};
 use std::path::PathBuf;
@@ -231,6 +231,21 @@ struct ScArgs {
     /// Virtual time without pulse progress that ends a run as stalled, µs.
     #[arg(long, default_value_t = 2_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     stall_us: u64,
+    /// Application restarts per host and run: the application drains, exits, stays away
+    /// (--absent-us) and a new one joins by state transfer.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    app_restarts: u32,
+    /// Chance that a host's application joins late (after the start barrier, before its
+    /// first isochron).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_probability)]
+    late_join: f64,
+    /// How long an application stays away before the new one attaches, µs (A..B).
+    #[arg(long, default_value_t = AppFaults::default().absent_us, value_parser = parse_range)]
+    absent_us: RangeUs,
+    /// Oracle self-test: rejoining applications skip replaying the operations after their
+    /// image; a run with restarts must then fail.
+    #[arg(long, hide = true)]
+    break_transfer: bool,
     /// Print one JSON object on stdout (progress goes to stderr).
     #[arg(long)]
     json: bool,
@@ -347,6 +362,12 @@ fn sc_cmd(a: &ScArgs) -> anyhow::Result<ExitCode> {
     opts.pauses = a.net.pauses();
     opts.think_us = a.think_us;
     opts.stall_us = a.stall_us;
+    opts.apps = AppFaults {
+        restarts_per_host: a.app_restarts,
+        late_join: a.late_join,
+        absent_us: a.absent_us,
+        break_transfer: a.break_transfer,
+    };
     let topo = &opts.cluster.topology;
     eprintln!(
         "sim sc: {} hosts, {} switches, {} runs of {} isochrons from seed {}",
@@ -374,7 +395,8 @@ fn sc_cmd(a: &ScArgs) -> anyhow::Result<ExitCode> {
     } else {
         println!(
             "sim sc {}: {} runs, {} isochrons, {} reads checked; sc {} atomicity {} program-order {} \
-             unexecuted {} unresolved {} diverged {} eop {} order {} stalled {} errors {}",
+             unexecuted {} unresolved {} diverged {} eop {} order {} stalled {} errors {}; \
+             app restarts {} (pages recovered {}, started empty {}, reads refused {})",
             if report.ok { "ok" } else { "FAILED" },
             report.runs,
             report.isochrons,
@@ -388,7 +410,11 @@ fn sc_cmd(a: &ScArgs) -> anyhow::Result<ExitCode> {
             report.eop_violations,
             report.order_violations,
             report.stalled_runs,
-            report.unexpected_errors
+            report.unexpected_errors,
+            report.app_restarts,
+            report.pages_recovered,
+            report.pages_started_empty,
+            report.reads_refused
         );
     }
     if report.ok {

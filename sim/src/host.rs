@@ -17,6 +17,8 @@ pub(crate) enum HostAction {
     Send { at_us: u64, bytes: Vec<u8> },
     /// Call [`Host::on_wake`] with `token` at `at_us`.
     Wake { at_us: u64, token: u64 },
+    /// A (new) application attached: tell the SIU ([`isotach_siu::Siu::host_attached`]).
+    Attach,
 }
 
 /// What a host sees of the simulation while it runs a callback.
@@ -63,6 +65,13 @@ impl HostCtx<'_> {
         self.actions.push(HostAction::Send { at_us, bytes });
     }
 
+    /// A new application attached to this host (after [`Host::attached`] was false): the SIU
+    /// orders its first isochron after everything it handed the host before. Call it before
+    /// sending the new application's first packet.
+    pub fn attach(&mut self) {
+        self.actions.push(HostAction::Attach);
+    }
+
     /// Asks for [`Host::on_wake`] with `token` at `at_us` (now if earlier).
     pub fn wake_at(&mut self, at_us: u64, token: u64) {
         let at_us = at_us.max(self.now_us);
@@ -75,6 +84,12 @@ pub trait Host {
     /// Called once at virtual time 0.
     fn on_start(&mut self, ctx: &mut HostCtx<'_>) {
         let _ = ctx;
+    }
+
+    /// An application is attached. While it is not, the SIU gets the packets for the host
+    /// back ([`isotach_siu::Siu::host_absent`]) as a daemon's SIU does when none is attached.
+    fn attached(&self) -> bool {
+        true
     }
 
     /// The SIU handed the host a packet.

@@ -19,15 +19,57 @@ use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::Width;
 use isotach_proto::topology::HostId;
 use isotach_siu::SiuError;
-use isotach_smm::{Addr, MemoryMap, oracle};
+use isotach_smm::{Addr, ExecRecord, JoinStatus, MemoryMap, SmmStats, oracle};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Slots used on every page.
 const SLOTS: u32 = 4;
 /// Isochrons a host may have issued and not yet executed.
 const OUTSTANDING_MAX: u64 = 2;
+/// Wake-up tokens of a host.
+const WAKE_ISSUE: u64 = 0;
+const WAKE_LEAVE: u64 = 1;
+const WAKE_RETURN: u64 = 2;
+/// How long a host that wants to leave waits before trying again.
+const LEAVE_RETRY_US: u64 = 500;
+
+/// Application restarts and late joins: a host's application exits (after assigning its
+/// scheds and draining), stays away, and a new one attaches and joins by state transfer.
+/// One application is away or catching up at a time, so every page keeps a current copy.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AppFaults {
+    /// Restarts per host and run, each at a random point of its isochrons.
+    pub restarts_per_host: u32,
+    /// Chance that a host's application joins late: it exits right after the start barrier,
+    /// before its first isochron, and joins later.
+    pub late_join: f64,
+    /// How long an application stays away.
+    pub absent_us: RangeUs,
+    /// Oracle self-test: rejoining nodes install images without replaying what came after
+    /// the cut. A run with restarts must then fail.
+    pub break_transfer: bool,
+}
+
+impl Default for AppFaults {
+    fn default() -> Self {
+        Self {
+            restarts_per_host: 0,
+            late_join: 0.0,
+            absent_us: RangeUs::new(200, 3_000),
+            break_transfer: false,
+        }
+    }
+}
+
+impl AppFaults {
+    /// Whether any application leaves during a run.
+    pub fn active(&self) -> bool {
+        self.restarts_per_host > 0 || self.late_join > 0.0
+    }
+}
 
 /// Options of an `sc` run.
 #[derive(Debug, Clone)]
@@ -48,6 +90,8 @@ pub struct ScOptions {
     pub think_us: RangeUs,
     /// Virtual time without pulse progress that ends a run as stalled.
     pub stall_us: u64,
+    /// Application restarts and late joins.
+    pub apps: AppFaults,
 }
 
 impl ScOptions {
@@ -62,6 +106,7 @@ impl ScOptions {
             pauses: None,
             think_us: RangeUs::new(0, 300),
             stall_us: 2_000_000,
+            apps: AppFaults::default(),
         }
     }
 }
@@ -114,6 +159,15 @@ pub struct ScReport {
     pub unexpected_errors: u64,
     /// Reads that waited on an unsubstantiated variable (most at once, any host).
     pub read_pending_max: u64,
+    /// Application restarts made (late joins included).
+    pub app_restarts: u64,
+    /// Pages rejoined applications installed from another copy's image.
+    pub pages_recovered: u64,
+    /// Pages rejoined applications started empty (no current copy left; must stay 0 here,
+    /// where one application is away at a time).
+    pub pages_started_empty: u64,
+    /// Reads refused because their copy was away or catching up (allowed; not checked).
+    pub reads_refused: u64,
     /// Seeds of failing runs (first few).
     pub failed_seeds: Vec<u64>,
     /// First problems seen.
@@ -137,11 +191,166 @@ struct ScHost {
     think_us: RangeUs,
     /// A wake-up is pending.
     waking: bool,
+    life: Life,
+}
+
+/// Application restarts of one host.
+#[derive(Debug)]
+struct Life {
+    faults: AppFaults,
+    /// Values of `left` at which the application restarts, smallest last.
+    restart_at: Vec<u64>,
+    /// Leave right after the start barrier.
+    late: bool,
+    /// Leaving: issue nothing more, drain, then go.
+    leaving: bool,
+    /// No application attached.
+    away: bool,
+    /// Rejoined and not current yet (holds `token`).
+    rejoining: bool,
+    /// Taken by the one host that is away or catching up.
+    token: Arc<AtomicBool>,
+    /// Execution records of earlier applications, program order continued.
+    retired: Vec<ExecRecord>,
+    /// Program-order index of the current application's first isochron.
+    index_base: u64,
+    /// Counters of earlier applications.
+    retired_stats: Vec<SmmStats>,
+    restarts: u64,
+    pages_recovered: u64,
+    pages_started_empty: u64,
 }
 
 impl ScHost {
     fn done(&self) -> bool {
-        self.port.running && self.left == 0 && self.scheds.is_empty() && self.port.node.is_idle()
+        self.port.running
+            && self.left == 0
+            && self.scheds.is_empty()
+            && self.port.node.is_idle()
+            && !self.life.away
+            && !self.life.leaving
+            && !self.life.rejoining
+    }
+
+    /// Why the host is not done (for stalled runs).
+    fn describe(&self) -> String {
+        let s = self.port.node.stats();
+        format!(
+            "left {} scheds {} outstanding {} leaving {} away {} rejoining {} join {:?} \
+             idle {} read_pending {} reads_outstanding {}",
+            self.left,
+            self.scheds.len(),
+            self.outstanding(),
+            self.life.leaving,
+            self.life.away,
+            self.life.rejoining,
+            self.port.node.join_status(),
+            self.port.node.is_idle(),
+            s.read_pending,
+            s.reads_outstanding
+        )
+    }
+
+    /// Every application's records, program order numbered across restarts.
+    fn records(&self) -> Vec<ExecRecord> {
+        let mut all = self.life.retired.clone();
+        all.extend(self.port.node.records().iter().cloned().map(|mut r| {
+            r.index += self.life.index_base;
+            r
+        }));
+        all
+    }
+
+    /// Counters of every application this host ran.
+    fn all_stats(&self) -> impl Iterator<Item = SmmStats> + '_ {
+        self.life
+            .retired_stats
+            .iter()
+            .copied()
+            .chain(std::iter::once(self.port.node.stats()))
+    }
+
+    /// Busy with a restart: issue nothing.
+    fn restarting(&self) -> bool {
+        self.life.leaving || self.life.away || self.life.rejoining
+    }
+
+    /// Leaving: assign what is scheduled, wait until nothing here is pending, take the token
+    /// and go.
+    fn try_leave(&mut self, ctx: &mut HostCtx<'_>) {
+        if !self.life.leaving || self.life.away {
+            return;
+        }
+        if !self.scheds.is_empty() {
+            if self.outstanding() == 0 {
+                let mut iso = self.port.node.isochron();
+                for a in self.scheds.drain(..) {
+                    let w = Self::width(a);
+                    let v = ctx.rng().next_u64() & w.max_value();
+                    iso.assign(a, w, v).expect("assign of an own sched");
+                }
+                iso.end().expect("an isochron within limits");
+                self.port.flush(ctx);
+            }
+            return;
+        }
+        let s = self.port.node.stats();
+        if !self.port.node.is_idle() || s.read_pending > 0 {
+            return;
+        }
+        if self
+            .life
+            .token
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            ctx.wake_at(ctx.now_us() + LEAVE_RETRY_US, WAKE_LEAVE);
+            return;
+        }
+        let records = self.records();
+        self.life.index_base = records.iter().map(|r| r.index + 1).max().unwrap_or(0);
+        self.life.retired = records;
+        self.life.retired_stats.push(s);
+        self.life.leaving = false;
+        self.life.away = true;
+        self.life.restarts += 1;
+        let away = self.life.faults.absent_us;
+        let back_us = ctx.now_us() + ctx.rng().range_inclusive(away.lo, away.hi);
+        ctx.wake_at(back_us, WAKE_RETURN);
+    }
+
+    /// A new application attaches and joins.
+    fn come_back(&mut self, ctx: &mut HostCtx<'_>) {
+        let cfg_host = ctx.host();
+        self.port.restart(cfg_host);
+        if self.life.faults.break_transfer {
+            self.port.node.break_transfer_skip_replay();
+        }
+        self.life.away = false;
+        self.life.rejoining = true;
+        ctx.attach();
+        self.port.node.join().expect("a fresh node joins");
+        self.port.flush(ctx);
+    }
+
+    /// After a rejoin: current again, give the token back.
+    fn check_rejoined(&mut self) {
+        if !self.life.rejoining {
+            return;
+        }
+        match self.port.node.join_status() {
+            JoinStatus::Joining { .. } => {}
+            status => {
+                if let JoinStatus::Failed(e) = status {
+                    self.port.problems.push(format!("join failed: {e}"));
+                }
+                let r = self.port.node.join_report().cloned().unwrap_or_default();
+                self.life.pages_recovered += r.pages_recovered.len() as u64;
+                self.life.pages_started_empty += r.pages_started_empty.len() as u64;
+                self.life.rejoining = false;
+                self.life.token.store(false, Ordering::SeqCst);
+            }
+        }
     }
 
     fn outstanding(&self) -> u64 {
@@ -210,10 +419,18 @@ impl ScHost {
             self.scheds.extend(scheds);
         }
         self.left -= 1;
+        if self.life.restart_at.last() == Some(&self.left) {
+            self.life.restart_at.pop();
+            self.life.leaving = true;
+        }
         self.port.flush(ctx);
     }
 
     fn maybe_issue(&mut self, ctx: &mut HostCtx<'_>) {
+        if self.restarting() {
+            self.try_leave(ctx);
+            return;
+        }
         if !self.port.running || self.left == 0 || self.waking {
             return;
         }
@@ -223,7 +440,7 @@ impl ScHost {
         let think = self.think_us;
         let at = ctx.now_us() + ctx.rng().range_inclusive(think.lo, think.hi);
         self.waking = true;
-        ctx.wake_at(at, 0);
+        ctx.wake_at(at, WAKE_ISSUE);
     }
 }
 
@@ -242,15 +459,29 @@ impl Host for ScHost {
         self.port.start(ctx);
     }
 
+    fn attached(&self) -> bool {
+        !self.life.away
+    }
+
     fn on_packet(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8]) {
-        self.port.packet(ctx, bytes);
+        if self.port.packet(ctx, bytes) && self.life.late {
+            self.life.late = false;
+            self.life.leaving = true;
+        }
+        self.check_rejoined();
         self.maybe_issue(ctx);
     }
 
-    fn on_wake(&mut self, ctx: &mut HostCtx<'_>, _token: u64) {
-        self.waking = false;
-        if self.left > 0 && self.outstanding() < OUTSTANDING_MAX {
-            self.issue(ctx);
+    fn on_wake(&mut self, ctx: &mut HostCtx<'_>, token: u64) {
+        match token {
+            WAKE_LEAVE => self.try_leave(ctx),
+            WAKE_RETURN => self.come_back(ctx),
+            _ => {
+                self.waking = false;
+                if !self.restarting() && self.left > 0 && self.outstanding() < OUTSTANDING_MAX {
+                    self.issue(ctx);
+                }
+            }
         }
         self.maybe_issue(ctx);
     }
@@ -262,7 +493,11 @@ impl Host for ScHost {
 
 /// The memory of a run: page 0 on every host; per host a single-copy page; and as many pages
 /// replicated on 2 or 3 random hosts. Returns the map and the pages besides page 0.
-fn memory(cluster: &ClusterConfig, rng: &mut crate::SimRng) -> (MemoryMap, Vec<u32>) {
+fn memory(
+    cluster: &ClusterConfig,
+    rng: &mut crate::SimRng,
+    two_copies: bool,
+) -> (MemoryMap, Vec<u32>) {
     let n = cluster.topology.host_count();
     let mut map = MemoryMap::default();
     let all: Vec<HostId> = (0..n as HostId).collect();
@@ -270,8 +505,12 @@ fn memory(cluster: &ClusterConfig, rng: &mut crate::SimRng) -> (MemoryMap, Vec<u
     let mut pages = Vec::new();
     for h in 0..n {
         let page = 1 + h as u32;
-        map.insert(page, page, vec![h as HostId])
-            .expect("single pages");
+        // With application restarts every page keeps a second copy to recover from.
+        let mut set = vec![h as HostId];
+        if two_copies && n > 1 {
+            set.push(((h + 1) % n) as HostId);
+        }
+        map.insert(page, page, set).expect("single pages");
         pages.push(page);
     }
     for i in 0..n.max(2) {
@@ -329,6 +568,7 @@ fn violations(r: &ScReport) -> u64 {
         + r.order_violations
         + r.stalled_runs
         + r.unexpected_errors
+        + r.pages_started_empty
 }
 
 const PROBLEMS_MAX: usize = 16;
@@ -336,10 +576,12 @@ const PROBLEMS_MAX: usize = 16;
 fn run_one(opts: &ScOptions, seed: u64, report: &mut ScReport) -> Result<(), ScError> {
     let n = opts.cluster.topology.host_count();
     let mut rng = crate::SimRng::stream(seed, 0x5c);
-    let (map, pages) = memory(&opts.cluster, &mut rng);
+    let (map, pages) = memory(&opts.cluster, &mut rng, opts.apps.active());
     let map = Arc::new(map);
     let pages = Arc::new(pages);
     let per_host = opts.isochrons.div_ceil(n as u64).max(1);
+    let token = Arc::new(AtomicBool::new(false));
+    let mut life_rng = crate::SimRng::stream(seed, 0x5d);
     let hosts = (0..n)
         .map(|h| ScHost {
             port: SmmPort::new(h as HostId, &opts.cluster, Arc::clone(&map)),
@@ -348,6 +590,7 @@ fn run_one(opts: &ScOptions, seed: u64, report: &mut ScReport) -> Result<(), ScE
             pages: Arc::clone(&pages),
             think_us: opts.think_us,
             waking: false,
+            life: life(&opts.apps, per_host, &token, &mut life_rng),
         })
         .collect();
     let cfg = SimConfig {
@@ -378,12 +621,37 @@ fn run_one(opts: &ScOptions, seed: u64, report: &mut ScReport) -> Result<(), ScE
     Ok(())
 }
 
+/// A host's restart plan: restart points spread over its isochrons, and whether it joins late.
+fn life(apps: &AppFaults, per_host: u64, token: &Arc<AtomicBool>, rng: &mut crate::SimRng) -> Life {
+    let mut restart_at: Vec<u64> = Vec::new();
+    if per_host > 1 {
+        for _ in 0..apps.restarts_per_host {
+            let at = 1 + rng.below(per_host - 1);
+            if !restart_at.contains(&at) {
+                restart_at.push(at);
+            }
+        }
+    }
+    restart_at.sort_unstable();
+    Life {
+        faults: *apps,
+        restart_at,
+        late: apps.late_join > 0.0 && rng.chance(apps.late_join),
+        leaving: false,
+        away: false,
+        rejoining: false,
+        token: Arc::clone(token),
+        retired: Vec::new(),
+        index_base: 0,
+        retired_stats: Vec::new(),
+        restarts: 0,
+        pages_recovered: 0,
+        pages_started_empty: 0,
+    }
+}
+
 fn tally(sim: &Sim<ScHost, PulseOracle>, end: RunEnd, map: &MemoryMap, report: &mut ScReport) {
-    let records: Vec<_> = sim
-        .hosts()
-        .iter()
-        .flat_map(|h| h.port.node.records().iter().cloned())
-        .collect();
+    let records: Vec<_> = sim.hosts().iter().flat_map(ScHost::records).collect();
     let (o, notes) = oracle::check_explained(&records, 4);
     report.isochrons += o.isochrons;
     report.reads_checked += o.reads_checked;
@@ -397,16 +665,29 @@ fn tally(sim: &Sim<ScHost, PulseOracle>, end: RunEnd, map: &MemoryMap, report: &
     let p = sim.observer().stats();
     report.eop_violations += p.eop_violations;
     report.order_violations += p.order_violations;
+    let mut problems: Vec<String> = notes;
     if end != RunEnd::Stopped {
         report.stalled_runs += 1;
+        problems.extend(
+            sim.hosts()
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| !h.done())
+                .map(|(i, h)| format!("stalled: host {i} {}", h.describe())),
+        );
     }
-    let mut problems: Vec<String> = notes;
     problems.extend(detail);
     for h in sim.hosts() {
-        let s = h.port.node.stats();
-        report.read_pending_max = report.read_pending_max.max(s.read_pending_max);
-        let bad = s.bad_input + s.not_a_copy + s.assigns_without_sched + s.count_mismatches;
-        report.unexpected_errors += bad + h.port.problems.len() as u64;
+        for s in h.all_stats() {
+            report.read_pending_max = report.read_pending_max.max(s.read_pending_max);
+            let bad = s.bad_input + s.not_a_copy + s.assigns_without_sched + s.count_mismatches;
+            report.unexpected_errors += bad;
+            report.reads_refused += s.reads_refused;
+        }
+        report.unexpected_errors += h.port.problems.len() as u64;
+        report.app_restarts += h.life.restarts;
+        report.pages_recovered += h.life.pages_recovered;
+        report.pages_started_empty += h.life.pages_started_empty;
         problems.extend(h.port.problems.iter().cloned());
     }
     report.unexpected_errors += sim.stats().net_errors;

@@ -654,6 +654,18 @@ impl<H: Host, O: Observer> Sim<H, O> {
     fn host_packet(&mut self, host: HostId, bytes: &[u8]) {
         self.trace(NodeId::Host(host), bytes);
         self.observer.on_host_packet(self.now_us, host, bytes);
+        let h = usize::from(host);
+        if !self.hosts[h].attached() {
+            if let Err(e) = self.sius[h].siu.host_absent(bytes) {
+                // Back-pressure on the SIU's network queue: offer it again a little later.
+                self.stats.net_errors += 1;
+                self.log_error(format!(
+                    "SIU {host} refused a packet for its absent host: {e}"
+                ));
+            }
+            self.drain_siu(host);
+            return;
+        }
         self.with_host(host, |h, ctx| h.on_packet(ctx, bytes));
     }
 
@@ -897,6 +909,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 HostAction::Wake { at_us, token } => {
                     self.schedule(at_us, Event::HostWake { host, token });
                 }
+                HostAction::Attach => self.sius[h].siu.host_attached(),
             }
         }
         self.actions = actions;

@@ -43,6 +43,13 @@ impl SmmPort {
         }
     }
 
+    /// A new application on this host: a fresh node (it joins; logical time already runs).
+    pub(crate) fn restart(&mut self, host: HostId) {
+        let cfg = self.node.config().clone();
+        debug_assert_eq!(cfg.host, host);
+        self.node = SmmNode::new(cfg);
+    }
+
     /// Enters the start barrier.
     pub(crate) fn start(&mut self, ctx: &mut HostCtx<'_>) {
         self.node

@@ -184,6 +184,11 @@ impl SmmNode {
         }
     }
 
+    /// The node's configuration.
+    pub fn config(&self) -> &SmmConfig {
+        &self.cfg
+    }
+
     /// This host.
     pub fn host(&self) -> HostId {
         self.cfg.host
@@ -220,7 +225,10 @@ impl SmmNode {
             && self.joins.is_empty()
             && self.buckets.is_empty()
             && self.to_siu.is_empty()
-            && self.reads.values().all(|r| matches!(r, ReadSlot::Ready(_)))
+            && self
+                .reads
+                .values()
+                .all(|r| !matches!(r, ReadSlot::Waiting { .. }))
     }
 
     /// Packets are waiting for the SIU.
