@@ -66,3 +66,47 @@ fn same_seed_same_result() {
         sc::run(&o).unwrap().reads_checked
     );
 }
+
+fn restarts() -> sc::AppFaults {
+    sc::AppFaults {
+        restarts_per_host: 2,
+        late_join: 0.3,
+        ..sc::AppFaults::default()
+    }
+}
+
+#[test]
+fn application_restarts_and_late_joins_keep_every_copy_consistent() {
+    let mut o = options(6, 2, 21);
+    o.runs = 4;
+    o.isochrons = 300;
+    o.faults = Faults {
+        loss: 0.02,
+        reorder: 0.05,
+        token_corrupt: 0.01,
+        ..Faults::default()
+    };
+    o.apps = restarts();
+    let r = sc::run(&o).unwrap();
+    assert_clean(&r);
+    assert!(r.app_restarts >= 4 * 6, "{r:?}");
+    assert!(r.pages_recovered > 0, "{r:?}");
+    assert_eq!(r.pages_started_empty, 0, "{r:?}");
+}
+
+#[test]
+fn a_transfer_that_skips_the_log_after_the_image_is_caught() {
+    let mut o = options(6, 2, 1);
+    o.runs = 6;
+    o.isochrons = 300;
+    o.apps = sc::AppFaults {
+        break_transfer: true,
+        ..restarts()
+    };
+    let r = sc::run(&o).unwrap();
+    assert!(!r.ok, "the oracle missed a broken state transfer: {r:#?}");
+    assert!(
+        r.sc_violations + r.atomicity_violations + r.copies_diverged + r.stalled_runs > 0,
+        "{r:?}"
+    );
+}
