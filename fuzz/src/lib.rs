@@ -268,6 +268,34 @@ pub fn check_packet(data: &[u8]) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// SMM replies (non-isotach payloads)
+
+/// Fuzzes `HostReply::decode` and `ImageEntry::decode_all`: never panics; whatever decodes
+/// re-encodes to exactly the input bytes; an image chunk's entries re-encode to its body.
+pub fn check_host_reply(data: &[u8]) {
+    use isotach_proto::reply::{HostReply, ImageEntry};
+    if let Ok(r) = HostReply::decode(data) {
+        let mut out = Vec::new();
+        r.encode(&mut out);
+        assert_eq!(out, data, "decode → encode changed the bytes of {r:?}");
+        if let HostReply::PageImage { entries, .. } = r
+            && let Ok(list) = ImageEntry::decode_all(entries)
+        {
+            let mut body = Vec::new();
+            for e in &list {
+                assert!(e.pending.is_none_or(|p| usize::from(p) < e.scheds.len()));
+                e.encode(&mut body);
+            }
+            assert_eq!(body, entries, "image entries changed on re-encoding");
+        }
+    }
+    if let Ok(list) = ImageEntry::decode_all(data) {
+        let len: usize = list.iter().map(ImageEntry::encoded_len).sum();
+        assert_eq!(len, data.len());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Cluster configuration
 
 /// A TOML string literal (escaped by the `toml` crate itself).
@@ -757,6 +785,16 @@ pub fn run_siu(data: &[u8]) {
                 }
             }
             15 => siu.start(now),
+            // The application goes away: what the SIU holds for the host comes back to it;
+            // or a new application attaches.
+            16 => {
+                while let Some(b) = siu.poll_host() {
+                    let _ = siu.host_absent(&b);
+                }
+                let b = inp.blob(packet::PACKET_LEN_MAX + 8);
+                let _ = siu.host_absent(b);
+            }
+            17 => siu.host_attached(),
             _ => drain_siu(&mut siu, hosts),
         }
         if mode == Mode::Siu && siu.started() {

@@ -371,7 +371,14 @@ impl Siu {
         let Ok(m) = IsotachMessage::decode(bytes) else {
             return Ok(());
         };
-        self.raise_ts_floor(m.ts.saturating_add(1));
+        // Only pulses this SIU could have handed the host (within its window) move the floor.
+        let window = u64::from(self.cfg.limits.pulses_ahead_max);
+        if m.ts <= self.recvclock.saturating_add(window) {
+            self.raise_ts_floor(m.ts.saturating_add(1));
+        }
+        if usize::from(m.source) >= self.cfg.topology.host_count() {
+            return Ok(());
+        }
         let Sref::Mem {
             op, addr, ref_id, ..
         } = m.sref
