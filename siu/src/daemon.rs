@@ -172,6 +172,10 @@ pub struct SiuDaemon<T: Transport> {
     repeats_dropped: u64,
     /// Packets for the host dropped since the application was last up (none attached).
     absent_dropped: u64,
+    /// An application is attached: it answered our hello or sent us something since its link
+    /// last broke. Packets for the host go to the port (which queues them until the hello is
+    /// answered); otherwise to [`Siu::host_absent`].
+    app_attached: bool,
 }
 
 impl<T: Transport> SiuDaemon<T> {
@@ -226,6 +230,7 @@ impl<T: Transport> SiuDaemon<T> {
             token_in_at: None,
             repeats_dropped: 0,
             absent_dropped: 0,
+            app_attached: false,
         }
     }
 
@@ -305,17 +310,7 @@ impl<T: Transport> SiuDaemon<T> {
                         "peer up"
                     );
                     if peer == PEER_APP {
-                        self.siu.host_attached();
-                    }
-                    if peer == PEER_APP && self.absent_dropped > 0 {
-                        tracing::warn!(
-                            host = self.siu.host(),
-                            dropped = self.absent_dropped,
-                            "application attached: dropped {} packets for the host while none \
-                             was attached (reads and copy requests were refused as absent)",
-                            self.absent_dropped
-                        );
-                        self.absent_dropped = 0;
+                        self.app_attach();
                     }
                     if self.rejoin.back(peer, generation) && self.siu.started() {
                         tracing::warn!(
@@ -344,6 +339,9 @@ impl<T: Transport> SiuDaemon<T> {
                         // Only the token path matters to logical time.
                         self.rejoin.broken(peer, generation);
                     }
+                    if peer == PEER_APP {
+                        self.app_attached = false;
+                    }
                 }
                 PortEvent::HelloReturned { peer, status } => tracing::debug!(
                     host = self.siu.host(),
@@ -352,6 +350,27 @@ impl<T: Transport> SiuDaemon<T> {
                     "peer not answering yet"
                 ),
             }
+        }
+    }
+
+    /// An application attached (first sign of it since its link last broke): the SIU orders
+    /// its first isochron after everything handed to the host before, and the packets dropped
+    /// while none was attached are logged.
+    fn app_attach(&mut self) {
+        if self.app_attached {
+            return;
+        }
+        self.app_attached = true;
+        self.siu.host_attached();
+        if self.absent_dropped > 0 {
+            tracing::warn!(
+                host = self.siu.host(),
+                dropped = self.absent_dropped,
+                "application attached: dropped {} packets for the host while none was attached \
+                 (reads and copy requests were answered as absent)",
+                self.absent_dropped
+            );
+            self.absent_dropped = 0;
         }
     }
 
@@ -389,6 +408,7 @@ impl<T: Transport> SiuDaemon<T> {
                 self.token_in_at.get_or_insert_with(Instant::now);
             }
             if peer == PEER_APP {
+                self.app_attach();
                 if self.host_held.is_empty() {
                     self.host_input(now, bytes)?;
                 } else {
@@ -448,7 +468,7 @@ impl<T: Transport> SiuDaemon<T> {
             }
         }
         while let Some(b) = self.host_stalled.take().or_else(|| self.siu.poll_host()) {
-            if !self.port.is_up(PEER_APP) {
+            if !self.app_attached {
                 // Nobody would read it: the SIU counts it and answers requests for the host.
                 if self.siu.host_absent(&b).is_err() {
                     self.host_stalled = Some(b);
