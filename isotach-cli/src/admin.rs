@@ -127,7 +127,7 @@ fn tm_counters(s: &TmStats) -> [(&'static str, u64); 11] {
     ]
 }
 
-fn siu_counters(s: &SiuStats) -> [(&'static str, u64); 20] {
+fn siu_counters(s: &SiuStats) -> [(&'static str, u64); 22] {
     [
         ("tokens_sent", s.tokens_sent),
         ("tokens_repeated", s.tokens_repeated),
@@ -149,6 +149,8 @@ fn siu_counters(s: &SiuStats) -> [(&'static str, u64); 20] {
         ("plain_to_net", s.plain_to_net),
         ("plain_to_host", s.plain_to_host),
         ("errors", s.errors),
+        ("absent_dropped", s.absent_dropped),
+        ("absent_replies", s.absent_replies),
     ]
 }
 
