@@ -4,14 +4,15 @@
 use crate::UsageError;
 use clap::Args;
 use isotach_am::backend::quic::{QuicIdentity, identity_from_pem};
-use isotach_proto::config::{ClusterConfig, ConfigError, TransportKind};
+use isotach_proto::config::{ClusterConfig, ConfigError, ConfigWarning, TransportKind};
 use isotach_smm::map::MemoryMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Validate a cluster config (its QUIC certificates, and its shared-memory map file) and print
 /// a summary. Any error is printed as one line naming the file, the line and the key, and
-/// exits 2.
+/// exits 2. Warnings (an address that would listen on every interface) go to stderr, one line
+/// each, and do not change the exit code.
 #[derive(Debug, Args)]
 pub(crate) struct CheckConfigArgs {
     /// The cluster config (TOML).
@@ -33,6 +34,32 @@ struct MapSummary {
     pages: u64,
 }
 
+/// A warning as `--json` prints it.
+#[derive(Debug, serde::Serialize)]
+struct Warning {
+    file: String,
+    line: usize,
+    column: usize,
+    key: String,
+    node: String,
+    addr: String,
+    message: String,
+}
+
+impl From<ConfigWarning> for Warning {
+    fn from(w: ConfigWarning) -> Self {
+        Self {
+            file: w.file,
+            line: w.line,
+            column: w.column,
+            key: w.key,
+            node: w.node,
+            addr: w.addr.to_string(),
+            message: w.message,
+        }
+    }
+}
+
 /// The summary `--json` prints.
 #[derive(Debug, serde::Serialize)]
 struct Summary {
@@ -49,10 +76,17 @@ struct Summary {
     tag: String,
     certificates_checked: usize,
     map: Option<MapSummary>,
+    warnings: Vec<Warning>,
 }
 
 pub(crate) fn run(args: CheckConfigArgs) -> anyhow::Result<ExitCode> {
     let summary = check(&args.file, args.map.as_deref())?;
+    for w in &summary.warnings {
+        eprintln!(
+            "warning: {}:{}:{}: {}: {}",
+            w.file, w.line, w.column, w.key, w.message
+        );
+    }
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
     } else {
@@ -63,7 +97,8 @@ pub(crate) fn run(args: CheckConfigArgs) -> anyhow::Result<ExitCode> {
 
 /// Loads and validates the config and the map (from `map`, else the config's `map` key).
 fn check(file: &Path, map: Option<&Path>) -> Result<Summary, UsageError> {
-    let config = ClusterConfig::load(file).map_err(|e| UsageError(locate(e, file).to_string()))?;
+    let (config, warnings) =
+        ClusterConfig::load_checked(file).map_err(|e| UsageError(locate(e, file).to_string()))?;
     let map_path = map
         .map(Path::to_path_buf)
         .or_else(|| config.map_file.clone());
@@ -97,6 +132,7 @@ fn check(file: &Path, map: Option<&Path>) -> Result<Summary, UsageError> {
         tag: format!("{:#018x}", config.transport.tag),
         certificates_checked,
         map,
+        warnings: warnings.into_iter().map(Warning::from).collect(),
     })
 }
 

@@ -225,6 +225,141 @@ fn unknown_key_names_file_line_and_key() {
 }
 
 #[test]
+fn unknown_keys_name_their_dotted_path() {
+    let dir = TempDir::new();
+    for (text, line, key) in [
+        // In the second [[switch]] table.
+        (
+            GOOD.replace("name = \"tm1\"", "name = \"tm1\"\nlisen = \"x\""),
+            8,
+            "switch.lisen",
+        ),
+        (
+            GOOD.replace("kind = \"udp\"", "kind = \"udp\"\ncerts-dir = \"x\""),
+            21,
+            "transport.certs-dir",
+        ),
+        (
+            format!("{GOOD}[limits]\nchanels = 2\n"),
+            22,
+            "limits.chanels",
+        ),
+    ] {
+        let c = dir.write("c.toml", &text);
+        let e = refused(&["check-config", &c], &c, line);
+        let want = format!("error: {c}:{line}:1: {key}: unknown field");
+        assert!(e.starts_with(&want), "want {want}…, got {e}");
+    }
+}
+
+#[test]
+fn unspecified_addresses_are_warned_about_and_still_pass() {
+    let dir = TempDir::new();
+    let text = GOOD
+        .replace(
+            "name = \"tm0\"",
+            "name = \"tm0\"\nlisten = \"0.0.0.0:7400\"\nadmin = \"127.0.0.1:7070\"",
+        )
+        .replace(
+            "switch = \"tm1\"",
+            "switch = \"tm1\"\nsiu = \"127.0.0.1:7411\"\napp = \"[::]:7421\"\nadmin = \"0.0.0.0:7071\"",
+        );
+    let c = dir.write("c.toml", &text);
+    let out = isotach(&["check-config", &c]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "one line per warning: {stderr}");
+    for (line, want) in lines.iter().zip([
+        format!("warning: {c}:6:10: switch.listen: switch `tm0` would listen on every interface (0.0.0.0:7400)"),
+        format!("warning: {c}:18:7: host.app: host `beta` would listen on every interface ([::]:7421)"),
+        format!("warning: {c}:19:9: host.admin: host `beta` would serve its admin service on every interface (0.0.0.0:7071)"),
+    ]) {
+        assert!(line.starts_with(&want), "want {want}…, got {line}");
+    }
+    assert!(String::from_utf8(out.stdout).unwrap().contains(": ok"));
+
+    let out = isotach(&["check-config", &c, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = v["warnings"].as_array().unwrap();
+    let got: Vec<_> = w
+        .iter()
+        .map(|w| {
+            let s = |k: &str| w[k].as_str().unwrap().to_string();
+            (s("node"), s("key"), s("addr"), w["line"].as_u64().unwrap())
+        })
+        .collect();
+    let want = [
+        ("tm0", "switch.listen", "0.0.0.0:7400", 6),
+        ("beta", "host.app", "[::]:7421", 18),
+        ("beta", "host.admin", "0.0.0.0:7071", 19),
+    ];
+    let want: Vec<_> = want
+        .iter()
+        .map(|&(n, k, a, l)| (n.to_string(), k.to_string(), a.to_string(), l))
+        .collect();
+    assert_eq!(got, want);
+    assert!(
+        w[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("every interface"),
+        "{v}"
+    );
+    assert_eq!(String::from_utf8(out.stderr).unwrap().lines().count(), 3);
+
+    // Without such addresses: no warning, an empty array.
+    let c = dir.write("d.toml", GOOD);
+    let out = isotach(&["check-config", &c, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stderr.is_empty(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["warnings"], serde_json::json!([]));
+}
+
+#[test]
+fn certificates_in_an_absolute_directory_elsewhere_pass() {
+    // The certificates live outside the config's directory (as the operations walkthrough
+    // keeps them out of the repository): by absolute path, or relative to the config file.
+    let certs = TempDir::new();
+    make_pki(&certs.0, "elsewhere", &["tm0", "alpha"]);
+    let pki = certs.0.join("pki");
+    assert!(pki.is_absolute());
+    let config = TempDir::new();
+    let absolute = QUIC
+        .replace(
+            "\"pki/ca.pem\"",
+            &format!("\"{}\"", pki.join("ca.pem").display()),
+        )
+        .replace("\"pki\"", &format!("\"{}\"", pki.display()));
+    let c = config.write("abs.toml", &absolute);
+    let out = isotach(&["check-config", &c, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["certificates_checked"], 2);
+    // The same files by a path relative to the config file (not to the working directory:
+    // this runs from the crate's directory).
+    let up = format!("../{}/pki", certs.0.file_name().unwrap().to_str().unwrap());
+    let relative = QUIC
+        .replace("\"pki/ca.pem\"", &format!("\"{up}/ca.pem\""))
+        .replace("\"pki\"", &format!("\"{up}\""));
+    let c = config.write("rel.toml", &relative);
+    let out = isotach(&["check-config", &c, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    // `~` is not expanded: said so at the key's line.
+    let c = config.write(
+        "tilde.toml",
+        &QUIC.replace("\"pki/ca.pem\"", "\"~/.isotach/pki/ca.pem\""),
+    );
+    let e = refused(&["check-config", &c], &c, 3);
+    assert!(
+        e.contains("transport.ca") && e.contains("not expanded"),
+        "{e}"
+    );
+}
+
+#[test]
 fn bad_switch_name_names_the_host_line() {
     let dir = TempDir::new();
     let c = dir.write(

@@ -201,6 +201,27 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// Something a valid config says that is probably a mistake: where and what. The daemons
+/// start anyway; `isotach check-config` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{file}:{line}:{column}: {key}: {message}")]
+pub struct ConfigWarning {
+    /// The file (or `<memory>`).
+    pub file: String,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// The key (dotted), e.g. `switch.listen`.
+    pub key: String,
+    /// The switch or host it is about.
+    pub node: String,
+    /// The address it names.
+    pub addr: SocketAddr,
+    /// What is wrong with it.
+    pub message: String,
+}
+
 /// A validated cluster configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
@@ -298,6 +319,12 @@ impl ClusterConfig {
 
     /// Reads and validates a configuration file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_checked(path).map(|(c, _)| c)
+    }
+
+    /// Reads and validates a configuration file, and says what in it is probably a mistake
+    /// (see [`ClusterConfig::parse_checked`]).
+    pub fn load_checked(path: &Path) -> Result<(Self, Vec<ConfigWarning>), ConfigError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
             file: file.clone(),
@@ -306,18 +333,28 @@ impl ClusterConfig {
             key: "-".into(),
             message: format!("cannot read: {e}"),
         })?;
-        let mut c = Self::parse(&text, &file)?;
+        let (mut c, warnings) = Self::parse_checked(&text, &file)?;
         // Relative paths are relative to the config file, not to the working directory.
         let base = path.parent().unwrap_or(Path::new(""));
         let resolve = |p: PathBuf| if p.is_relative() { base.join(p) } else { p };
         c.map_file = c.map_file.take().map(resolve);
         c.transport.ca = c.transport.ca.take().map(resolve);
         c.transport.certs = c.transport.certs.take().map(resolve);
-        Ok(c)
+        Ok((c, warnings))
     }
 
     /// Parses and validates configuration text; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<Self, ConfigError> {
+        Self::parse_checked(text, file).map(|(c, _)| c)
+    }
+
+    /// Parses and validates configuration text, and says what in it is probably a mistake:
+    /// a daemon, application or admin service that would listen on an unspecified address
+    /// (`0.0.0.0` or `::`).
+    pub fn parse_checked(
+        text: &str,
+        file: &str,
+    ) -> Result<(Self, Vec<ConfigWarning>), ConfigError> {
         let err = |span: Option<std::ops::Range<usize>>, key: &str, message: String| {
             let (line, column) = span.map_or((1, 1), |s| line_column(text, s.start));
             ConfigError {
@@ -329,7 +366,7 @@ impl ClusterConfig {
             }
         };
         let raw: RawConfig = toml::from_str(text).map_err(|e| {
-            let key = key_from_message(e.message());
+            let key = key_of(&e);
             err(e.span(), &key, e.message().to_string())
         })?;
         let mut switch_ids: HashMap<&str, SwitchId> = HashMap::new();
@@ -387,6 +424,32 @@ impl ClusterConfig {
             host_app.push(addr(&h.app, "host.app")?);
             host_admin.push(addr(&h.admin, "host.admin")?);
         }
+        let mut warnings = Vec::new();
+        let mut warn = |node: &Spanned<String>, v: &Option<Spanned<String>>, key: &str, a| {
+            if let (Some(v), Some(addr)) = (v, a)
+                && let Some(message) = unspecified(node.get_ref(), key, addr)
+            {
+                let (line, column) = line_column(text, v.span().start);
+                warnings.push(ConfigWarning {
+                    file: file.to_string(),
+                    line,
+                    column,
+                    key: key.to_string(),
+                    node: node.get_ref().clone(),
+                    addr,
+                    message,
+                });
+            }
+        };
+        for (i, s) in raw.switches.iter().enumerate() {
+            warn(&s.name, &s.listen, "switch.listen", switch_listen[i]);
+            warn(&s.name, &s.admin, "switch.admin", switch_admin[i]);
+        }
+        for (i, h) in raw.hosts.iter().enumerate() {
+            warn(&h.name, &h.siu, "host.siu", host_siu[i]);
+            warn(&h.name, &h.app, "host.app", host_app[i]);
+            warn(&h.name, &h.admin, "host.admin", host_admin[i]);
+        }
         check_unique_addrs(&raw, &switch_listen, &host_siu, &host_app)
             .map_err(|(span, key, msg)| err(Some(span), key, msg))?;
         check_unique_admin(&raw, &switch_admin, &host_admin)
@@ -404,7 +467,7 @@ impl ClusterConfig {
         let topology = Topology::new(raw.switches.len(), host_switch, trunks)
             .map_err(|e| err(None, "-", e.to_string()))?;
         check_epoch(&raw.timing, &topology).map_err(|(key, msg)| err(None, key, msg))?;
-        Ok(Self {
+        let config = Self {
             switch_names: raw
                 .switches
                 .iter()
@@ -421,8 +484,29 @@ impl ClusterConfig {
             host_admin,
             transport,
             map_file,
-        })
+        };
+        Ok((config, warnings))
     }
+}
+
+/// Why `node`'s `key` should not be the unspecified address `addr`, if it is one.
+fn unspecified(node: &str, key: &str, addr: SocketAddr) -> Option<String> {
+    if !addr.ip().is_unspecified() {
+        return None;
+    }
+    let (kind, what) = key.split_once('.').unwrap_or(("", key));
+    Some(if what == "admin" {
+        format!(
+            "{kind} `{node}` would serve its admin service on every interface ({addr}): it has \
+             no authentication (anyone who reaches it can stop the daemon); keep it on loopback"
+        )
+    } else {
+        format!(
+            "{kind} `{node}` would listen on every interface ({addr}): peers send to the \
+             configured address and drop packets that come from any other, so name the \
+             address peers reach it at"
+        )
+    })
 }
 
 /// No two daemons or applications may be configured to listen on the same address.
@@ -516,6 +600,12 @@ fn transport(
     };
     let path = |v: &Option<Spanned<String>>, key: &'static str| match v {
         Some(p) if p.get_ref().trim().is_empty() => Err((p.span(), key, "empty path".into())),
+        Some(p) if p.get_ref().starts_with('~') => Err((
+            p.span(),
+            key,
+            "`~` is not expanded: write an absolute path or one relative to this config file"
+                .into(),
+        )),
         Some(p) => Ok(Some(PathBuf::from(p.get_ref()))),
         None => Ok(None),
     };
@@ -569,12 +659,31 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
-/// Pulls a backquoted key name out of a serde message such as "unknown field `foo`".
-fn key_from_message(message: &str) -> String {
-    message
-        .split('`')
-        .nth(1)
-        .map_or_else(|| "-".to_string(), str::to_string)
+/// The dotted key a deserialization error is about: the path of tables (and arrays of
+/// tables) toml was in, plus the field an "unknown field `X`" or "missing field `X`" message
+/// names (`switch.lisen`, `transport.kind`, `host.name`); `-` when the error is not about a
+/// key (a syntax error).
+fn key_of(e: &toml::de::Error) -> String {
+    // toml keeps the path private and prints it as a last line "in `a.b`" when it has no
+    // input to quote.
+    let mut bare = e.clone();
+    bare.set_input(None);
+    let shown = bare.to_string();
+    let path = shown
+        .lines()
+        .next_back()
+        .and_then(|l| l.strip_prefix("in `")?.strip_suffix('`'))
+        .unwrap_or("");
+    let message = e.message();
+    let field = ["unknown field `", "missing field `"]
+        .iter()
+        .find_map(|p| message.strip_prefix(p)?.split('`').next());
+    match (path, field) {
+        ("", Some(f)) => f.to_string(),
+        (p, Some(f)) => format!("{p}.{f}"),
+        ("", None) => "-".to_string(),
+        (p, None) => p.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -616,9 +725,82 @@ between = ["tm0", "tm1"]
         let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
         assert_eq!(
             (e.file.as_str(), e.line, e.key.as_str()),
-            ("c.toml", 3, "token-timeout-ms")
+            ("c.toml", 3, "timing.token-timeout-ms")
         );
         assert!(e.to_string().starts_with("c.toml:3:"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_named_by_their_dotted_path() {
+        // (text, line, column, key): arrays of tables, tables, dotted keys, inline tables,
+        // sub-tables, the top level.
+        let cases = [
+            (
+                GOOD.replace("name = \"tm1\"", "name = \"tm1\"\nlisen = \"x\""),
+                9,
+                1,
+                "switch.lisen",
+            ),
+            (
+                GOOD.replace("[timing]", "[timing]\nbogus = 1"),
+                3,
+                1,
+                "timing.bogus",
+            ),
+            (format!("limits.bogus = 1\n{GOOD}"), 1, 8, "limits.bogus"),
+            (
+                format!("transport = {{ kind = \"udp\", colour = 1 }}\n{GOOD}"),
+                1,
+                29,
+                "transport.colour",
+            ),
+            (
+                format!("{GOOD}[transport.extra]\nx = 1\n"),
+                19,
+                12,
+                "transport.extra",
+            ),
+            (
+                format!("{GOOD}[[host]]\nname = \"g\"\nswitch = \"tm0\"\nsui = \"x\"\n"),
+                22,
+                1,
+                "host.sui",
+            ),
+            (format!("mapp = \"m\"\n{GOOD}"), 1, 1, "mapp"),
+        ];
+        for (text, line, column, key) in cases {
+            let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
+            assert_eq!(
+                (e.line, e.column, e.key.as_str()),
+                (line, column, key),
+                "{e}"
+            );
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("c.toml:{line}:{column}: {key}: unknown field")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_and_mistyped_values_are_named_by_their_dotted_path() {
+        let e = ClusterConfig::parse(&format!("{GOOD}[[switch]]\n"), "c.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (19, "switch.name"), "{e}");
+        assert!(e.message.contains("missing field"), "{e}");
+        let text = GOOD.replace("name = \"beta\"", "name = 7");
+        let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (14, "host.name"), "{e}");
+        let text = GOOD.replace("token-timeout-us = 2000", "token-timeout-us = \"fast\"");
+        let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (3, "timing.token-timeout-us"),
+            "{e}"
+        );
+        // A syntax error is not about a key.
+        let e = ClusterConfig::parse("[[switch]\n", "c.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (1, "-"), "{e}");
     }
 
     #[test]
@@ -697,7 +879,7 @@ switch = "tm0"
     fn unknown_transport_kind_is_refused() {
         let text = ADDRS.replace("kind = \"udp\"", "kind = \"tcp\"");
         let e = ClusterConfig::parse(&text, "a.toml").unwrap_err();
-        assert_eq!(e.line, 5, "{e}");
+        assert_eq!((e.line, e.key.as_str()), (5, "transport.kind"), "{e}");
         assert!(e.message.contains("tcp"), "{e}");
     }
 
@@ -705,7 +887,7 @@ switch = "tm0"
     fn unknown_host_key_is_refused() {
         let text = ADDRS.replace("app = ", "application = ");
         let e = ClusterConfig::parse(&text, "a.toml").unwrap_err();
-        assert_eq!((e.line, e.key.as_str()), (15, "application"), "{e}");
+        assert_eq!((e.line, e.key.as_str()), (15, "host.application"), "{e}");
     }
 
     #[test]
@@ -770,6 +952,15 @@ switch = "tm0"
         let c = ClusterConfig::load(&file).unwrap();
         assert_eq!(c.transport.ca, Some(dir.join("pki/ca.pem")));
         assert_eq!(c.quic_files("tm0").unwrap().key, dir.join("pki/tm0.key"));
+        // Absolute paths are taken as they are.
+        let elsewhere = std::env::temp_dir().join("isotach-elsewhere/pki");
+        let text = QUIC
+            .replace("\"pki/ca.pem\"", &format!("{:?}", elsewhere.join("ca.pem")))
+            .replace("\"pki\"", &format!("{elsewhere:?}"));
+        std::fs::write(&file, text).unwrap();
+        let c = ClusterConfig::load(&file).unwrap();
+        assert_eq!(c.transport.ca, Some(elsewhere.join("ca.pem")));
+        assert_eq!(c.quic_files("tm0").unwrap().key, elsewhere.join("tm0.key"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -797,10 +988,7 @@ switch = "tm0"
         ] {
             let text = QUIC.replace("\"0x1507_ac40_0000_0002\"", v);
             let e = ClusterConfig::parse(&text, "q.toml").unwrap_err();
-            assert_eq!(e.line, 4, "{v}: {e}");
-            if v != "true" {
-                assert_eq!(e.key, "transport.tag", "{v}: {e}");
-            }
+            assert_eq!((e.line, e.key.as_str()), (4, "transport.tag"), "{v}: {e}");
         }
     }
 
@@ -808,9 +996,17 @@ switch = "tm0"
     fn bad_quic_keys_name_line_and_key() {
         let e = ClusterConfig::parse(&QUIC.replace("\"pki\"", "\" \""), "q.toml").unwrap_err();
         assert_eq!((e.line, e.key.as_str()), (6, "transport.certs"), "{e}");
+        let text = QUIC.replace("\"pki/ca.pem\"", "\"~/.isotach/pki/ca.pem\"");
+        let e = ClusterConfig::parse(&text, "q.toml").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (5, "transport.ca"), "{e}");
+        assert!(e.message.contains("absolute path"), "{e}");
         let e = ClusterConfig::parse(&QUIC.replace("ca = ", "cert-authority = "), "q.toml")
             .unwrap_err();
-        assert_eq!((e.line, e.key.as_str()), (5, "cert-authority"), "{e}");
+        assert_eq!(
+            (e.line, e.key.as_str()),
+            (5, "transport.cert-authority"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -824,6 +1020,38 @@ switch = "tm0"
         // Admin is TCP: it may share an address with a UDP link.
         let text = QUIC.replace("127.0.0.1:7071", "127.0.0.1:7100");
         ClusterConfig::parse(&text, "q.toml").unwrap();
+    }
+
+    #[test]
+    fn unspecified_addresses_are_warned_about_naming_node_and_key() {
+        let (_, w) = ClusterConfig::parse_checked(QUIC, "q.toml").unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        let text = QUIC
+            .replace("127.0.0.1:7000", "0.0.0.0:7000")
+            .replace("127.0.0.1:7200", "[::]:7200")
+            .replace("127.0.0.1:7071", "0.0.0.0:7071");
+        let (c, w) = ClusterConfig::parse_checked(&text, "q.toml").unwrap();
+        assert_eq!(c, ClusterConfig::parse(&text, "q.toml").unwrap());
+        let got: Vec<_> = w
+            .iter()
+            .map(|w| (w.line, w.key.as_str(), w.node.as_str(), w.addr.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (10, "switch.listen", "tm0", "0.0.0.0:7000".to_string()),
+                (17, "host.app", "alpha", "[::]:7200".to_string()),
+                (18, "host.admin", "alpha", "0.0.0.0:7071".to_string()),
+            ]
+        );
+        let first = w[0].to_string();
+        assert!(
+            first.starts_with(
+                "q.toml:10:10: switch.listen: switch `tm0` would listen on every interface"
+            ),
+            "{first}"
+        );
+        assert!(w[2].message.contains("no authentication"), "{}", w[2]);
     }
 
     #[test]
