@@ -630,3 +630,68 @@ fn a_page_without_a_live_copy_starts_empty_and_is_reported() {
         Err(SmmError::ReadRefused { host: 2 })
     );
 }
+
+#[test]
+fn applications_joining_together_agree_on_who_starts_each_page() {
+    // Every application of a cluster attaches at once (a rerun against running daemons):
+    // the earliest admission of each page starts it empty; every later one gets its image.
+    let mut c = Cluster::new(4, 2, map("0 0 1\n1 1 2\n2 2 3\n3 3 0\n4 0 1 2 3\n", 4));
+    for h in 0..4 {
+        c.detach(h);
+    }
+    for h in 0..4 {
+        c.attach_and_join(h);
+    }
+    c.run_until(|c| {
+        c.nodes
+            .iter()
+            .all(|n| n.join_status() == JoinStatus::Current)
+    });
+    for page in 0..5 {
+        let holders: Vec<_> = (0..4)
+            .filter(|&h| {
+                c.nodes[h]
+                    .map
+                    .copyset(page)
+                    .is_some_and(|s| s.contains(&(h as u16)))
+            })
+            .collect();
+        let empty = holders
+            .iter()
+            .filter(|&&h| {
+                c.nodes[h]
+                    .join_report()
+                    .unwrap()
+                    .pages_started_empty
+                    .contains(&page)
+            })
+            .count();
+        assert_eq!(empty, 1, "page {page}: exactly one holder starts it");
+    }
+    for h in 0..4 {
+        write_all(&mut c, h, 4, 10 * h as u64);
+        write_all(&mut c, h, h as u32, 100 + h as u64);
+    }
+    c.quiesce();
+    for page in 0..5u32 {
+        let holders: Vec<usize> = (0..4)
+            .filter(|&h| {
+                c.nodes[h]
+                    .map
+                    .copyset(page)
+                    .is_some_and(|s| s.contains(&(h as u16)))
+            })
+            .collect();
+        for w in holders.windows(2) {
+            for slot in 0..4 {
+                let a = Addr::new(page, slot);
+                assert_eq!(
+                    c.nodes[w[0]].local_value(a),
+                    c.nodes[w[1]].local_value(a),
+                    "{a}"
+                );
+            }
+        }
+    }
+    assert!(oracle::check(&c.records()).clean());
+}
