@@ -12,6 +12,7 @@ pub(crate) mod metrics;
 
 use crate::UsageError;
 use clap::Args;
+use isotach_am::backend::quic::QuicCounters;
 use isotach_am::port::{PeerStatus, PortStats};
 use isotach_am::telemetry::{HistSummary, Telemetry};
 use isotach_siu::SiuStats;
@@ -62,6 +63,7 @@ struct AdminService {
     name: String,
     source: Source,
     telemetry: Arc<Telemetry>,
+    quic: Option<QuicCounters>,
     shutdown: Arc<Notify>,
 }
 
@@ -80,6 +82,17 @@ fn port_counters(p: &PortStats) -> [(&'static str, u64); 9] {
         ("port.links_lost", p.links_lost),
         ("port.fragments_dropped", p.fragments_dropped),
         ("port.inbox_overflow", p.inbox_overflow),
+    ]
+}
+
+/// The QUIC transport's counters of failed handshakes and lost datagrams (`quic.*`).
+fn quic_counters(q: &QuicCounters) -> [(&'static str, u64); 5] {
+    [
+        ("quic.handshakes_refused", q.refused()),
+        ("quic.connects_failed", q.connects_failed()),
+        ("quic.datagrams_refused", q.send_refused()),
+        ("quic.datagrams_dropped", q.send_dropped()),
+        ("quic.datagrams_recv_dropped", q.recv_dropped()),
     ]
 }
 
@@ -156,6 +169,15 @@ fn siu_counters(s: &SiuStats) -> [(&'static str, u64); 22] {
 
 impl AdminService {
     fn reply(&self) -> StatusReply {
+        let mut reply = self.state();
+        if let Some(q) = &self.quic {
+            reply.counters.extend(map(&quic_counters(q)));
+        }
+        reply
+    }
+
+    /// The status from the daemon's latest snapshot.
+    fn state(&self) -> StatusReply {
         match &self.source {
             Source::Tm(rx) => {
                 let s = rx.borrow().clone();
@@ -267,6 +289,8 @@ pub(crate) struct Exposed {
     pub(crate) source: Source,
     /// Its histograms.
     pub(crate) telemetry: Arc<Telemetry>,
+    /// Its QUIC transport's counters (`None` over UDP).
+    pub(crate) quic: Option<QuicCounters>,
 }
 
 /// Binds `addr` and serves the admin service of a daemon on the current runtime, plus the
@@ -285,6 +309,7 @@ pub(crate) async fn serve(
         name: exposed.name,
         source: exposed.source,
         telemetry: exposed.telemetry,
+        quic: exposed.quic,
         shutdown: Arc::clone(&shutdown),
     };
     if let Some(m) = metrics_addr {
@@ -310,6 +335,7 @@ pub(crate) async fn serve_metrics_only(addr: SocketAddr, exposed: Exposed) -> an
         name: exposed.name,
         source: exposed.source,
         telemetry: exposed.telemetry,
+        quic: exposed.quic,
         shutdown: Arc::new(Notify::new()),
     };
     metrics::serve(addr, Arc::new(move || view.metrics())).await?;
@@ -509,4 +535,60 @@ pub(crate) fn run_status(args: StatusArgs) -> anyhow::Result<ExitCode> {
                 ))
             })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use isotach_am::backend::quic::{
+        CONNECT_QUEUE, QuicConfig, QuicTransport, make_ca, make_node_identity,
+    };
+    use isotach_am::{NodeAddr, Transport};
+
+    /// A TM's admin service over a real QUIC transport that dropped datagrams: more than
+    /// `CONNECT_QUEUE` sent towards an address that never completes a handshake.
+    #[test]
+    fn quic_losses_are_in_the_status_and_the_metrics() {
+        let ca = make_ca("test CA").unwrap();
+        let id = make_node_identity(&ca, "tm0").unwrap();
+        let mut t =
+            QuicTransport::bind(QuicConfig::new("127.0.0.1:0".parse().unwrap(), id)).unwrap();
+        let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = NodeAddr::Ip(silent.local_addr().unwrap());
+        for _ in 0..1 + CONNECT_QUEUE + 5 {
+            t.send(to, b"x").unwrap();
+        }
+        let (_tx, rx) = watch::channel(TmSnapshot::default());
+        let svc = AdminService {
+            name: "tm0".into(),
+            source: Source::Tm(rx),
+            telemetry: Arc::new(Telemetry::new(&[])),
+            quic: Some(t.counters()),
+            shutdown: Arc::new(Notify::new()),
+        };
+        let reply = svc.reply();
+        let dropped = reply.counters["quic.datagrams_dropped"];
+        assert!(dropped >= 5, "{reply:?}");
+        for key in [
+            "quic.datagrams_refused",
+            "quic.datagrams_recv_dropped",
+            "quic.handshakes_refused",
+            "quic.connects_failed",
+        ] {
+            assert!(reply.counters.contains_key(key), "{key}: {reply:?}");
+        }
+        let line =
+            format!("isotach_quic_datagrams_dropped_total{{role=\"tm\",name=\"tm0\"}} {dropped}");
+        let text = svc.metrics();
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing `{line}` in\n{text}"
+        );
+        // `isotach status --json` shows them with the other counters.
+        let v = json(&reply, None);
+        assert_eq!(v["counters"]["quic.datagrams_dropped"], dropped);
+        // Over UDP there is no QUIC transport: no `quic.*` counters.
+        let udp = AdminService { quic: None, ..svc };
+        assert!(!udp.reply().counters.keys().any(|k| k.starts_with("quic.")));
+    }
 }

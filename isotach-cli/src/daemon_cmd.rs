@@ -8,7 +8,7 @@ use crate::admin::{Exposed, Source};
 use crate::philo_app::{PhiloParams, forks_map, run_philosopher};
 use crate::{EXIT_FAILED, UsageError};
 use clap::Args;
-use isotach_am::backend::quic::{QuicConfig, QuicHandshakes, QuicIdentity, QuicTransport};
+use isotach_am::backend::quic::{QuicConfig, QuicCounters, QuicIdentity, QuicTransport};
 use isotach_am::backend::udp::UdpTransport;
 use isotach_am::port::PacketPort;
 use isotach_am::{NodeAddr, Tag, Transport};
@@ -132,7 +132,7 @@ impl Link {
 /// A daemon's port, over the transport the config names.
 enum Port {
     Udp(PacketPort<UdpTransport>),
-    Quic(PacketPort<QuicTransport>, QuicHandshakes),
+    Quic(PacketPort<QuicTransport>, QuicCounters),
 }
 
 /// Logs to stderr; `RUST_LOG` overrides `default`; the admin service can change the filter.
@@ -220,15 +220,15 @@ fn bind_port(link: Link, listen: SocketAddr, peers: &[NodeAddr], tag: Tag) -> an
         )?),
         Link::Quic(identity) => {
             let t = QuicTransport::bind(QuicConfig::new(listen, identity)).map_err(bind_err)?;
-            let handshakes = t.handshakes();
-            Port::Quic(PacketPort::new(t, peers, tag)?, handshakes)
+            let counters = t.counters();
+            Port::Quic(PacketPort::new(t, peers, tag)?, counters)
         }
     })
 }
 
 /// Logs failed QUIC handshakes as they happen (at most once a second): a peer whose
 /// certificate the cluster CA did not sign, or one that refused ours. Never returns.
-async fn watch_handshakes(h: QuicHandshakes) {
+async fn watch_handshakes(h: QuicCounters) {
     let (mut refused, mut failed) = (0, 0);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
@@ -247,7 +247,7 @@ async fn watch_handshakes(h: QuicHandshakes) {
 }
 
 /// Runs `run` (a daemon) while logging failed QUIC handshakes; logs their totals at the end.
-async fn with_handshake_log<F: Future>(h: Option<QuicHandshakes>, run: F) -> F::Output {
+async fn with_handshake_log<F: Future>(h: Option<QuicCounters>, run: F) -> F::Output {
     let Some(h) = h else { return run.await };
     let watcher = tokio::spawn(watch_handshakes(h.clone()));
     let out = run.await;
@@ -255,6 +255,9 @@ async fn with_handshake_log<F: Future>(h: Option<QuicHandshakes>, run: F) -> F::
     tracing::info!(
         handshakes_refused = h.refused(),
         connects_failed = h.connects_failed(),
+        datagrams_refused = h.send_refused(),
+        datagrams_dropped = h.send_dropped(),
+        datagrams_recv_dropped = h.recv_dropped(),
         "QUIC transport stopped"
     );
     out
@@ -263,7 +266,7 @@ async fn with_handshake_log<F: Future>(h: Option<QuicHandshakes>, run: F) -> F::
 async fn serve_tm<T: Transport>(
     tm: TokenManager,
     port: PacketPort<T>,
-    handshakes: Option<QuicHandshakes>,
+    handshakes: Option<QuicCounters>,
     args: &TmArgs,
     configured: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
@@ -272,6 +275,7 @@ async fn serve_tm<T: Transport>(
         name: args.name.clone(),
         source: Source::Tm(daemon.snapshot()),
         telemetry: daemon.telemetry(),
+        quic: handshakes.clone(),
     };
     let stop = admin(&args.ops, configured, TM_ADMIN_DEFAULT, exposed).await?;
     with_handshake_log(handshakes, daemon.run(shutdown_or(stop))).await?;
@@ -281,7 +285,7 @@ async fn serve_tm<T: Transport>(
 async fn serve_siu<T: Transport>(
     siu: Siu,
     port: PacketPort<T>,
-    handshakes: Option<QuicHandshakes>,
+    handshakes: Option<QuicCounters>,
     args: &SiuArgs,
     configured: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
@@ -290,6 +294,7 @@ async fn serve_siu<T: Transport>(
         name: args.host.clone(),
         source: Source::Siu(daemon.snapshot()),
         telemetry: daemon.telemetry(),
+        quic: handshakes.clone(),
     };
     let stop = admin(&args.ops, configured, SIU_ADMIN_DEFAULT, exposed).await?;
     with_handshake_log(handshakes, daemon.run(shutdown_or(stop))).await?;

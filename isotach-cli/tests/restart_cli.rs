@@ -218,4 +218,16 @@ fn over_quic_a_restarted_token_manager_is_reached_again_and_logical_time_resumes
         v["started"] == true && u(v, "generation") >= g2 && u(v, "waves") > 0
     });
     assert_eq!(tm["role"], "tm");
+    // The QUIC transport's losses are counted with the rest (values depend on timing).
+    for v in [tm, status(&c.admin_alpha, &[]).expect("alpha answers")] {
+        for key in [
+            "quic.datagrams_refused",
+            "quic.datagrams_dropped",
+            "quic.datagrams_recv_dropped",
+            "quic.handshakes_refused",
+            "quic.connects_failed",
+        ] {
+            assert!(v["counters"][key].is_u64(), "{key} in {v}");
+        }
+    }
 }

@@ -13,6 +13,11 @@
 //! quinn runs on a private one-worker tokio runtime. Received datagrams cross to the caller's
 //! thread through a bounded channel ([`RX_QUEUE`]); this backend allocates per message (quinn
 //! takes `Bytes`), unlike the UDP fast path.
+//!
+//! Every datagram that does not leave or arrive is counted ([`QuicCounters`]): those quinn
+//! refuses to send, those this backend drops rather than let quinn silently discard older
+//! ones (its send buffer full), those queued for a connection that failed or beyond
+//! [`CONNECT_QUEUE`], and received ones dropped because [`RX_QUEUE`] is full.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -209,18 +214,21 @@ enum Conn {
 
 struct Shared {
     conns: Mutex<HashMap<SocketAddr, Conn>>,
-    handshakes: Arc<Handshakes>,
+    counters: Arc<Counters>,
 }
 
-/// Handshake outcomes, counted by quinn's tasks.
+/// Handshake outcomes and lost datagrams, counted by the caller's thread and quinn's tasks.
 #[derive(Debug, Default)]
-struct Handshakes {
+struct Counters {
     refused: AtomicU64,
     connects_failed: AtomicU64,
     last_error: Mutex<Option<String>>,
+    send_refused: AtomicU64,
+    send_dropped: AtomicU64,
+    recv_dropped: AtomicU64,
 }
 
-impl Handshakes {
+impl Counters {
     fn failed(&self, counter: &AtomicU64, what: String) {
         counter.fetch_add(1, Ordering::Relaxed);
         *self
@@ -228,14 +236,19 @@ impl Handshakes {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(what);
     }
+
+    fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
 }
 
-/// A handle on a [`QuicTransport`]'s handshake counters that outlives moving the transport
-/// into a bundle or port (a daemon keeps one to log refused peers).
+/// A handle on a [`QuicTransport`]'s counters of failed handshakes and lost datagrams that
+/// outlives moving the transport into a bundle or port (a daemon keeps one to log refused
+/// peers and to show the counts on its admin service).
 #[derive(Clone, Debug)]
-pub struct QuicHandshakes(Arc<Handshakes>);
+pub struct QuicCounters(Arc<Counters>);
 
-impl QuicHandshakes {
+impl QuicCounters {
     /// Incoming connections whose handshake failed: the peer's certificate was not signed by
     /// the cluster CA (or it sent none), or the peer refused ours.
     pub fn refused(&self) -> u64 {
@@ -254,6 +267,21 @@ impl QuicHandshakes {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
+    /// Datagrams quinn refused to send: larger than the path or the peer allows, datagrams
+    /// not supported or disabled, or the connection lost.
+    pub fn send_refused(&self) -> u64 {
+        self.0.send_refused.load(Ordering::Relaxed)
+    }
+    /// Datagrams this backend dropped instead of sending: quinn's send buffer was full (quinn
+    /// would have discarded older ones), more than [`CONNECT_QUEUE`] waited for a connection,
+    /// the connection they waited for failed, or one to their address had just failed.
+    pub fn send_dropped(&self) -> u64 {
+        self.0.send_dropped.load(Ordering::Relaxed)
+    }
+    /// Received datagrams dropped because [`RX_QUEUE`] of them already waited for the bundle.
+    pub fn recv_dropped(&self) -> u64 {
+        self.0.recv_dropped.load(Ordering::Relaxed)
+    }
 }
 
 impl Shared {
@@ -269,15 +297,19 @@ impl Shared {
 pub struct QuicStats {
     /// Datagrams handed to quinn.
     pub sent: u64,
-    /// Datagrams dropped (queue full, connection failed or lost, too large).
+    /// Datagrams quinn refused (see [`QuicCounters::send_refused`]).
+    pub send_refused: u64,
+    /// Datagrams dropped before quinn (see [`QuicCounters::send_dropped`]).
     pub send_dropped: u64,
     /// Connection attempts started.
     pub connects: u64,
     /// Datagrams received.
     pub received: u64,
-    /// Incoming handshakes that failed (see [`QuicHandshakes::refused`]).
+    /// Received datagrams dropped (see [`QuicCounters::recv_dropped`]).
+    pub recv_dropped: u64,
+    /// Incoming handshakes that failed (see [`QuicCounters::refused`]).
     pub handshakes_refused: u64,
-    /// Outgoing connection attempts that failed (see [`QuicHandshakes::connects_failed`]).
+    /// Outgoing connection attempts that failed (see [`QuicCounters::connects_failed`]).
     pub connects_failed: u64,
 }
 
@@ -375,7 +407,7 @@ fn adopt(
             }
             Some(Conn::Connecting(q)) => {
                 for b in q {
-                    let _ = conn.send_datagram(b);
+                    send_ready(&shared.counters, &conn, b);
                 }
                 conns.insert(addr, Conn::Ready(conn.clone()));
             }
@@ -386,9 +418,14 @@ fn adopt(
     }
     let (shared, tx) = (shared.clone(), tx.clone());
     tokio::spawn(async move {
+        // Never wait for the bundle: quinn would then discard datagrams uncounted.
         while let Ok(b) = conn.read_datagram().await {
-            if tx.send((addr, b)).await.is_err() {
-                break;
+            match tx.try_send((addr, b)) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    Counters::add(&shared.counters.recv_dropped, 1);
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => break,
             }
         }
         let mut conns = shared.lock();
@@ -398,6 +435,23 @@ fn adopt(
             conns.remove(&addr);
         }
     });
+}
+
+/// Hands `b` to quinn on a ready connection; `false` (and counted) when it is not sent.
+fn send_ready(counters: &Counters, conn: &quinn::Connection, b: Bytes) -> bool {
+    // quinn makes room for a datagram by discarding older unsent ones: drop this one instead,
+    // so that every loss is counted.
+    if b.len() > conn.datagram_send_buffer_space() {
+        Counters::add(&counters.send_dropped, 1);
+        return false;
+    }
+    match conn.send_datagram(b) {
+        Ok(()) => true,
+        Err(_) => {
+            Counters::add(&counters.send_refused, 1);
+            false
+        }
+    }
 }
 
 impl QuicTransport {
@@ -432,7 +486,7 @@ impl QuicTransport {
         endpoint.set_default_client_config(cc);
         let shared = Arc::new(Shared {
             conns: Mutex::new(HashMap::new()),
-            handshakes: Arc::default(),
+            counters: Arc::default(),
         });
         let (tx, rx) = mpsc::channel(RX_QUEUE);
         {
@@ -446,7 +500,7 @@ impl QuicTransport {
                         match incoming.await {
                             Ok(conn) => adopt(&shared, &tx, conn, true),
                             Err(e) => {
-                                let h = &shared.handshakes;
+                                let h = &shared.counters;
                                 h.failed(&h.refused, format!("handshake from {from}: {e}"));
                             }
                         }
@@ -483,17 +537,26 @@ impl QuicTransport {
 
     /// Driver counters.
     pub fn quic_stats(&self) -> QuicStats {
-        let h = self.handshakes();
+        let c = self.counters();
         QuicStats {
-            handshakes_refused: h.refused(),
-            connects_failed: h.connects_failed(),
+            send_refused: c.send_refused(),
+            send_dropped: c.send_dropped(),
+            recv_dropped: c.recv_dropped(),
+            handshakes_refused: c.refused(),
+            connects_failed: c.connects_failed(),
             ..self.stats
         }
     }
 
-    /// A handle on the handshake counters (valid after the transport moved into a bundle).
-    pub fn handshakes(&self) -> QuicHandshakes {
-        QuicHandshakes(Arc::clone(&self.shared.handshakes))
+    /// A handle on the counters of failed handshakes and lost datagrams (valid after the
+    /// transport moved into a bundle).
+    pub fn counters(&self) -> QuicCounters {
+        QuicCounters(Arc::clone(&self.shared.counters))
+    }
+
+    /// The same handle as [`QuicTransport::counters`] (its handshake counters).
+    pub fn handshakes(&self) -> QuicCounters {
+        self.counters()
     }
 
     fn handle(&self) -> &Handle {
@@ -504,26 +567,25 @@ impl QuicTransport {
     }
 
     fn send_one(&mut self, to: SocketAddr, b: Bytes) {
+        let counters = &self.shared.counters;
         let mut conns = self.shared.lock();
         match conns.get_mut(&to) {
-            Some(Conn::Ready(c)) => match c.send_datagram(b) {
-                Ok(()) => self.stats.sent += 1,
-                Err(_) => {
-                    self.stats.send_dropped += 1;
-                    if c.close_reason().is_some() {
-                        conns.remove(&to);
-                    }
+            Some(Conn::Ready(c)) => {
+                if send_ready(counters, c, b) {
+                    self.stats.sent += 1;
+                } else if c.close_reason().is_some() {
+                    conns.remove(&to);
                 }
-            },
+            }
             Some(Conn::Connecting(q)) => {
                 if q.len() < CONNECT_QUEUE {
                     q.push_back(b);
                 } else {
-                    self.stats.send_dropped += 1;
+                    Counters::add(&counters.send_dropped, 1);
                 }
             }
             Some(Conn::Failed(at)) if at.elapsed() < Duration::from_millis(200) => {
-                self.stats.send_dropped += 1;
+                Counters::add(&counters.send_dropped, 1);
             }
             _ => {
                 conns.insert(to, Conn::Connecting(VecDeque::from([b])));
@@ -539,9 +601,13 @@ impl QuicTransport {
                     match conn {
                         Ok(c) => adopt(&shared, &tx, c, false),
                         Err(e) => {
-                            let h = &shared.handshakes;
+                            let h = &shared.counters;
                             h.failed(&h.connects_failed, format!("connection to {to}: {e}"));
-                            shared.lock().insert(to, Conn::Failed(Instant::now()));
+                            let old = shared.lock().insert(to, Conn::Failed(Instant::now()));
+                            // What waited for this connection is lost.
+                            if let Some(Conn::Connecting(q)) = old {
+                                Counters::add(&h.send_dropped, q.len());
+                            }
                         }
                     }
                 });
@@ -741,6 +807,63 @@ mod tests {
         };
         assert!(check_identity(&id).is_err());
         check_identity(&make_node_identity(&ca, "alpha").unwrap()).unwrap();
+    }
+
+    /// Says hello from `from` to `to` until `to` receives something (the connection is up).
+    fn connect(from: &mut QuicTransport, to: &mut QuicTransport) {
+        let guard = Instant::now() + Duration::from_secs(60);
+        while !to.has_pending() {
+            assert!(Instant::now() < guard, "no connection within the guard");
+            from.send(to.local_addr(), b"hello").unwrap();
+            let soon = Time(to.now().0 + 50_000_000);
+            to.wait(Some(soon)).unwrap();
+        }
+        to.recv(usize::MAX, &mut |_, _| {}).unwrap();
+    }
+
+    #[test]
+    fn refused_and_dropped_datagrams_are_counted() {
+        let ca = make_ca("test CA").unwrap();
+        let bind = |name| {
+            let id = make_node_identity(&ca, name).unwrap();
+            QuicTransport::bind(QuicConfig::new("127.0.0.1:0".parse().unwrap(), id)).unwrap()
+        };
+        let (mut a, mut b) = (bind("alpha"), bind("beta"));
+        let counters = a.counters();
+        connect(&mut a, &mut b);
+        assert_eq!((counters.send_refused(), counters.send_dropped()), (0, 0));
+
+        // Larger than a QUIC packet: quinn refuses it.
+        a.send(b.local_addr(), &[7; 4000]).unwrap();
+        assert_eq!(counters.send_refused(), 1);
+        assert_eq!(a.quic_stats().send_refused, 1);
+
+        // To an address that never completes a handshake: the first datagram opens the
+        // connection, CONNECT_QUEUE wait for it, the rest are dropped.
+        let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = NodeAddr::Ip(silent.local_addr().unwrap());
+        for _ in 0..1 + CONNECT_QUEUE + 10 {
+            a.send(to, b"x").unwrap();
+        }
+        assert!(counters.send_dropped() >= 10, "{:?}", a.quic_stats());
+
+        // A storm the receiver does not read: what overflows its queue is dropped, counted.
+        let storm = RX_QUEUE + 2000;
+        for _ in 0..storm {
+            a.send(b.local_addr(), &[1; 64]).unwrap();
+        }
+        let guard = Instant::now() + Duration::from_secs(60);
+        while b.counters().recv_dropped() == 0 {
+            assert!(
+                Instant::now() < guard,
+                "{:?} {:?}",
+                a.quic_stats(),
+                b.quic_stats()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(b.quic_stats().recv_dropped > 0);
+        assert_eq!(b.quic_stats().send_refused + b.quic_stats().send_dropped, 0);
     }
 
     #[test]
