@@ -10,6 +10,8 @@
 //! test is h0 (host 0: it initiates the reset); h2 is at distance 1, h1 and h3 at distance 2.
 //! Requirement numbers are those of `docs/requirements.md`.
 
+mod common;
+
 use isotach_am::NodeAddr;
 use isotach_am::backend::udp::UdpTransport;
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
@@ -35,9 +37,9 @@ const FAR: HostId = 1;
 /// Failure guard of every wait.
 const GUARD: Duration = Duration::from_secs(60);
 
+/// The SIU's address: a port no other test gets (the daemon binds it after we pick it).
 fn free_addr() -> SocketAddr {
-    let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    s.local_addr().expect("addr")
+    SocketAddr::from(([127, 0, 0, 1], common::free_port()))
 }
 
 /// A real SIU daemon for h0 with its token manager and application links played by the test.

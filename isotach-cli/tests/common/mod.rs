@@ -1,11 +1,11 @@
 //! Helpers shared by the tests that run `isotach` daemons and applications as processes:
-//! loopback configs on free ports, spawning with a log file per process, liveness-guarded
-//! waits, and killing every child when a test ends (also on failure).
+//! loopback configs on ports no other test gets, spawning with a log file per process,
+//! liveness-guarded waits, and killing every child when a test ends (also on failure).
 // Each test file uses a different subset.
 #![allow(dead_code)]
 
 use std::fs::File;
-use std::net::{TcpListener, UdpSocket};
+use std::net::{Ipv4Addr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -35,16 +35,70 @@ pub(crate) fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Free loopback UDP ports: bound to port 0 and released (all held until every one is picked,
-/// so they are distinct).
+/// Loopback addresses on distinct free ports (see [`free_port`]).
 pub(crate) fn free_addrs(n: usize) -> Vec<String> {
-    let socks: Vec<UdpSocket> = (0..n)
-        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
-        .collect();
-    socks
-        .iter()
-        .map(|s| s.local_addr().unwrap().to_string())
+    (0..n)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
         .collect()
+}
+
+/// A loopback port no other caller gets: not this process (any thread, any test) nor another
+/// process using this allocator at the same time (a parallel test binary), and not one the
+/// kernel hands out for port 0 (the range lies below the ephemeral range), so a daemon can
+/// bind it later — also again after a restart — as TCP or UDP on 127.0.0.1.
+///
+/// Each port is claimed for the life of this process by a UDP socket bound to the same port
+/// on [`CLAIM_IP`] (another loopback address, so the claim never stands in the daemon's way;
+/// the kernel releases it when the process exits, also on a crash), and checked free for TCP
+/// and UDP on 127.0.0.1 before it is handed out.
+pub(crate) fn free_port() -> u16 {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    static CLAIMED: Mutex<(Vec<UdpSocket>, BTreeSet<u16>)> =
+        Mutex::new((Vec::new(), BTreeSet::new()));
+    let (lo, hi) = port_range();
+    let span = u32::from(hi - lo);
+    let mut claimed = CLAIMED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (claims, given) = &mut *claimed;
+    // Start where another process is unlikely to, so that processes rarely meet.
+    let seed = std::process::id().wrapping_mul(2_654_435_761) ^ given.len() as u32;
+    for i in 0..span {
+        let port = lo + (seed.wrapping_add(i) % span) as u16;
+        if !given.insert(port) {
+            continue;
+        }
+        let Ok(claim) = UdpSocket::bind((CLAIM_IP, port)) else {
+            continue; // another process claimed it
+        };
+        // Kept either way: a port something else holds is not tried again.
+        claims.push(claim);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && UdpSocket::bind(("127.0.0.1", port)).is_ok()
+        {
+            return port;
+        }
+    }
+    panic!("no free port in {lo}..{hi} (claims are bound on {CLAIM_IP})");
+}
+
+/// The loopback address port claims are bound to (Linux routes all of 127.0.0.0/8 to `lo`).
+const CLAIM_IP: Ipv4Addr = Ipv4Addr::new(127, 77, 0, 1);
+
+/// Ports to hand out: below the kernel's ephemeral range (where port-0 binds and outgoing
+/// connections get theirs), above the well-known services.
+fn port_range() -> (u16, u16) {
+    let ephemeral_lo = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_lo > 12_000 {
+        (10_000, ephemeral_lo)
+    } else {
+        // An unusual kernel setting: no range is safe from port-0 binds; stay above it.
+        (ephemeral_lo.max(61_000), 65_000)
+    }
 }
 
 /// A UDP cluster config with one token manager `tm0` and hosts `alpha` and `beta`;
@@ -119,10 +173,9 @@ pub(crate) fn logs(dir: &Path) -> String {
     all
 }
 
-/// A free loopback TCP address (bound to port 0 and released).
+/// A free loopback address for a TCP service (admin, metrics; see [`free_port`]).
 pub(crate) fn free_tcp() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
+    format!("127.0.0.1:{}", free_port())
 }
 
 /// `isotach status --admin ADDR --json ARGS`: the JSON object, or `None` if it failed (the
