@@ -260,7 +260,7 @@ impl ImageEntry {
     }
 
     /// Decodes every entry of an image chunk; the bytes must hold whole entries only.
-    pub fn decode_all(mut b: &[u8]) -> Result<Vec<ImageEntry>, DecodeError> {
+    pub fn decode_all(mut b: &[u8]) -> Result<Vec<Self>, DecodeError> {
         let mut out = Vec::new();
         while !b.is_empty() {
             if b.len() < IMAGE_ENTRY_LEN_MIN {
@@ -298,7 +298,7 @@ impl ImageEntry {
                     host: be16(&s[26..28]),
                 })
                 .collect();
-            out.push(ImageEntry {
+            out.push(Self {
                 slot: be32(&b[0..4]),
                 value: be64(&b[4..12]),
                 pending,

@@ -433,43 +433,39 @@ impl SmmNode {
     }
 
     fn refuse_read(&mut self, ref_id: u32, host: HostId) -> Result<(), SmmError> {
-        let Some(slot) = self.reads.get_mut(&ref_id) else {
-            return Err(SmmError::BadInput(format!(
-                "refusal for unknown read {ref_id}"
-            )));
-        };
-        let ReadSlot::Waiting { record } = *slot else {
-            return Err(SmmError::BadInput(format!(
-                "refusal after a reply for read {ref_id}"
-            )));
-        };
-        *slot = ReadSlot::Refused(host);
+        self.settle_read(ref_id, ReadSlot::Refused(host))?;
         self.stats.reads_refused += 1;
-        if let Some((r, op)) = record
-            && let Some(rec) = self.records[r].ops.get_mut(op)
-            && let RecordedOp::Read { addr, .. } = *rec
-        {
-            *rec = RecordedOp::ReadRefused { addr, host };
-        }
         Ok(())
     }
 
     fn resolve_read(&mut self, ref_id: u32, value: u64) -> Result<(), SmmError> {
+        self.settle_read(ref_id, ReadSlot::Ready(value))
+    }
+
+    /// A waiting read gets its outcome (a value or a refusal), in its slot and its record.
+    fn settle_read(&mut self, ref_id: u32, outcome: ReadSlot) -> Result<(), SmmError> {
         let Some(slot) = self.reads.get_mut(&ref_id) else {
             return Err(SmmError::BadInput(format!(
-                "reply for unknown read {ref_id}"
+                "answer for unknown read {ref_id}"
             )));
         };
         let ReadSlot::Waiting { record } = *slot else {
             return Err(SmmError::BadInput(format!(
-                "second reply for read {ref_id}"
+                "second answer for read {ref_id}"
             )));
         };
-        *slot = ReadSlot::Ready(value);
-        if let Some((r, op)) = record
-            && let Some(RecordedOp::Read { value: v, .. }) = self.records[r].ops.get_mut(op)
+        *slot = outcome;
+        let Some((r, op)) = record else {
+            return Ok(());
+        };
+        if let Some(rec) = self.records[r].ops.get_mut(op)
+            && let RecordedOp::Read { addr, value, .. } = rec
         {
-            *v = Some(value);
+            match outcome {
+                ReadSlot::Ready(v) => *value = Some(v),
+                ReadSlot::Refused(host) => *rec = RecordedOp::ReadRefused { addr: *addr, host },
+                ReadSlot::Waiting { .. } => {}
+            }
         }
         Ok(())
     }

@@ -235,10 +235,10 @@ impl SmmNode {
 
     /// A holder's answer to our copy request.
     pub(super) fn join_reply(&mut self, source: HostId, r: &HostReply<'_>) -> Result<(), SmmError> {
-        let (page, join_id) = match *r {
-            HostReply::CopyRefused { page, join_id, .. }
-            | HostReply::PageImage { page, join_id, .. } => (page, join_id),
-            _ => return Ok(()),
+        let (HostReply::CopyRefused { page, join_id, .. }
+        | HostReply::PageImage { page, join_id, .. }) = *r
+        else {
+            return Ok(());
         };
         if join_id != self.join.id {
             return Err(SmmError::BadInput(format!(

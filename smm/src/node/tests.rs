@@ -100,6 +100,19 @@ impl Cluster {
         self.collect();
     }
 
+    /// Hosts holding a copy of `page`.
+    fn holders(&self, page: u32) -> Vec<usize> {
+        let me = |h: usize| h as u16;
+        (0..self.nodes.len())
+            .filter(|&h| {
+                self.nodes[h]
+                    .map
+                    .copyset(page)
+                    .is_some_and(|s| s.contains(&me(h)))
+            })
+            .collect()
+    }
+
     /// Moves every output into the queue.
     fn collect(&mut self) {
         for s in 0..self.tms.len() {
@@ -648,14 +661,7 @@ fn applications_joining_together_agree_on_who_starts_each_page() {
             .all(|n| n.join_status() == JoinStatus::Current)
     });
     for page in 0..5 {
-        let holders: Vec<_> = (0..4)
-            .filter(|&h| {
-                c.nodes[h]
-                    .map
-                    .copyset(page)
-                    .is_some_and(|s| s.contains(&(h as u16)))
-            })
-            .collect();
+        let holders = c.holders(page);
         let empty = holders
             .iter()
             .filter(|&&h| {
@@ -674,14 +680,7 @@ fn applications_joining_together_agree_on_who_starts_each_page() {
     }
     c.quiesce();
     for page in 0..5u32 {
-        let holders: Vec<usize> = (0..4)
-            .filter(|&h| {
-                c.nodes[h]
-                    .map
-                    .copyset(page)
-                    .is_some_and(|s| s.contains(&(h as u16)))
-            })
-            .collect();
+        let holders = c.holders(page);
         for w in holders.windows(2) {
             for slot in 0..4 {
                 let a = Addr::new(page, slot);
