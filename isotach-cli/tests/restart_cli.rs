@@ -179,9 +179,13 @@ fn a_frozen_token_manager_is_lost_then_resumes_in_a_new_generation() {
     let until = Instant::now() + GUARD;
     let g1 = resumed_after(&c, 0, until);
     signal(&c, TM, "-STOP");
-    // The SIUs keep running and, after the AM give-up time, show the token manager down.
+    // The SIUs keep running and, after the AM give-up time, show the token manager down. The
+    // stop is repeated while waiting: the kernel resumes the stopped members of a process group
+    // that becomes orphaned (when the shell that started the tests in the background exits,
+    // say), and a token manager resumed within the give-up time is never lost.
     for admin in [&c.admin_alpha, &c.admin_beta] {
         let v = status_until(&c.dir, admin, until, |v| {
+            signal(&c, TM, "-STOP");
             v["peers"].as_array().is_some_and(|p| {
                 p.iter()
                     .any(|p| p["name"] == "token manager" && p["up"] == false)

@@ -11,6 +11,7 @@ use common::{
 };
 use isotach_proto::packet::StartOfIsochron;
 use isotach_tests::ByteGenerator;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -156,7 +157,7 @@ fn three_hosts_run_philo_over_quic_daemons() {
         ));
     }
     philosophers_eat(&mut procs, &dir, cfg, until);
-    tools_speak_quic(&dir, cfg);
+    tools_speak_quic(&dir, cfg, until);
     stop_daemons(&mut procs, &dir, until);
     // Everyone presented a certificate from the cluster CA: no handshake was refused.
     let end = log_line(&dir, "tm0", &["QUIC transport stopped"], until);
@@ -168,7 +169,7 @@ fn three_hosts_run_philo_over_quic_daemons() {
 /// The SIU test tools follow the config's transport: `tool send` plays alpha's application
 /// (alpha's certificate) and sends an isochron writing a variable at beta; `tool recv` plays
 /// beta's application and prints the write.
-fn tools_speak_quic(dir: &Path, cfg: &str) {
+fn tools_speak_quic(dir: &Path, cfg: &str, until: Instant) {
     let mut alpha = ByteGenerator::new(0);
     let soi = StartOfIsochron {
         iso_id: 7,
@@ -182,15 +183,34 @@ fn tools_speak_quic(dir: &Path, cfg: &str) {
         .collect();
     let file = dir.join("isochron.hex");
     std::fs::write(&file, hex).unwrap();
+    // beta's SIU drops what reaches it for its host while no application is attached (the
+    // philosopher has gone): send only once `tool recv` is attached, which the SIU logs as
+    // one more `peer up` of the application.
+    let attached = || {
+        log_of(dir, "siu-beta")
+            .lines()
+            .filter(|l| l.contains("peer up") && l.contains("peer=\"application\""))
+            .count()
+    };
+    let before = attached();
     let recv = Command::new(BIN)
         .args([
             "tool", "recv", "--config", cfg, "--host", "beta", "--no-eop",
         ])
-        .args(["--count", "1", "--json", "--timeout-s", "120"])
+        .args(["--json", "--timeout-s", "120"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut recv = Procs(vec![("tool recv".into(), recv)]);
+    while attached() == before {
+        assert!(
+            Instant::now() < until,
+            "tool recv never attached\n{}",
+            logs(dir)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let send = isotach(&[
         "tool",
         "send",
@@ -203,15 +223,16 @@ fn tools_speak_quic(dir: &Path, cfg: &str) {
         "120",
     ]);
     assert!(send.status.success(), "tool send: {send:?}");
-    let got = recv.wait_with_output().unwrap();
-    let line = String::from_utf8_lossy(&got.stdout);
-    assert!(got.status.success(), "tool recv: {got:?}");
-    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
-    assert_eq!(
-        (&v["kind"], &v["sref"]["value"]),
-        (&"message".into(), &0x77.into()),
-        "{line}"
-    );
+    // The first message it prints (it exits at its timeout at the latest, ending the read).
+    let stdout = recv.0[0].1.stdout.take().unwrap();
+    let message = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
+        .find(|v| v["kind"] == "message");
+    drop(recv);
+    let v = message.unwrap_or_else(|| panic!("tool recv printed no message\n{}", logs(dir)));
+    assert_eq!(v["sref"]["value"], 0x77, "{v}");
 }
 
 #[test]

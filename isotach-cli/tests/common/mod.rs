@@ -199,15 +199,19 @@ pub(crate) fn status_until(
     until: Instant,
     done: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
+    let mut last = None;
     loop {
-        if let Some(v) = status(admin, &[])
-            && done(&v)
-        {
-            return v;
+        if let Some(v) = status(admin, &[]) {
+            if done(&v) {
+                return v;
+            }
+            last = Some(v);
         }
         assert!(
             Instant::now() < until,
-            "status of {admin} never satisfied the condition\n{}",
+            "status of {admin} never satisfied the condition; last reply: {}\n{}",
+            last.as_ref()
+                .map_or_else(|| "none".to_string(), ToString::to_string),
             logs(dir)
         );
         std::thread::sleep(Duration::from_millis(50));
