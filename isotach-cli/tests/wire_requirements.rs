@@ -1,5 +1,5 @@
 //! SIU requirements checked end to end on the real wire: each test starts a real `isotach siu`
-//! daemon (the built binary) on loopback ephemeral ports and drives it with the roles
+//! daemon (the built binary) on loopback ports and drives it with the roles
 //! `isotach tool` runs (`isotach-tests`: [`TokenBouncer`], [`ByteGenerator`], [`Receiver`]),
 //! each behind a `PacketPort` bound where the SIU expects its token manager and its
 //! application. Assertions are made only on what crosses those two links; the order the
