@@ -36,6 +36,9 @@ struct Barrier {
     token_pending: bool,
     /// A barrier token went out; the token manager's round has not come back yet.
     awaiting_round: bool,
+    /// In progress for an application that went away: a new application's marker for it
+    /// takes it over instead of being refused.
+    orphaned: bool,
 }
 
 /// A switch interface unit. See the crate documentation.
@@ -419,6 +422,9 @@ impl Siu {
     /// and lost is ordered before the new one's admission (`docs/design.md`, "Joining late").
     pub fn host_attached(&mut self) {
         self.raise_ts_floor(self.host_ts_max.saturating_add(1));
+        for b in &mut self.barriers {
+            b.orphaned = b.rounds_left > 0;
+        }
     }
 
     /// Every later isochron of this host gets a TS of at least `ts` (both sequence sets of
@@ -912,7 +918,8 @@ impl Siu {
             });
         }
         for (b, barrier) in self.barriers.iter().enumerate() {
-            if m.barrier & (1 << b) != 0 && (barrier.rounds_left > 0 || m.barrier_count == 0) {
+            let busy = barrier.rounds_left > 0 && !barrier.orphaned;
+            if m.barrier & (1 << b) != 0 && (busy || m.barrier_count == 0) {
                 return Err(SiuError::Barrier {
                     barrier: b as u8,
                     count: m.barrier_count,
@@ -920,10 +927,18 @@ impl Siu {
             }
         }
         for (b, barrier) in self.barriers.iter_mut().enumerate() {
-            if m.barrier & (1 << b) != 0 {
-                barrier.rounds_left = m.barrier_count;
-                barrier.token_pending = true;
+            if m.barrier & (1 << b) == 0 {
+                continue;
             }
+            if barrier.orphaned && barrier.rounds_left > 0 {
+                // The new application takes over the barrier its predecessor entered: this
+                // host is in it already; the EOP that completes it reaches the new one.
+                barrier.orphaned = false;
+                continue;
+            }
+            barrier.orphaned = false;
+            barrier.rounds_left = m.barrier_count;
+            barrier.token_pending = true;
         }
         self.signals_raised |= m.signals;
         self.reset_signal_raised |= m.reset;

@@ -23,6 +23,8 @@ const TAG_BACKOFF: Duration = Duration::from_millis(200);
 #[derive(Debug)]
 pub struct AmSiuLink<T: Transport> {
     port: PacketPort<T>,
+    /// Why the link to the SIU broke, once it did (the port said so).
+    broken: Option<String>,
 }
 
 fn link_err(e: impl std::fmt::Display) -> LinkError {
@@ -72,7 +74,7 @@ impl<T: Transport> AmSiuLink<T> {
         loop {
             port.poll().map_err(link_err)?;
             if port.is_up(SIU) {
-                return Ok(Self { port });
+                return Ok(Self { port, broken: None });
             }
             let mut refused_now = false;
             while let Some(ev) = port.take_event() {
@@ -108,6 +110,21 @@ impl<T: Transport> AmSiuLink<T> {
     pub fn port(&self) -> &PacketPort<T> {
         &self.port
     }
+
+    /// Runs the port and notes a broken link to the SIU (it restarted, or the AM layer gave
+    /// up on it): the SIU's logical time does not go on across it.
+    fn poll(&mut self) -> Result<(), LinkError> {
+        self.port.poll().map_err(link_err)?;
+        while let Some(ev) = self.port.take_event() {
+            if let PortEvent::PeerLost {
+                peer: SIU, reason, ..
+            } = ev
+            {
+                self.broken.get_or_insert_with(|| format!("{reason:?}"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Why [`AmSiuLink::connect`] gave up.
@@ -139,15 +156,14 @@ fn connect_error(
 impl<T: Transport> SiuLink for AmSiuLink<T> {
     fn send(&mut self, packet: Vec<u8>) -> Result<(), LinkError> {
         self.port.send(SIU, &packet).map_err(link_err)?;
-        self.port.poll().map_err(link_err)?;
-        Ok(())
+        self.poll()
     }
 
     fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError> {
         if let Some((_, p)) = self.port.recv() {
             return Ok(Some(p));
         }
-        self.port.poll().map_err(link_err)?;
+        self.poll()?;
         if let Some((_, p)) = self.port.recv() {
             return Ok(Some(p));
         }
@@ -155,8 +171,12 @@ impl<T: Transport> SiuLink for AmSiuLink<T> {
             return Ok(None);
         }
         self.port.wait(timeout).map_err(link_err)?;
-        self.port.poll().map_err(link_err)?;
+        self.poll()?;
         Ok(self.port.recv().map(|(_, p)| p))
+    }
+
+    fn broken(&mut self) -> Option<String> {
+        self.broken.clone()
     }
 }
 

@@ -19,6 +19,11 @@ pub trait SiuLink {
     fn send(&mut self, packet: Vec<u8>) -> Result<(), LinkError>;
     /// Receives one packet from the SIU, waiting at most `timeout`; `Ok(None)` on timeout.
     fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError>;
+    /// Why the link to the SIU broke since it was set up (the SIU restarted, or the transport
+    /// gave up on it), if it did: logical time does not go on across it. `None` by default.
+    fn broken(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// The link to the SIU failed.
@@ -41,19 +46,88 @@ pub enum WaitError {
 }
 
 /// An SMM node plus its link: blocking waits for single-threaded applications.
+///
+/// Errors from the SIU side reach the caller of every wait: a restart of logical time
+/// ([`SmmError::Restarted`], [`SmmError::SiuRestarted`]) is sticky — every later wait returns
+/// it. Input the node refuses as [`SmmError::BadInput`] is counted in its stats and skipped
+/// (hostile input must not stop the application). A packet refused for a table limit
+/// ([`SmmError::Limit`]) is held and offered again before anything after it, never dropped.
 #[derive(Debug)]
 pub struct Smm<L> {
     node: SmmNode,
     link: L,
+    /// A packet the node refused for a limit: retried before the link is read again.
+    held: Option<Vec<u8>>,
+    /// The error that ended this node's logical time.
+    fatal: Option<SmmError>,
 }
 
 /// How long one receive waits inside a blocking wait before re-checking the deadline.
 const RECV_SLICE: Duration = Duration::from_millis(5);
+/// A join with no progress for this long asks again for the pages still waiting.
+pub const JOIN_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 impl<L: SiuLink> Smm<L> {
     /// Wraps a node and its link.
     pub fn new(node: SmmNode, link: L) -> Self {
-        Self { node, link }
+        Self {
+            node,
+            link,
+            held: None,
+            fatal: None,
+        }
+    }
+
+    /// The node and its link, for another driver (e.g. [`SharedSmm`] and a pump).
+    pub fn into_parts(self) -> (SmmNode, L) {
+        (self.node, self.link)
+    }
+
+    /// The error that ended this node's logical time, if one did.
+    pub fn fatal(&self) -> Option<&SmmError> {
+        self.fatal.as_ref()
+    }
+
+    /// The link (statistics).
+    pub fn link(&self) -> &L {
+        &self.link
+    }
+
+    /// Hands one packet to the node. `Ok(false)`: refused for a limit and held (stop reading
+    /// until it is taken). A fatal error is kept and returned.
+    fn feed(&mut self, p: Vec<u8>) -> Result<bool, SmmError> {
+        match self.node.handle_siu(&p) {
+            Ok(()) | Err(SmmError::BadInput(_)) => Ok(true),
+            Err(SmmError::Limit(_)) => {
+                self.held = Some(p);
+                Ok(false)
+            }
+            Err(e) => {
+                self.fatal = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Offers the held packet again; `Ok(true)` when nothing is held any more.
+    fn retry_held(&mut self) -> Result<bool, SmmError> {
+        match self.held.take() {
+            Some(p) => self.feed(p),
+            None => Ok(true),
+        }
+    }
+
+    /// Fails with the fatal error, if there is one (or the link says it broke).
+    fn check_fatal(&mut self) -> Result<(), SmmError> {
+        if self.fatal.is_none()
+            && let Some(reason) = self.link.broken()
+        {
+            self.fatal = Some(SmmError::SiuRestarted { reason });
+        }
+        match &self.fatal {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
     }
 
     /// The node, to build isochrons and register handlers.
@@ -62,15 +136,22 @@ impl<L: SiuLink> Smm<L> {
     }
 
     /// Sends everything queued for the SIU and handles every packet already received; never
-    /// waits. Returns the packets handled. Bad packets are counted in the node's stats.
-    pub fn poll(&mut self) -> Result<usize, LinkError> {
+    /// waits. Returns the packets handled. Bad packets are counted in the node's stats; a
+    /// restart of logical time is returned (and every later call returns it too).
+    pub fn poll(&mut self) -> Result<usize, WaitError> {
+        self.check_fatal()?;
         self.flush()?;
         let mut handled = 0;
-        while let Some(p) = self.link.recv(Duration::ZERO)? {
-            let _ = self.node.handle_siu(&p);
-            handled += 1;
+        if self.retry_held()? {
+            while let Some(p) = self.link.recv(Duration::ZERO)? {
+                handled += 1;
+                if !self.feed(p)? {
+                    break;
+                }
+            }
         }
         self.flush()?;
+        self.check_fatal()?;
         Ok(handled)
     }
 
@@ -89,6 +170,7 @@ impl<L: SiuLink> Smm<L> {
     ) -> Result<(), WaitError> {
         let deadline = Instant::now() + timeout;
         loop {
+            self.check_fatal()?;
             self.flush()?;
             if done(&self.node) {
                 return Ok(());
@@ -97,16 +179,53 @@ impl<L: SiuLink> Smm<L> {
             if left.is_zero() {
                 return Err(WaitError::TimedOut(timeout));
             }
+            if !self.retry_held()? {
+                // The node's buckets are full: the packet waits until something drains.
+                std::thread::sleep(left.min(RECV_SLICE));
+                continue;
+            }
             if let Some(p) = self.link.recv(left.min(RECV_SLICE))? {
-                let _ = self.node.handle_siu(&p);
+                self.feed(p)?;
             }
         }
     }
 
-    /// Blocks until the read resolves; takes its value.
+    /// Blocks until the read resolves; takes its value. A read its copy holder refused is
+    /// [`SmmError::ReadRefused`].
     pub fn wait(&mut self, h: ReadHandle, timeout: Duration) -> Result<u64, WaitError> {
-        self.wait_until(timeout, |n| n.read_value(h).is_some())?;
+        self.wait_until(timeout, |n| n.read_settled(h))?;
         Ok(self.node.take_read(h)?.unwrap_or_default())
+    }
+
+    /// Starts the node's state transfer ([`SmmNode::join`]) and blocks until every page it
+    /// holds is current; returns what the transfer found.
+    ///
+    /// An answer can be lost with an application that went away before its SIU noticed: when
+    /// the transfer makes no progress for [`JOIN_RETRY_AFTER`], the pages still waiting are
+    /// asked for again ([`SmmNode::retry_join`]).
+    pub fn join(&mut self, timeout: Duration) -> Result<crate::JoinReport, WaitError> {
+        let deadline = Instant::now() + timeout;
+        self.node.join()?;
+        let joining = |n: &SmmNode| matches!(n.join_status(), crate::JoinStatus::Joining { .. });
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let waiting = self.node.join_status();
+            match self.wait_until(left.min(JOIN_RETRY_AFTER), |n| {
+                !joining(n) || n.join_status() != waiting
+            }) {
+                Ok(()) if !joining(&self.node) => break,
+                Ok(()) => {}
+                Err(WaitError::TimedOut(_)) if !left.is_zero() => {
+                    self.node.retry_join();
+                }
+                Err(WaitError::TimedOut(_)) => return Err(WaitError::TimedOut(timeout)),
+                Err(e) => return Err(e),
+            }
+        }
+        if let crate::JoinStatus::Failed(e) = self.node.join_status() {
+            return Err(e.into());
+        }
+        Ok(self.node.join_report().cloned().unwrap_or_default())
     }
 
     /// Enters barrier `barrier` for `count` rounds and blocks until it completes.
@@ -136,6 +255,8 @@ struct Shared {
     waiting: Vec<Waker>,
     /// Wakes the pump when there is output.
     pump: Option<Waker>,
+    /// The error that ended this node's logical time: every read resolves to it.
+    fatal: Option<SmmError>,
 }
 
 impl SharedSmm {
@@ -146,6 +267,7 @@ impl SharedSmm {
                 node,
                 waiting: Vec::new(),
                 pump: None,
+                fatal: None,
             })),
         }
     }
@@ -165,14 +287,34 @@ impl SharedSmm {
         r
     }
 
-    /// Pump side: one packet from the SIU. Wakes every waiting reader.
+    /// Pump side: one packet from the SIU. Wakes every waiting reader. A packet refused
+    /// with [`SmmError::Limit`] was not taken: the pump holds it and offers it again before
+    /// anything after it. A restart of logical time is kept: every read resolves to it.
     pub fn handle_siu(&self, packet: &[u8]) -> Result<(), SmmError> {
         let mut s = self.lock();
         let r = s.node.handle_siu(packet);
+        if let Err(e @ (SmmError::Restarted { .. } | SmmError::SiuRestarted { .. })) = &r {
+            s.fatal.get_or_insert_with(|| e.clone());
+        }
         for w in s.waiting.drain(..) {
             w.wake();
         }
         r
+    }
+
+    /// Pump side: the link to the SIU broke (see [`SiuLink::broken`]); every read resolves
+    /// to [`SmmError::SiuRestarted`].
+    pub fn link_broken(&self, reason: String) {
+        let mut s = self.lock();
+        s.fatal.get_or_insert(SmmError::SiuRestarted { reason });
+        for w in s.waiting.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// The error that ended this node's logical time, if one did.
+    pub fn fatal(&self) -> Option<SmmError> {
+        self.lock().fatal.clone()
     }
 
     /// Pump side: the next packet for the SIU.
@@ -207,6 +349,7 @@ impl Future for ReadFuture {
         let mut s = self.smm.lock();
         match s.node.take_read(self.handle) {
             Ok(Some(v)) => Poll::Ready(Ok(v)),
+            Ok(None) if s.fatal.is_some() => Poll::Ready(Err(s.fatal.clone().expect("checked"))),
             Ok(None) => {
                 s.waiting.push(cx.waker().clone());
                 Poll::Pending

@@ -13,6 +13,8 @@
 
 #[cfg(feature = "daemon")]
 pub mod am_link;
+#[cfg(feature = "daemon")]
+pub mod connect;
 pub mod driver;
 pub mod map;
 mod memory;
@@ -20,11 +22,17 @@ mod node;
 pub mod oracle;
 pub mod testkit;
 
+#[cfg(feature = "daemon")]
+pub use connect::{AmLink, ConnectError, ConnectOptions, Pump, connect_shared};
 pub use driver::{LinkError, SharedSmm, SiuLink, Smm, WaitError};
+/// Variable widths (re-exported: an application needs nothing from the proto crate).
+pub use isotach_proto::packet::Width;
+/// Host ids (re-exported).
+pub use isotach_proto::topology::HostId;
 pub use map::{Addr, LocalMap, MapError, MemoryMap};
 pub use node::{HandlerCall, Isochron, JoinReport, JoinStatus, SmmNode};
 
-use isotach_proto::topology::{HostId, Topology};
+use isotach_proto::topology::Topology;
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -165,6 +173,16 @@ pub enum SmmError {
         /// The last pulse drained.
         drained: u64,
     },
+    /// The link to the SIU broke (the SIU restarted, or the transport gave up on it): logical
+    /// time restarts with it, and shared memory does not survive that.
+    #[error(
+        "logical time restarted: the link to the SIU broke ({reason}); shared memory does not \
+         survive a restart, restart the application"
+    )]
+    SiuRestarted {
+        /// What the link reported.
+        reason: String,
+    },
     /// A read handle that is unknown or already taken.
     #[error("unknown read handle")]
     UnknownRead,
@@ -240,6 +258,11 @@ pub struct SmmStats {
     pub refused_not_current: u64,
     /// Page images sent to joining nodes.
     pub images_sent: u64,
+    /// Times this node asked again for pages whose answers did not all come
+    /// ([`SmmNode::retry_join`]).
+    pub join_retries: u64,
+    /// Answers to an admission that was asked again since (ignored).
+    pub stale_replies: u64,
     /// EOPs of pulses before this node's admission whose bucket was incomplete (the node
     /// attached mid-pulse; not a count mismatch).
     pub partial_pulses: u64,

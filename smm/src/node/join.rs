@@ -46,6 +46,8 @@ pub struct JoinReport {
 /// One page's transfer.
 #[derive(Debug, Default)]
 pub(super) struct PageJoin {
+    /// The admission round the page's copy requests carry (answers name it).
+    join_id: u32,
     /// Our admission executed: operations from here on are logged, not discarded.
     admitted: bool,
     /// Other holders that have not answered yet.
@@ -92,11 +94,52 @@ impl SmmNode {
         if self.join.active || self.issued > 0 || self.join.report.is_some() {
             return Err(SmmError::Joining);
         }
-        self.join.id = self.join.id.wrapping_add(1);
         self.join.active = true;
         self.join.report = Some(JoinReport::default());
-        let me = self.cfg.host;
         let pages: Vec<u32> = self.map.local_pages().collect();
+        self.admit_pages(pages);
+        Ok(())
+    }
+
+    /// Asks again for the pages whose admission ran but whose answers have not all come: an
+    /// answer can be lost with an application that went away before the SIU noticed. Their
+    /// logs are dropped (a new admission cuts a new image, which contains everything logged),
+    /// and the copy requests and reads logged for them are refused now: under the new
+    /// admission this copy was not current at their places. Returns the pages asked again.
+    /// [`crate::Smm::join`] calls it when a join makes no progress for a while.
+    pub fn retry_join(&mut self) -> usize {
+        if self.join.failed.is_some() {
+            return 0;
+        }
+        let stuck: Vec<u32> = self
+            .joins
+            .iter()
+            .filter(|(_, j)| j.admitted)
+            .map(|(&p, _)| p)
+            .collect();
+        if stuck.is_empty() {
+            return 0;
+        }
+        let log = std::mem::take(&mut self.join_log);
+        let (dropped, kept): (Vec<_>, Vec<_>) =
+            log.into_iter().partition(|(p, _)| stuck.contains(p));
+        self.join_log = kept;
+        for (page, m) in dropped {
+            self.refuse_not_current(page, &m);
+        }
+        for p in &stuck {
+            self.joins.remove(p);
+        }
+        self.stats.join_retries += 1;
+        let n = stuck.len();
+        self.admit_pages(stuck);
+        n
+    }
+
+    /// Issues admission isochrons for `pages` under a new join id.
+    fn admit_pages(&mut self, pages: Vec<u32>) {
+        self.join.id = self.join.id.wrapping_add(1);
+        let me = self.cfg.host;
         let ops_max = self.cfg.limits.isochron_ops_max.max(1);
         let mut local = Vec::new();
         let mut remote: Vec<(HostId, Sref)> = Vec::new();
@@ -118,6 +161,7 @@ impl SmmNode {
             self.joins.insert(
                 page,
                 PageJoin {
+                    join_id: self.join.id,
                     holders_left: others,
                     ..PageJoin::default()
                 },
@@ -126,7 +170,6 @@ impl SmmNode {
         }
         self.enqueue_admission(local, remote);
         self.finish_join_if_done();
-        Ok(())
     }
 
     /// Where the state transfer stands.
@@ -192,10 +235,7 @@ impl SmmNode {
     /// An operation on a page that is not current. Returns false when the page is current
     /// (execute the operation normally).
     pub(super) fn intercept(&mut self, m: &IsotachMessage) -> bool {
-        let Sref::Mem {
-            op, addr, ref_id, ..
-        } = m.sref
-        else {
+        let Sref::Mem { addr, .. } = m.sref else {
             return false;
         };
         let page = Addr::from_raw(addr).page();
@@ -210,7 +250,16 @@ impl SmmNode {
                 return true;
             }
         }
-        // Not current here: whatever this copy would say is stale.
+        self.refuse_not_current(page, m);
+        true
+    }
+
+    /// Answers a read or copy request that reached this copy where it is not current with a
+    /// refusal; other operations are dropped (an image will contain them).
+    fn refuse_not_current(&mut self, page: u32, m: &IsotachMessage) {
+        let Sref::Mem { op, ref_id, .. } = m.sref else {
+            return;
+        };
         self.stats.refused_not_current += 1;
         let answer = match op {
             SrefOp::Read => HostReply::ReadRefused {
@@ -222,10 +271,9 @@ impl SmmNode {
                 join_id: ref_id,
                 absent: false,
             },
-            _ => return true,
+            _ => return,
         };
         self.send_reply(m.source, &answer);
-        true
     }
 
     fn fail_join(&mut self, e: SmmError) {
@@ -240,16 +288,15 @@ impl SmmNode {
         else {
             return Ok(());
         };
-        if join_id != self.join.id {
-            return Err(SmmError::BadInput(format!(
-                "copy reply for join {join_id}, ours is {}",
-                self.join.id
-            )));
-        }
         let Some(j) = self.joins.get_mut(&page) else {
             // Answers after the page completed (a second holder's image): nothing to do.
             return Ok(());
         };
+        if join_id != j.join_id {
+            // An answer to an admission asked again since: the new one's answers count.
+            self.stats.stale_replies += 1;
+            return Ok(());
+        }
         j.holders_left.retain(|&h| h != source);
         if let HostReply::PageImage {
             chunk,

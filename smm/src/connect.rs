@@ -1,0 +1,293 @@
+//! An application in a few lines (feature `daemon`): [`Smm::connect`] reads the cluster
+//! config and the map file, attaches to the host's SIU daemon over UDP or QUIC (with the
+//! host's certificate), joins by state transfer and returns a ready node; [`connect_shared`]
+//! is its async twin (a [`SharedSmm`] whose reads are futures, with a pump thread).
+//!
+//! One application attaches to a host's SIU at a time: the SIU has one application peer,
+//! the host's `app` address in the config. A second one fails with
+//! [`ConnectError::AlreadyAttached`].
+
+use crate::am_link::AmSiuLink;
+use crate::driver::{LinkError, SharedSmm, SiuLink, Smm, WaitError};
+use crate::{JoinReport, MemoryMap, SmmConfig, SmmLimits, SmmNode};
+use isotach_am::Tag;
+use isotach_am::backend::quic::{QuicTransport, identity_from_pem};
+use isotach_am::backend::udp::UdpTransport;
+use isotach_proto::config::{ClusterConfig, TransportKind};
+use isotach_proto::topology::HostId;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// How long a pump thread waits for the SIU in one go.
+const PUMP_SLICE: Duration = Duration::from_millis(2);
+
+/// What [`Smm::connect_with`] may be told besides the config and the host.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// The map file; default: the config's `map` key.
+    pub map: Option<PathBuf>,
+    /// How long to wait for the SIU and then for the state transfer, each.
+    pub timeout: Duration,
+    /// The node's table limits.
+    pub limits: SmmLimits,
+    /// Keep execution records (for an oracle).
+    pub record: bool,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        Self {
+            map: None,
+            timeout: Duration::from_secs(30),
+            limits: SmmLimits::default(),
+            record: false,
+        }
+    }
+}
+
+/// Why an application could not attach.
+#[derive(Debug, Error)]
+pub enum ConnectError {
+    /// The cluster config, its certificates or the map file are unusable.
+    #[error("{0}")]
+    Config(String),
+    /// Another application of this host holds its `app` address.
+    #[error(
+        "another application of host `{host}` is attached (its app address {addr} is in use): \
+         one application per host"
+    )]
+    AlreadyAttached {
+        /// The host.
+        host: String,
+        /// Its `app` address.
+        addr: std::net::SocketAddr,
+    },
+    /// The SIU did not answer (or refused our tag).
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    /// The state transfer did not finish.
+    #[error("joining: {0}")]
+    Join(#[from] WaitError),
+}
+
+/// The link of an application to its host's SIU, over the transport the config names.
+#[derive(Debug)]
+pub enum AmLink {
+    /// AM over UDP.
+    Udp(AmSiuLink<UdpTransport>),
+    /// AM over QUIC with mutual TLS.
+    Quic(AmSiuLink<QuicTransport>),
+}
+
+impl SiuLink for AmLink {
+    fn send(&mut self, packet: Vec<u8>) -> Result<(), LinkError> {
+        match self {
+            Self::Udp(l) => l.send(packet),
+            Self::Quic(l) => l.send(packet),
+        }
+    }
+
+    fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError> {
+        match self {
+            Self::Udp(l) => l.recv(timeout),
+            Self::Quic(l) => l.recv(timeout),
+        }
+    }
+
+    fn broken(&mut self) -> Option<String> {
+        match self {
+            Self::Udp(l) => l.broken(),
+            Self::Quic(l) => l.broken(),
+        }
+    }
+}
+
+/// The node's configuration and the link's addresses and transport, from the config files.
+struct Plan {
+    cfg: SmmConfig,
+    app: std::net::SocketAddr,
+    siu: std::net::SocketAddr,
+    tag: Tag,
+}
+
+fn plan(
+    config: &Path,
+    host_name: &str,
+    opts: &ConnectOptions,
+) -> Result<(Plan, ClusterConfig), ConnectError> {
+    let cluster = ClusterConfig::load(config).map_err(|e| ConnectError::Config(e.to_string()))?;
+    let file = config.display();
+    let host: HostId = cluster
+        .host_id(host_name)
+        .ok_or_else(|| ConnectError::Config(format!("{file}: no host named `{host_name}`")))?;
+    let h = usize::from(host);
+    let (Some(app), Some(siu)) = (cluster.host_app[h], cluster.host_siu[h]) else {
+        return Err(ConnectError::Config(format!(
+            "{file}: host `{host_name}` needs siu and app addresses"
+        )));
+    };
+    let map_path = opts
+        .map
+        .clone()
+        .or_else(|| cluster.map_file.clone())
+        .ok_or_else(|| {
+            ConnectError::Config(format!(
+                "{file}: no map file: set `map = \"FILE\"` in the config or ConnectOptions::map"
+            ))
+        })?;
+    let map = MemoryMap::load(&map_path, &cluster.host_names)
+        .map_err(|e| ConnectError::Config(e.to_string()))?;
+    map.check_hosts(&cluster.topology)
+        .map_err(|e| ConnectError::Config(format!("{}: {e}", map_path.display())))?;
+    let cfg = SmmConfig {
+        host,
+        topology: Arc::new(cluster.topology.clone()),
+        map: Arc::new(map),
+        limits: opts.limits,
+        record: opts.record,
+    };
+    let tag = Tag(cluster.transport.tag);
+    Ok((Plan { cfg, app, siu, tag }, cluster))
+}
+
+/// Binds the host's `app` address and attaches to its SIU.
+fn attach(
+    cluster: &ClusterConfig,
+    config: &Path,
+    host_name: &str,
+    plan: &Plan,
+    timeout: Duration,
+) -> Result<AmLink, ConnectError> {
+    let in_use = |e: &LinkError| e.0.contains("in use");
+    let taken = || ConnectError::AlreadyAttached {
+        host: host_name.to_string(),
+        addr: plan.app,
+    };
+    match cluster.transport.kind {
+        TransportKind::Udp => AmSiuLink::connect_udp(plan.app, plan.siu, plan.tag, timeout)
+            .map(AmLink::Udp)
+            .map_err(|e| if in_use(&e) { taken() } else { e.into() }),
+        TransportKind::Quic => {
+            let files = cluster.quic_files(host_name).map_err(|(key, msg)| {
+                ConnectError::Config(format!("{}: {key}: {msg}", config.display()))
+            })?;
+            let read = |p: &Path| {
+                std::fs::read(p)
+                    .map_err(|e| ConnectError::Config(format!("{}: cannot read: {e}", p.display())))
+            };
+            let identity =
+                identity_from_pem(&read(&files.ca)?, &read(&files.cert)?, &read(&files.key)?)
+                    .map_err(|e| ConnectError::Config(format!("{}: {e}", files.cert.display())))?;
+            AmSiuLink::connect_quic(plan.app, plan.siu, identity, plan.tag, timeout)
+                .map(AmLink::Quic)
+                .map_err(|e| if in_use(&e) { taken() } else { e.into() })
+        }
+    }
+}
+
+impl Smm<AmLink> {
+    /// Attaches an application to host `host_name` of the cluster config at `config` with
+    /// the defaults of [`ConnectOptions`] (map file from the config's `map` key, 30 s).
+    pub fn connect(config: impl AsRef<Path>, host_name: &str) -> Result<Self, ConnectError> {
+        Self::connect_with(config, host_name, &ConnectOptions::default()).map(|(smm, _)| smm)
+    }
+
+    /// Attaches an application: reads the config and the map file, connects to the host's SIU
+    /// over the config's transport, and joins by state transfer (every page current before it
+    /// returns). Returns the node and what the transfer found (pages recovered from another
+    /// copy, pages that started empty because no current copy was left).
+    pub fn connect_with(
+        config: impl AsRef<Path>,
+        host_name: &str,
+        opts: &ConnectOptions,
+    ) -> Result<(Self, JoinReport), ConnectError> {
+        let config = config.as_ref();
+        let (plan, cluster) = plan(config, host_name, opts)?;
+        let link = attach(&cluster, config, host_name, &plan, opts.timeout)?;
+        let mut smm = Self::new(SmmNode::new(plan.cfg), link);
+        let report = smm.join(opts.timeout)?;
+        Ok((smm, report))
+    }
+}
+
+/// A running pump thread of [`connect_shared`]; stops (and joins) when dropped.
+#[derive(Debug)]
+pub struct Pump {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The async twin of [`Smm::connect_with`]: attaches and joins (blocking, bounded by the
+/// timeout: call it from a blocking context such as `spawn_blocking`), then returns a
+/// [`SharedSmm`] whose reads are futures for any executor and the pump thread that moves its
+/// packets. Dropping the [`Pump`] detaches.
+pub fn connect_shared(
+    config: impl AsRef<Path>,
+    host_name: &str,
+    opts: &ConnectOptions,
+) -> Result<(SharedSmm, Pump, JoinReport), ConnectError> {
+    let (smm, report) = Smm::connect_with(config, host_name, opts)?;
+    let (node, link) = smm.into_parts();
+    let shared = SharedSmm::new(node);
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let (shared, stop) = (shared.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || pump(&shared, link, &stop))
+    };
+    Ok((
+        shared,
+        Pump {
+            stop,
+            thread: Some(thread),
+        },
+        report,
+    ))
+}
+
+/// Moves packets between a shared node and its link until told to stop or the link fails.
+fn pump(shared: &SharedSmm, mut link: AmLink, stop: &AtomicBool) {
+    let mut held: Option<Vec<u8>> = None;
+    while !stop.load(Ordering::Relaxed) {
+        while let Some(p) = shared.poll_siu() {
+            if let Err(e) = link.send(p) {
+                shared.link_broken(e.0);
+                return;
+            }
+        }
+        if let Some(reason) = link.broken() {
+            shared.link_broken(reason);
+            return;
+        }
+        let next = match held.take() {
+            Some(p) => Some(p),
+            None => match link.recv(PUMP_SLICE) {
+                Ok(p) => p,
+                Err(e) => {
+                    shared.link_broken(e.0);
+                    return;
+                }
+            },
+        };
+        if let Some(p) = next
+            && let Err(crate::SmmError::Limit(_)) = shared.handle_siu(&p)
+        {
+            held = Some(p);
+            let until = Instant::now() + PUMP_SLICE;
+            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
