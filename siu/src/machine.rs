@@ -204,6 +204,12 @@ impl Siu {
             ..Token::default()
         };
         self.push_net_token(reset);
+        if self.started && self.cfg.mode == Mode::Siu {
+            // Tell the host logical time restarts, as the SIUs that take the reset wave do.
+            let slot = self.pulses.take_current();
+            let bytes = reset.to_bytes();
+            self.push_eop(self.recvclock, &reset, &bytes, slot, 0);
+        }
         self.restart(now_us, generation, Some(reset));
     }
 

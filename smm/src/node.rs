@@ -125,6 +125,8 @@ pub struct SmmNode {
     /// Operations on catching-up pages after their admission, in order: (page, message).
     join_log: Vec<(u32, IsotachMessage)>,
     join: join::JoinState,
+    /// Logical time restarted under this node: every later packet is refused.
+    restarted: bool,
     stats: SmmStats,
 }
 
@@ -179,6 +181,7 @@ impl SmmNode {
             joins: BTreeMap::new(),
             join_log: Vec::new(),
             join: join::JoinState::default(),
+            restarted: false,
             stats: SmmStats::default(),
             cfg,
         }
@@ -387,7 +390,17 @@ impl SmmNode {
             Kind::EopMarker => {
                 let e = EopMarker::decode(bytes).map_err(bad)?;
                 self.check_not_drained(e.ts)?;
+                let had_state = self.stats.pulses_drained > 0 || self.issued > 0;
                 self.drain(&e);
+                // A reset bit outside an epoch's end is a restart of logical time (the reset
+                // *signal* reaches hosts only on an epoch's last wave).
+                if e.reset && !e.end_of_epoch && !e.repeat && had_state {
+                    self.restarted = true;
+                    return Err(SmmError::Restarted {
+                        ts: 0,
+                        drained: e.ts,
+                    });
+                }
                 Ok(())
             }
             Kind::Plain => {
@@ -411,7 +424,7 @@ impl SmmNode {
     /// Pulses only move forward within a generation; one that went back means the SIU
     /// restarted logical time.
     fn check_not_drained(&self, ts: u64) -> Result<(), SmmError> {
-        if ts < self.last_drained && self.stats.pulses_drained > 0 {
+        if self.restarted || (ts < self.last_drained && self.stats.pulses_drained > 0) {
             return Err(SmmError::Restarted {
                 ts,
                 drained: self.last_drained,

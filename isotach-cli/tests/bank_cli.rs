@@ -1,0 +1,230 @@
+//! The bank example (`smm/examples/bank.rs`, built on `Smm::connect`) against real daemons:
+//! one TM and four SIU processes stay up while four application processes run, exit and run
+//! again (the rerun that used to lose writes), over UDP and over QUIC; every snapshot's total
+//! is conserved and the copies of every account agree at the end of every run. And an SIU
+//! killed and restarted under running applications makes them exit naming the restart, not
+//! time out. Deadlines are liveness guards; every process is killed when a test ends.
+
+mod common;
+
+use common::{BIN, GUARD, Procs, free_addrs, logs, make_pki, scratch, spawn, wait_guarded};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const HOSTS: [&str; 4] = ["h0", "h1", "h2", "h3"];
+/// Reruns of the four applications against the same daemons.
+const RERUNS: usize = 10;
+/// Transfers per application and run.
+const TRANSFERS: &str = "30";
+
+/// The example's binary: next to `isotach` in the target directory (`cargo test` builds the
+/// workspace's examples); built here if it is not there yet (a single test binary run).
+fn bank_bin() -> PathBuf {
+    let dir = Path::new(BIN).parent().expect("isotach is in a directory");
+    let bin = dir.join("examples").join("bank");
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let profile = if dir.ends_with("release") {
+            vec!["--release"]
+        } else {
+            vec![]
+        };
+        let out = Command::new(cargo)
+            .args([
+                "build",
+                "-p",
+                "isotach-smm",
+                "--features",
+                "daemon",
+                "--example",
+                "bank",
+            ])
+            .args(profile)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "building the bank example: {out:?}");
+    }
+    bin
+}
+
+/// A four-host cluster on one TM with the bank's map (account pages on two hosts each);
+/// `a` = [tm, then siu and app of each host].
+fn cluster(dir: &Path, a: &[String], transport: &str) -> PathBuf {
+    let mut t = format!(
+        "map = \"bank.map\"\n\n[transport]\n{transport}\n\n[[switch]]\nname = \"tm0\"\nlisten = \"{}\"\n",
+        a[0]
+    );
+    for (i, h) in HOSTS.iter().enumerate() {
+        t.push_str(&format!(
+            "\n[[host]]\nname = \"{h}\"\nswitch = \"tm0\"\nsiu = \"{}\"\napp = \"{}\"\n",
+            a[1 + 2 * i],
+            a[2 + 2 * i]
+        ));
+    }
+    std::fs::write(dir.join("bank.map"), "0 h0 h1\n1 h1 h2\n2 h2 h3\n3 h3 h0\n").unwrap();
+    let cfg = dir.join("cluster.toml");
+    std::fs::write(&cfg, t).unwrap();
+    cfg
+}
+
+fn start_daemons(dir: &Path, cfg: &str) -> Procs {
+    let mut procs = Procs::default();
+    procs.0.push(spawn(
+        dir,
+        "tm0",
+        &["tm", "--config", cfg, "--name", "tm0", "--no-admin"],
+    ));
+    for h in HOSTS {
+        procs.0.push(spawn(
+            dir,
+            &format!("siu-{h}"),
+            &["siu", "--config", cfg, "--host", h, "--no-admin"],
+        ));
+    }
+    procs
+}
+
+/// Starts the bank application of `host`: stdout in `DIR/LABEL.out`, stderr in `.log`.
+fn bank(dir: &Path, label: &str, cfg: &str, host: &str, transfers: &str) -> Child {
+    let out = File::create(dir.join(format!("{label}.out"))).unwrap();
+    let err = File::create(dir.join(format!("{label}.log"))).unwrap();
+    Command::new(bank_bin())
+        .args(["--config", cfg, "--host", host, "--transfers", transfers])
+        .args(["--timeout-s", "60"])
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap()
+}
+
+/// Runs the four applications `RERUNS` times against the same daemons and checks each run.
+fn reruns(dir: &Path, cfg: &str) {
+    let until = Instant::now() + GUARD;
+    for run in 0..RERUNS {
+        let mut apps: Vec<Child> = HOSTS
+            .iter()
+            .map(|h| bank(dir, &format!("run{run}-{h}"), cfg, h, TRANSFERS))
+            .collect();
+        let mut copies: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for (h, app) in HOSTS.iter().zip(&mut apps) {
+            let status = wait_guarded(app, until);
+            let out = std::fs::read_to_string(dir.join(format!("run{run}-{h}.out"))).unwrap();
+            assert!(
+                status.is_some_and(|s| s.success()),
+                "run {run}: bank {h} ended with {status:?}: {out}\n{}",
+                logs(dir)
+            );
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let expected = v["expected"].as_u64().unwrap();
+            let totals = v["totals"].as_array().unwrap();
+            assert!(totals.len() >= 2, "{out}");
+            assert!(
+                totals.iter().all(|t| t.as_u64() == Some(expected)),
+                "run {run}: {h} saw the total change: {out}"
+            );
+            for (addr, value) in v["copies"].as_object().unwrap() {
+                copies
+                    .entry(addr.clone())
+                    .or_default()
+                    .push(value.as_u64().unwrap());
+            }
+        }
+        // Four pages of four accounts, each held by two hosts: every copy agrees.
+        assert_eq!(copies.len(), 16, "run {run}: {copies:?}");
+        for (addr, values) in &copies {
+            assert_eq!(values.len(), 2, "run {run}: {addr} {values:?}");
+            assert_eq!(values[0], values[1], "run {run}: copies of {addr} differ");
+        }
+    }
+}
+
+#[test]
+fn applications_rerun_against_running_udp_daemons_lose_nothing() {
+    let dir = scratch("bank-udp");
+    let cfg = cluster(&dir, &free_addrs(9), "kind = \"udp\"");
+    let cfg = cfg.to_str().unwrap();
+    let _daemons = start_daemons(&dir, cfg);
+    reruns(&dir, cfg);
+}
+
+#[test]
+fn applications_rerun_against_running_quic_daemons_lose_nothing() {
+    let dir = scratch("bank-quic");
+    let mut nodes = vec!["tm0"];
+    nodes.extend(HOSTS);
+    make_pki(&dir.join("pki"), "bank", &nodes);
+    let cfg = cluster(
+        &dir,
+        &free_addrs(9),
+        "kind = \"quic\"\nca = \"pki/ca.pem\"\ncerts = \"pki\"",
+    );
+    let cfg = cfg.to_str().unwrap();
+    let _daemons = start_daemons(&dir, cfg);
+    reruns(&dir, cfg);
+}
+
+#[test]
+fn a_second_application_on_a_host_is_refused_clearly() {
+    let dir = scratch("bank-second");
+    let cfg = cluster(&dir, &free_addrs(9), "kind = \"udp\"");
+    let cfg = cfg.to_str().unwrap();
+    let _daemons = start_daemons(&dir, cfg);
+    // The first application holds h0's app address while it waits in its start barrier.
+    let mut first = bank(&dir, "first", cfg, "h0", "1");
+    std::thread::sleep(Duration::from_millis(500));
+    let mut second = bank(&dir, "second", cfg, "h0", "1");
+    let status = wait_guarded(&mut second, Instant::now() + GUARD);
+    let err = std::fs::read_to_string(dir.join("second.log")).unwrap();
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{err}");
+    assert!(
+        err.contains("another application of host `h0` is attached")
+            && err.contains("one application per host"),
+        "{err}"
+    );
+    let _ = first.kill();
+    let _ = first.wait();
+}
+
+#[test]
+fn an_siu_restarted_under_running_applications_reports_restarted() {
+    let dir = scratch("bank-restart");
+    let cfg = cluster(&dir, &free_addrs(9), "kind = \"udp\"");
+    let cfg = cfg.to_str().unwrap();
+    let mut daemons = start_daemons(&dir, cfg);
+    let mut apps: Vec<Child> = HOSTS
+        .iter()
+        .map(|h| bank(&dir, &format!("long-{h}"), cfg, h, "100000000"))
+        .collect();
+    // Let them get going (a liveness wait, not a measurement), then kill h2's SIU and start it
+    // again.
+    std::thread::sleep(Duration::from_secs(3));
+    let (label, siu) = &mut daemons.0[3];
+    assert_eq!(label, "siu-h2");
+    siu.kill().unwrap();
+    siu.wait().unwrap();
+    daemons.0.push(spawn(
+        &dir,
+        "siu-h2-again",
+        &["siu", "--config", cfg, "--host", "h2", "--no-admin"],
+    ));
+    let until = Instant::now() + GUARD;
+    for (h, app) in HOSTS.iter().zip(&mut apps) {
+        let status = wait_guarded(app, until);
+        let err = std::fs::read_to_string(dir.join(format!("long-{h}.log"))).unwrap();
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(1),
+            "bank {h} did not fail: {err}\n{}",
+            logs(&dir)
+        );
+        assert!(err.contains("restarted"), "bank {h}: {err}");
+        assert!(
+            !err.contains("timed out"),
+            "bank {h} timed out instead: {err}"
+        );
+    }
+}
