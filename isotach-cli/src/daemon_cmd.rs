@@ -421,6 +421,11 @@ fn philo_over<L: isotach_smm::SiuLink>(
         record: false,
     });
     let mut smm = isotach_smm::Smm::new(node, link);
+    // Current copies of the forks first (a philosopher may start while others eat).
+    if let Err(e) = smm.join(deadline.saturating_duration_since(Instant::now())) {
+        eprintln!("error: philosopher {}: joining: {e}", args.host);
+        return Ok(ExitCode::from(EXIT_FAILED));
+    }
     let params = PhiloParams {
         me: h,
         n,
