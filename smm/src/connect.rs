@@ -6,6 +6,29 @@
 //! One application attaches to a host's SIU at a time: the SIU has one application peer,
 //! the host's `app` address in the config. A second one fails with
 //! [`ConnectError::AlreadyAttached`].
+//!
+//! ```no_run
+//! use isotach_smm::{Addr, Smm, Width};
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut smm = Smm::connect("cluster.toml", "alpha")?; // joined: every copy current
+//! let timeout = Duration::from_secs(10);
+//! let (x, y) = (Addr::new(0, 0), Addr::new(0, 1));
+//! let mut iso = smm.node().isochron();
+//! let (rx, ry) = (iso.read(x, Width::W64)?, iso.read(y, Width::W64)?);
+//! iso.sched(x)?;
+//! iso.sched(y)?;
+//! iso.end()?;
+//! let (vx, vy) = (smm.wait(rx, timeout)?, smm.wait(ry, timeout)?);
+//! let mut iso = smm.node().isochron();
+//! iso.assign(x, Width::W64, vx.saturating_sub(1))?;
+//! iso.assign(y, Width::W64, vy + u64::from(vx > 0))?;
+//! iso.end()?;
+//! smm.barrier(0, 1, timeout)?;
+//! # Ok(())
+//! # }
+//! ```
 
 use crate::am_link::AmSiuLink;
 use crate::driver::{LinkError, SharedSmm, SiuLink, Smm, WaitError};
