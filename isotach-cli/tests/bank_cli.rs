@@ -228,3 +228,45 @@ fn an_siu_restarted_under_running_applications_reports_restarted() {
         );
     }
 }
+
+/// Runs a future to completion on this thread (the async API works with any executor).
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_async_twin_connects_joins_and_reads_as_a_future() {
+    use isotach_smm::{Addr, ConnectOptions, Width, connect_shared};
+    let dir = scratch("bank-async");
+    let cfg = cluster(&dir, &free_addrs(9), "kind = \"udp\"");
+    let _daemons = start_daemons(&dir, cfg.to_str().unwrap());
+    let (smm, pump, report) = connect_shared(&cfg, "h0", &ConnectOptions::default()).unwrap();
+    // Nobody else is attached: h0's pages had no current copy and start empty.
+    assert_eq!(report.pages_started_empty, vec![0, 3], "{report:?}");
+    let x = Addr::new(0, 1);
+    let r = smm.with(|n| {
+        let mut iso = n.isochron();
+        iso.write(x, Width::W64, 77).unwrap();
+        let r = iso.read(x, Width::W64).unwrap();
+        iso.end().unwrap();
+        r
+    });
+    assert_eq!(block_on(smm.read(r)), Ok(77));
+    drop(pump);
+}

@@ -31,7 +31,7 @@
 //! ```
 
 use crate::am_link::AmSiuLink;
-use crate::driver::{LinkError, SharedSmm, SiuLink, Smm, WaitError};
+use crate::driver::{HeldInput, LinkError, SharedSmm, SiuLink, Smm, WaitError};
 use crate::{JoinReport, MemoryMap, SmmConfig, SmmLimits, SmmNode};
 use isotach_am::Tag;
 use isotach_am::backend::quic::{QuicTransport, identity_from_pem};
@@ -41,7 +41,7 @@ use isotach_proto::topology::HostId;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use thiserror::Error;
 
 /// How long a pump thread waits for the SIU in one go.
@@ -280,8 +280,10 @@ pub fn connect_shared(
 }
 
 /// Moves packets between a shared node and its link until told to stop or the link fails.
+/// Input refused for a limit is held as [`crate::Smm`] holds it.
 fn pump(shared: &SharedSmm, mut link: AmLink, stop: &AtomicBool) {
-    let mut held: Option<Vec<u8>> = None;
+    let mut held = HeldInput::default();
+    let refused = |p: &[u8]| matches!(shared.handle_siu(p), Err(crate::SmmError::Limit(_)));
     while !stop.load(Ordering::Relaxed) {
         while let Some(p) = shared.poll_siu() {
             if let Err(e) = link.send(p) {
@@ -293,23 +295,27 @@ fn pump(shared: &SharedSmm, mut link: AmLink, stop: &AtomicBool) {
             shared.link_broken(reason);
             return;
         }
-        let next = match held.take() {
-            Some(p) => Some(p),
-            None => match link.recv(PUMP_SLICE) {
-                Ok(p) => p,
-                Err(e) => {
-                    shared.link_broken(e.0);
-                    return;
+        while let Some(p) = held.pop_front() {
+            if refused(&p) {
+                held.push_front(p);
+                break;
+            }
+        }
+        if held.full() {
+            std::thread::sleep(PUMP_SLICE);
+            continue;
+        }
+        match link.recv(PUMP_SLICE) {
+            Ok(Some(p)) if held.must_wait(&p) => held.push_back(p),
+            Ok(Some(p)) => {
+                if refused(&p) {
+                    held.push_front(p);
                 }
-            },
-        };
-        if let Some(p) = next
-            && let Err(crate::SmmError::Limit(_)) = shared.handle_siu(&p)
-        {
-            held = Some(p);
-            let until = Instant::now() + PUMP_SLICE;
-            while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                std::thread::yield_now();
+            }
+            Ok(None) => {}
+            Err(e) => {
+                shared.link_broken(e.0);
+                return;
             }
         }
     }

@@ -6,6 +6,8 @@
 //! [`SmmNode::handle_siu`] and [`SmmNode::poll_siu`] between checks.
 
 use crate::{ReadHandle, SmmError, SmmNode};
+use isotach_proto::packet::{self, EopMarker, IsochronMarker, IsotachMessage, Kind};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -56,8 +58,8 @@ pub enum WaitError {
 pub struct Smm<L> {
     node: SmmNode,
     link: L,
-    /// A packet the node refused for a limit: retried before the link is read again.
-    held: Option<Vec<u8>>,
+    /// Input held after the node refused a packet for a limit.
+    held: HeldInput,
     /// The error that ended this node's logical time.
     fatal: Option<SmmError>,
 }
@@ -73,7 +75,7 @@ impl<L: SiuLink> Smm<L> {
         Self {
             node,
             link,
-            held: None,
+            held: HeldInput::default(),
             fatal: None,
         }
     }
@@ -93,15 +95,24 @@ impl<L: SiuLink> Smm<L> {
         &self.link
     }
 
-    /// Hands one packet to the node. `Ok(false)`: refused for a limit and held (stop reading
-    /// until it is taken). A fatal error is kept and returned.
+    /// Hands one packet to the node, or holds it behind a refused one. `Ok(false)`: the
+    /// held input is full, stop reading. A fatal error is kept and returned.
     fn feed(&mut self, p: Vec<u8>) -> Result<bool, SmmError> {
+        if self.held.must_wait(&p) {
+            self.held.push_back(p);
+            return Ok(!self.held.full());
+        }
+        if let Some(refused) = self.offer(p)? {
+            self.held.push_front(refused);
+        }
+        Ok(!self.held.full())
+    }
+
+    /// The node's verdict: `Some(p)` when it refused `p` for a limit.
+    fn offer(&mut self, p: Vec<u8>) -> Result<Option<Vec<u8>>, SmmError> {
         match self.node.handle_siu(&p) {
-            Ok(()) | Err(SmmError::BadInput(_)) => Ok(true),
-            Err(SmmError::Limit(_)) => {
-                self.held = Some(p);
-                Ok(false)
-            }
+            Ok(()) | Err(SmmError::BadInput(_)) => Ok(None),
+            Err(SmmError::Limit(_)) => Ok(Some(p)),
             Err(e) => {
                 self.fatal = Some(e.clone());
                 Err(e)
@@ -109,12 +120,15 @@ impl<L: SiuLink> Smm<L> {
         }
     }
 
-    /// Offers the held packet again; `Ok(true)` when nothing is held any more.
+    /// Offers held input again, in order; `Ok(true)` when the link may be read.
     fn retry_held(&mut self) -> Result<bool, SmmError> {
-        match self.held.take() {
-            Some(p) => self.feed(p),
-            None => Ok(true),
+        while let Some(p) = self.held.pop_front() {
+            if let Some(refused) = self.offer(p)? {
+                self.held.push_front(refused);
+                break;
+            }
         }
+        Ok(!self.held.full())
     }
 
     /// Fails with the fatal error, if there is one (or the link says it broke).
@@ -150,6 +164,7 @@ impl<L: SiuLink> Smm<L> {
                 }
             }
         }
+        self.retry_held()?;
         self.flush()?;
         self.check_fatal()?;
         Ok(handled)
@@ -180,7 +195,7 @@ impl<L: SiuLink> Smm<L> {
                 return Err(WaitError::TimedOut(timeout));
             }
             if !self.retry_held()? {
-                // The node's buckets are full: the packet waits until something drains.
+                // Held input is full and the node's buckets too: wait for them to drain.
                 std::thread::sleep(left.min(RECV_SLICE));
                 continue;
             }
@@ -237,6 +252,60 @@ impl<L: SiuLink> Smm<L> {
     ) -> Result<(), WaitError> {
         self.node.barrier_start(barrier, count)?;
         self.wait_until(timeout, |n| n.barrier_done(barrier))
+    }
+}
+
+/// Most packets held behind one the node refused for a limit before the driver stops reading.
+const HELD_MAX: usize = 4096;
+
+/// Input held after the node refused a packet for a table limit ([`SmmError::Limit`]): the
+/// refused packet and every later packet for its pulse or a later one wait, in order, and are
+/// offered again first. Packets for earlier pulses (whose EOPs drain the buckets) and
+/// non-isotach packets pass — they belong to other buckets, so each bucket keeps the SIU's
+/// arrival order its sort vector indexes. Nothing is dropped.
+#[derive(Debug, Default)]
+pub(crate) struct HeldInput {
+    queue: VecDeque<Vec<u8>>,
+}
+
+impl HeldInput {
+    /// The pulse a packet is bucketed in (isotach messages, isochron and EOP markers).
+    fn pulse(p: &[u8]) -> Option<u64> {
+        match packet::peek_kind(p).ok()? {
+            Kind::IsotachMessage => IsotachMessage::peek_stamp(p).map(|(ts, _, _)| ts),
+            Kind::IsochronMarker => IsochronMarker::decode(p).ok().map(|m| m.ts),
+            Kind::EopMarker => EopMarker::decode(p).ok().map(|e| e.ts),
+            _ => None,
+        }
+    }
+
+    /// The lowest pulse held.
+    fn low(&self) -> Option<u64> {
+        self.queue.iter().filter_map(|p| Self::pulse(p)).min()
+    }
+
+    /// `p` must wait behind what is held (same or later pulse than something held).
+    pub(crate) fn must_wait(&self, p: &[u8]) -> bool {
+        match (self.low(), Self::pulse(p)) {
+            (Some(low), Some(t)) => t >= low,
+            _ => false,
+        }
+    }
+
+    pub(crate) fn push_back(&mut self, p: Vec<u8>) {
+        self.queue.push_back(p);
+    }
+
+    pub(crate) fn push_front(&mut self, p: Vec<u8>) {
+        self.queue.push_front(p);
+    }
+
+    pub(crate) fn pop_front(&mut self) -> Option<Vec<u8>> {
+        self.queue.pop_front()
+    }
+
+    pub(crate) fn full(&self) -> bool {
+        self.queue.len() >= HELD_MAX
     }
 }
 
@@ -514,6 +583,81 @@ mod tests {
             smm.barrier(0, 1, Duration::from_millis(20)),
             Err(WaitError::TimedOut(Duration::from_millis(20)))
         );
+    }
+
+    /// A link that hands out scripted packets and swallows what is sent.
+    struct Script(VecDeque<Vec<u8>>);
+
+    impl SiuLink for Script {
+        fn send(&mut self, _: Vec<u8>) -> Result<(), LinkError> {
+            Ok(())
+        }
+        fn recv(&mut self, _: Duration) -> Result<Option<Vec<u8>>, LinkError> {
+            Ok(self.0.pop_front())
+        }
+    }
+
+    fn write_at(ts: u64, slot: u32) -> Vec<u8> {
+        let m = IsotachMessage {
+            ts,
+            source: 0,
+            dest: 0,
+            sequum: ts,
+            sref: packet::Sref::Mem {
+                op: packet::SrefOp::Write,
+                width: Width::W64,
+                addr: Addr::new(0, slot).raw(),
+                value: ts,
+                ref_id: 0,
+            },
+        };
+        let mut b = Vec::new();
+        m.encode(&mut b);
+        b
+    }
+
+    fn eop(ts: u64, count: u32) -> Vec<u8> {
+        let e = EopMarker {
+            ts,
+            count,
+            sort_vector: (0..count as u8).collect(),
+            ..Default::default()
+        };
+        let mut b = Vec::new();
+        e.encode(&mut b);
+        b
+    }
+
+    #[test]
+    fn a_packet_refused_for_the_bucket_limit_is_held_and_nothing_is_lost() {
+        let topo = Arc::new(Topology::line(1, 1).unwrap());
+        let mut cfg = node(&topo).config().clone();
+        cfg.limits.bucket_packets_max = 1;
+        let n = SmmNode::new(cfg);
+        // Pulse 6's write is refused while pulse 5's fills the buckets; pulse 5's EOP passes
+        // it, drains, and the held write goes in before pulse 6's EOP.
+        let script = [write_at(5, 1), write_at(6, 2), eop(5, 1), eop(6, 1)];
+        let mut smm = Smm::new(n, Script(script.into_iter().collect()));
+        smm.poll().unwrap();
+        let s = smm.node().stats();
+        assert!(s.refused >= 1, "{s:?}");
+        assert_eq!((s.srefs_executed, s.pulses_drained), (2, 2), "{s:?}");
+        assert_eq!(smm.node().local_value(Addr::new(0, 1)), Some(5));
+        assert_eq!(smm.node().local_value(Addr::new(0, 2)), Some(6));
+        assert_eq!(s.count_mismatches + s.bad_input, 0, "{s:?}");
+    }
+
+    #[test]
+    fn a_restart_of_logical_time_reaches_every_later_wait() {
+        let topo = Arc::new(Topology::line(1, 1).unwrap());
+        let script = [write_at(5, 1), eop(5, 1), write_at(2, 1)];
+        let mut smm = Smm::new(node(&topo), Script(script.into_iter().collect()));
+        let restarted = |e: &WaitError| matches!(e, WaitError::Smm(SmmError::Restarted { .. }));
+        let e = smm.poll().unwrap_err();
+        assert!(restarted(&e), "{e}");
+        let e = smm.barrier(0, 1, Duration::from_secs(5)).unwrap_err();
+        assert!(restarted(&e), "{e}");
+        assert!(smm.fatal().is_some());
     }
 
     /// A minimal executor: runs one future to completion on this thread.
