@@ -10,6 +10,7 @@ mod common;
 use common::{BIN, GUARD, Procs, free_addrs, logs, make_pki, scratch, spawn, wait_guarded};
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -230,7 +231,7 @@ fn an_siu_restarted_under_running_applications_reports_restarted() {
 }
 
 /// Runs a future to completion on this thread (the async API works with any executor).
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
+fn block_on<F: Future>(f: F) -> F::Output {
     use std::sync::Arc;
     use std::task::{Context, Poll, Wake, Waker};
     struct Unpark(std::thread::Thread);
