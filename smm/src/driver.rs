@@ -67,7 +67,7 @@ pub struct Smm<L> {
 /// How long one receive waits inside a blocking wait before re-checking the deadline.
 const RECV_SLICE: Duration = Duration::from_millis(5);
 /// A join with no progress for this long asks again for the pages still waiting.
-pub const JOIN_RETRY_AFTER: Duration = Duration::from_secs(1);
+pub const JOIN_RETRY_AFTER: Duration = Duration::from_millis(500);
 
 impl<L: SiuLink> Smm<L> {
     /// Wraps a node and its link.
