@@ -152,6 +152,10 @@ struct Inbox {
     broken: Vec<(usize, LossReason)>,
     /// Each peer's incarnation, from its hellos (0: none seen yet).
     incarnations: Vec<u64>,
+    /// Each peer's stream: how often its link broke. Data fragments carry it (argument 1),
+    /// so one that comes back from an earlier stream (sent to a previous incarnation) does
+    /// not break the current one.
+    streams: Vec<u64>,
     /// Most packets the inbox holds.
     packets_max: usize,
     stats: PortStats,
@@ -244,6 +248,7 @@ impl<T: Transport> PacketPort<T> {
             partial: vec![Vec::new(); peers.len()],
             partial_frags: vec![0; peers.len()],
             incarnations: vec![0; peers.len()],
+            streams: vec![0; peers.len()],
             packets_max: Self::inbox_max(peers.len()),
             ..Inbox::default()
         }));
@@ -325,6 +330,10 @@ impl<T: Transport> PacketPort<T> {
             let mut ib = lock(&ib);
             if r.handler == H_DATA {
                 ib.stats.fragments_lost += 1;
+                if r.nargs >= 2 && r.args[1] != ib.streams[peer] {
+                    // Sent on a stream that already broke: nothing more to lose.
+                    return;
+                }
                 ib.break_link(peer, LossReason::Returned(r.status));
             } else if r.handler == H_CREDIT {
                 // The peer is gone; its data will be lost too and break the link.
@@ -582,6 +591,7 @@ impl<T: Transport> PacketPort<T> {
         p.in_flight = 0;
         p.owed = 0;
         let mut ib = lock(&self.inbox);
+        ib.streams[peer] = p.links_lost;
         ib.partial[peer].clear();
         ib.partial_frags[peer] = 0;
         ib.stats.links_lost += 1;
@@ -642,7 +652,7 @@ impl<T: Transport> PacketPort<T> {
                     p.idx,
                     H_DATA,
                     bytes,
-                    &[u64::from(*more)],
+                    &[u64::from(*more), p.links_lost],
                 ) {
                     Ok(()) => {
                         p.out.pop_front();
