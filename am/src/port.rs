@@ -885,6 +885,45 @@ mod tests {
     }
 
     #[test]
+    fn fragments_returned_from_a_previous_stream_do_not_break_the_new_one() {
+        let (mut a, mut b) = pair();
+        pump(&mut a, &mut b, |a, b| a.is_up(0) && b.is_up(0));
+        events(&mut a);
+        // Fragments in flight to b when it restarts come back from its new incarnation.
+        for i in 0..64u32 {
+            a.send(0, &i.to_be_bytes()).unwrap();
+        }
+        a.poll().unwrap();
+        let NodeAddr::Ip(sock) = b.local_addr() else {
+            unreachable!("UDP addresses are IP")
+        };
+        let a_addr = a.local_addr();
+        drop(b);
+        let mut b = PacketPort::new(UdpTransport::bind(sock).unwrap(), &[a_addr], DEFAULT_TAG)
+            .unwrap();
+        let mut seen = Vec::new();
+        pump(&mut a, &mut b, |a, _| {
+            seen.extend(events(a));
+            seen.contains(&PortEvent::PeerUp(0))
+        });
+        // The new stream carries a packet end to end; the old one's returns change nothing.
+        a.send(0, b"after").unwrap();
+        let mut got = None;
+        pump(&mut a, &mut b, |a, b| {
+            seen.extend(events(a));
+            got = got.take().or_else(|| b.recv());
+            got.is_some() && a.stats().fragments_lost > 0
+        });
+        assert_eq!(got, Some((0, b"after".to_vec())));
+        let lost = seen
+            .iter()
+            .filter(|e| matches!(e, PortEvent::PeerLost { .. }))
+            .count();
+        assert_eq!(lost, 1, "{seen:?}");
+        assert_eq!(a.stats().links_lost, 1);
+    }
+
+    #[test]
     fn a_full_queue_drops_and_breaks_the_link() {
         let (mut a, _b) = pair();
         a.set_queue_max(4);
