@@ -899,8 +899,8 @@ mod tests {
         };
         let a_addr = a.local_addr();
         drop(b);
-        let mut b = PacketPort::new(UdpTransport::bind(sock).unwrap(), &[a_addr], DEFAULT_TAG)
-            .unwrap();
+        let mut b =
+            PacketPort::new(UdpTransport::bind(sock).unwrap(), &[a_addr], DEFAULT_TAG).unwrap();
         let mut seen = Vec::new();
         pump(&mut a, &mut b, |a, _| {
             seen.extend(events(a));
