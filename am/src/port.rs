@@ -7,7 +7,9 @@
 //! - every peer has per-peer FIFO delivery on (`set_fifo`), so packets arrive exactly once and
 //!   in send order — what the SIU↔TM and TM↔TM links of `docs/design.md` assume;
 //! - a packet longer than a medium message travels as consecutive medium fragments (argument
-//!   word 0 says "more follows"); FIFO delivery makes reassembly a concatenation;
+//!   word 0 says "more follows"; word 1 names the stream — how often the link broke — so a
+//!   fragment that comes back from an earlier stream does not break the current one); FIFO
+//!   delivery makes reassembly a concatenation;
 //! - a peer is *up* once it answered our hello. Packets for a peer that is not up wait in the
 //!   port (in order) and leave when it is: daemons may start in any order;
 //! - a link *breaks* when a data fragment comes back undelivered (the AM layer gave up, or the
