@@ -10,7 +10,6 @@ mod common;
 use common::{BIN, GUARD, Procs, free_addrs, logs, make_pki, scratch, spawn, wait_guarded};
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -230,29 +229,9 @@ fn an_siu_restarted_under_running_applications_reports_restarted() {
     }
 }
 
-/// Runs a future to completion on this thread (the async API works with any executor).
-fn block_on<F: Future>(f: F) -> F::Output {
-    use std::sync::Arc;
-    use std::task::{Context, Poll, Wake, Waker};
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut f = std::pin::pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park_timeout(Duration::from_millis(10));
-    }
-}
-
 #[test]
 fn the_async_twin_connects_joins_and_reads_as_a_future() {
+    use isotach_smm::testkit::block_on;
     use isotach_smm::{Addr, ConnectOptions, Width, connect_shared};
     let dir = scratch("bank-async");
     let cfg = cluster(&dir, &free_addrs(9), "kind = \"udp\"");

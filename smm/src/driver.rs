@@ -660,24 +660,7 @@ mod tests {
         assert!(smm.fatal().is_some());
     }
 
-    /// A minimal executor: runs one future to completion on this thread.
-    fn block_on<F: Future>(f: F) -> F::Output {
-        struct Unpark(std::thread::Thread);
-        impl std::task::Wake for Unpark {
-            fn wake(self: Arc<Self>) {
-                self.0.unpark();
-            }
-        }
-        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-        let mut cx = Context::from_waker(&waker);
-        let mut f = std::pin::pin!(f);
-        loop {
-            if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-                return v;
-            }
-            std::thread::park_timeout(Duration::from_millis(10));
-        }
-    }
+    use crate::testkit::block_on;
 
     #[test]
     fn async_read_resolves_while_a_pump_moves_packets() {

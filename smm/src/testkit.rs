@@ -1,10 +1,12 @@
-//! Fixtures for benchmarks and allocation tests: one pulse's worth of packets for a node.
+//! Fixtures for benchmarks and tests: one pulse's worth of packets for a node, and a minimal
+//! executor for the async API.
 
 use crate::{MemoryMap, SmmConfig, SmmLimits, SmmNode};
 use isotach_proto::packet::{
     EopMarker, IsotachMessage, Kind, SORT_VECTOR_MAX, Sref, SrefOp, Width,
 };
 use isotach_proto::topology::Topology;
+use std::future::Future;
 use std::sync::Arc;
 
 /// How the EOP asks the node to order the pulse.
@@ -77,4 +79,25 @@ pub fn pulse(srefs: usize, kind: SortKind) -> (SmmNode, Vec<u8>) {
     let mut out = Vec::new();
     eop.encode(&mut out);
     (node, out)
+}
+
+/// A minimal executor: runs one future to completion on this thread (the async API of
+/// [`crate::SharedSmm`] needs no particular runtime).
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(std::time::Duration::from_millis(10));
+    }
 }
