@@ -848,18 +848,15 @@ mod tests {
         assert!(counters.send_dropped() >= 10, "{:?}", a.quic_stats());
 
         // A storm the receiver does not read: what overflows its queue is dropped, counted.
-        let storm = RX_QUEUE + 2000;
-        for _ in 0..storm {
-            a.send(b.local_addr(), &[1; 64]).unwrap();
-        }
+        // Datagrams may also be lost on the way (a loaded machine's socket buffers), so the
+        // storm goes on until the receiver's queue has overflowed.
         let guard = Instant::now() + Duration::from_secs(60);
         while b.counters().recv_dropped() == 0 {
-            assert!(
-                Instant::now() < guard,
-                "{:?} {:?}",
-                a.quic_stats(),
-                b.quic_stats()
-            );
+            let (sa, sb) = (a.quic_stats(), b.quic_stats());
+            assert!(Instant::now() < guard, "{sa:?} {sb:?}");
+            for _ in 0..1000 {
+                a.send(b.local_addr(), &[1; 64]).unwrap();
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(b.quic_stats().recv_dropped > 0);
