@@ -286,6 +286,10 @@ impl HeldInput {
 
     /// `p` must wait behind what is held (same or later pulse than something held).
     pub(crate) fn must_wait(&self, p: &[u8]) -> bool {
+        // Nothing held (the common case): no packet is decoded here.
+        if self.queue.is_empty() {
+            return false;
+        }
         match (self.low(), Self::pulse(p)) {
             (Some(low), Some(t)) => t >= low,
             _ => false,
