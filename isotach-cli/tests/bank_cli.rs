@@ -53,17 +53,10 @@ fn bank_bin() -> PathBuf {
 /// A four-host cluster on one TM with the bank's map (account pages on two hosts each);
 /// `a` = [tm, then siu and app of each host].
 fn cluster(dir: &Path, a: &[String], transport: &str) -> PathBuf {
-    let mut t = format!(
-        "map = \"bank.map\"\n\n[transport]\n{transport}\n\n[[switch]]\nname = \"tm0\"\nlisten = \"{}\"\n",
-        a[0]
+    let t = format!(
+        "map = \"bank.map\"\n\n{}",
+        common::hosts_config(&HOSTS, a, transport)
     );
-    for (i, h) in HOSTS.iter().enumerate() {
-        t.push_str(&format!(
-            "\n[[host]]\nname = \"{h}\"\nswitch = \"tm0\"\nsiu = \"{}\"\napp = \"{}\"\n",
-            a[1 + 2 * i],
-            a[2 + 2 * i]
-        ));
-    }
     std::fs::write(dir.join("bank.map"), "0 h0 h1\n1 h1 h2\n2 h2 h3\n3 h3 h0\n").unwrap();
     let cfg = dir.join("cluster.toml");
     std::fs::write(&cfg, t).unwrap();

@@ -25,18 +25,7 @@ fn isotach(args: &[&str]) -> Output {
 /// A cluster config: one TM `tm0`, hosts alpha, beta, gamma; `a` = [tm, then siu and app of
 /// each host]; `transport` is the body of the `[transport]` table.
 fn config(a: &[String], transport: &str) -> String {
-    let mut t = format!(
-        "[transport]\n{transport}\n\n[[switch]]\nname = \"tm0\"\nlisten = \"{}\"\n",
-        a[0]
-    );
-    for (i, h) in HOSTS.iter().enumerate() {
-        t.push_str(&format!(
-            "\n[[host]]\nname = \"{h}\"\nswitch = \"tm0\"\nsiu = \"{}\"\napp = \"{}\"\n",
-            a[1 + 2 * i],
-            a[2 + 2 * i]
-        ));
-    }
-    t
+    common::hosts_config(&HOSTS, a, transport)
 }
 
 /// Waits until a line of `DIR/LABEL.log` satisfies `ok`; returns it.

@@ -238,3 +238,20 @@ pub(crate) fn make_pki(dir: &Path, cluster: &str, nodes: &[&str]) {
         assert!(out.status.success(), "cert issue {n}: {out:?}");
     }
 }
+
+/// A cluster config: one TM `tm0`, then `hosts`; `a` = [tm listen, then siu and app of each
+/// host]; `transport` is the body of the `[transport]` table.
+pub(crate) fn hosts_config(hosts: &[&str], a: &[String], transport: &str) -> String {
+    let mut t = format!(
+        "[transport]\n{transport}\n\n[[switch]]\nname = \"tm0\"\nlisten = \"{}\"\n",
+        a[0]
+    );
+    for (i, h) in hosts.iter().enumerate() {
+        t.push_str(&format!(
+            "\n[[host]]\nname = \"{h}\"\nswitch = \"tm0\"\nsiu = \"{}\"\napp = \"{}\"\n",
+            a[1 + 2 * i],
+            a[2 + 2 * i]
+        ));
+    }
+    t
+}
