@@ -5,14 +5,14 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
-use crate::core::{Config, Core, Dispatch, SendReq, Stats};
-use crate::error::AmError;
-use crate::msg::{Reply, Request, Returned};
+use crate::AmError;
 use crate::transport::Transport;
-use crate::types::{
+use crate::{
     Class, DEFAULT_HANDLERS, EndpointName, EpId, EventMask, HandlerId, HandlerKind, MAX_HANDLERS,
     NodeAddr, Tag, TransIdx,
 };
+use crate::{Config, Core, Dispatch, SendReq, Stats};
+use crate::{Reply, Request, Returned};
 
 type ReqFn = Box<dyn FnMut(Request<'_>) + Send>;
 type RepFn = Box<dyn FnMut(Reply<'_>) + Send>;

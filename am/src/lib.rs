@@ -17,22 +17,13 @@
 //! See `docs/am.md` for the semantics and the frame format byte by byte.
 
 pub mod backend;
-pub mod bench;
 mod bundle;
-mod core;
-mod error;
-pub mod frame;
-mod msg;
 pub mod port;
 pub mod rng;
 pub mod sim;
 pub mod telemetry;
 mod transport;
-mod types;
 
 pub use crate::bundle::Bundle;
-pub use crate::core::{Config, Core, Dispatch, SendReq, Stats};
-pub use crate::error::AmError;
-pub use crate::msg::{Reply, Request, Returned};
 pub use crate::transport::Transport;
-pub use crate::types::*;
+pub use isotach_am_proto::*;

@@ -42,13 +42,11 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::AmError;
+use crate::Config;
 use crate::bundle::Bundle;
-use crate::core::Config;
-use crate::error::AmError;
 use crate::transport::Transport;
-use crate::types::{
-    EndpointName, EpId, HandlerId, MAX_MEDIUM_BYTES, NodeAddr, Status, Tag, TransIdx,
-};
+use crate::{EndpointName, EpId, HandlerId, MAX_MEDIUM_BYTES, NodeAddr, Status, Tag, TransIdx};
 
 /// Handler of a data fragment (request, medium; `args[0]` = 1 when more fragments follow).
 const H_DATA: HandlerId = HandlerId(1);
@@ -232,7 +230,7 @@ impl<T: Transport> PacketPort<T> {
     /// the defaults.
     pub fn am_config() -> Config {
         Config {
-            credits: crate::types::MAX_SLOTS,
+            credits: crate::MAX_SLOTS,
             ..Config::default()
         }
     }
@@ -243,7 +241,7 @@ impl<T: Transport> PacketPort<T> {
         let ep = bundle.alloc_endpoint()?;
         debug_assert_eq!(ep, PORT_EP);
         bundle.set_tag(ep, tag)?;
-        if peers.len() + 1 > crate::types::DEFAULT_TRANSLATIONS {
+        if peers.len() + 1 > crate::DEFAULT_TRANSLATIONS {
             bundle.set_num_translations(ep, peers.len() + 1)?;
         }
         let inbox = Arc::new(Mutex::new(Inbox {

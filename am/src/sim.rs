@@ -6,11 +6,11 @@
 
 use std::time::Duration;
 
+use crate::AmError;
+use crate::Config;
+use crate::Time;
 use crate::backend::mem::{FaultModel, MemNet, MemTransport};
 use crate::bundle::Bundle;
-use crate::core::Config;
-use crate::error::AmError;
-use crate::types::Time;
 
 /// N bundles on a simulated network.
 #[derive(Debug)]

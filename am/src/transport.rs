@@ -2,8 +2,8 @@
 
 use std::future::Future;
 
-use crate::error::AmError;
-use crate::types::{NodeAddr, Time};
+use crate::AmError;
+use crate::{NodeAddr, Time};
 
 /// A datagram service plus a clock. Backends are thin drivers: all protocol logic lives in
 /// [`crate::Core`]. Datagrams may be lost, duplicated, reordered or delayed; the core copes.

@@ -1,11 +1,12 @@
 //! `isotach bench …`: measurements against a baseline taken in the same run.
 
+use self::am::{BenchOptions, bench_peer_main, run_bench};
 use crate::{EXIT_FAILED, UsageError};
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use isotach_am::bench::{BenchOptions, bench_peer_main, run_bench};
 use std::process::ExitCode;
 
+pub(crate) mod am;
 mod daemons;
 
 /// The hidden argument that makes this executable the AM benchmark's peer process.

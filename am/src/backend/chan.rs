@@ -24,10 +24,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
 
-use crate::error::AmError;
+use crate::AmError;
 use crate::rng::Rng;
 use crate::transport::Transport;
-use crate::types::{NodeAddr, Time};
+use crate::{NodeAddr, Time};
 
 /// Datagrams one node's inbox holds by default; more are dropped.
 pub const CHAN_INBOX: usize = 4096;

@@ -10,10 +10,10 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::error::AmError;
+use crate::AmError;
 use crate::rng::Rng;
 use crate::transport::Transport;
-use crate::types::{NodeAddr, Time};
+use crate::{NodeAddr, Time};
 
 /// Most datagrams waiting in one node's inbox; more are dropped, like a full NIC ring.
 pub const MEM_INBOX: usize = 8192;

@@ -31,10 +31,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
 use tokio::sync::mpsc;
 
-use crate::error::AmError;
+use crate::AmError;
 use crate::rng::Rng;
 use crate::transport::Transport;
-use crate::types::{NodeAddr, Time};
+use crate::{NodeAddr, Time};
 
 /// TLS server name every node certificate carries (peers are told apart by address and
 /// certificate, not by SNI).

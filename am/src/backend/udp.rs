@@ -37,10 +37,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::runtime::Handle;
 
-use crate::error::AmError;
+use crate::AmError;
 use crate::rng::Rng;
 use crate::transport::Transport;
-use crate::types::{NodeAddr, Time};
+use crate::{NodeAddr, Time};
 
 /// Non-blocking receive calls one [`Transport::recv`] makes at most (each returns one
 /// datagram, or one GRO batch of up to 64).

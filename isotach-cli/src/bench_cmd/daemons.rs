@@ -16,6 +16,7 @@
 //!   in the window; `bucket_srefs_executed_per_s` the srefs every SMM executed from its pulse
 //!   buckets (the copies other hosts' isochrons updated here), summed over hosts.
 
+use super::am::{BenchOptions, RawUdpBaseline};
 use crate::demo_cmd::{LoopbackCluster, start_loopback_cluster};
 use crate::{EXIT_FAILED, UsageError};
 use anyhow::Context;
@@ -23,7 +24,6 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use isotach_am::NodeAddr;
 use isotach_am::backend::udp::UdpTransport;
-use isotach_am::bench::{BenchOptions, RawUdpBaseline};
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
 use isotach_proto::packet::Width;
 use isotach_proto::topology::{HostId, Topology};

@@ -26,9 +26,11 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::backend::quic::{QuicConfig, QuicIdentity, QuicTransport, make_ca, make_node_identity};
-use crate::backend::udp::{UdpConfig, UdpTransport};
-use crate::{
+use isotach_am::backend::quic::{
+    QuicConfig, QuicIdentity, QuicTransport, make_ca, make_node_identity,
+};
+use isotach_am::backend::udp::{UdpConfig, UdpTransport};
+use isotach_am::{
     AmError, Bundle, Config, EndpointName, EpId, HandlerId, NodeAddr, Tag, TransIdx, Transport,
 };
 
@@ -40,29 +42,29 @@ const H_DONE: HandlerId = HandlerId(2);
 /// Segment each AM endpoint exposes in the benchmark.
 const BENCH_SEG: usize = 1 << 20;
 /// Payload of the raw ping-pongs: the wire size of an AM short frame with one argument.
-const RAW_PING_BYTES: usize = crate::frame::overhead(1);
+const RAW_PING_BYTES: usize = isotach_am::frame::overhead(1);
 
 /// What to run.
 #[derive(Clone, Debug)]
-pub struct BenchOptions {
+pub(crate) struct BenchOptions {
     /// Arguments that make the executable run [`bench_peer_main`] (the CLI's hidden subcommand).
-    pub peer_args: Vec<String>,
+    pub(crate) peer_args: Vec<String>,
     /// Executable to start as the peer; `None` = `std::env::current_exe()`.
-    pub peer_exe: Option<PathBuf>,
+    pub(crate) peer_exe: Option<PathBuf>,
     /// Run the peer on a thread of this process instead of a second process.
-    pub in_process: bool,
+    pub(crate) in_process: bool,
     /// Round trips per small-message series.
-    pub rtt_iters: usize,
+    pub(crate) rtt_iters: usize,
     /// Round trips of the 64 KiB bulk series.
-    pub bulk_rtt_iters: usize,
+    pub(crate) bulk_rtt_iters: usize,
     /// Requests of the message-rate run.
-    pub rate_msgs: usize,
+    pub(crate) rate_msgs: usize,
     /// 64 KiB transfers of the bandwidth run (the raw stream sends as many bytes).
-    pub bulk_msgs: usize,
+    pub(crate) bulk_msgs: usize,
     /// UDP datagram size for AM frames and the raw stream.
-    pub datagram_bytes: usize,
+    pub(crate) datagram_bytes: usize,
     /// Also measure QUIC.
-    pub quic: bool,
+    pub(crate) quic: bool,
 }
 
 impl Default for BenchOptions {
@@ -83,7 +85,8 @@ impl Default for BenchOptions {
 
 impl BenchOptions {
     /// Small counts for smoke tests.
-    pub fn quick() -> Self {
+    #[cfg(test)]
+    pub(crate) fn quick() -> Self {
         Self {
             rtt_iters: 200,
             bulk_rtt_iters: 20,
@@ -97,11 +100,11 @@ impl BenchOptions {
 /// Results; every key carries its unit. Ratios are AM / baseline (lower is better for round
 /// trips, higher for bandwidth).
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct BenchReport {
+pub(crate) struct BenchReport {
     /// `"two_processes"` or `"threads"`.
-    pub mode: String,
+    pub(crate) mode: String,
     /// UDP datagram size used by AM and the raw stream.
-    pub datagram_bytes: usize,
+    pub(crate) datagram_bytes: usize,
     /// Raw UDP ping-pong, 84-byte payload.
     pub raw_udp_rtt_p50_us: f64,
     /// 99th percentile of the same.
@@ -127,28 +130,28 @@ pub struct BenchReport {
     /// 99th percentile of the same.
     pub am_udp_bulk_64k_rtt_p99_us: f64,
     /// `am_udp_rtt_p50_us / raw_udp_rtt_p50_us`.
-    pub rtt_ratio_udp: f64,
+    pub(crate) rtt_ratio_udp: f64,
     /// `am_udp_rtt_p50_us / raw_tcp_rtt_p50_us`.
-    pub rtt_ratio_udp_vs_tcp: f64,
+    pub(crate) rtt_ratio_udp_vs_tcp: f64,
     /// Short requests per second with full credits (one peer).
-    pub am_udp_msgs_per_s: f64,
+    pub(crate) am_udp_msgs_per_s: f64,
     /// 64 KiB bulk transfers with full credits, payload MB/s (10^6 bytes).
-    pub am_udp_bulk_mb_per_s: f64,
+    pub(crate) am_udp_bulk_mb_per_s: f64,
     /// Raw UDP streaming of the same bytes in the same datagram size, received MB/s.
-    pub raw_udp_stream_mb_per_s: f64,
+    pub(crate) raw_udp_stream_mb_per_s: f64,
     /// Fraction of raw stream datagrams the receiver got.
-    pub raw_udp_stream_delivered_ratio: f64,
+    pub(crate) raw_udp_stream_delivered_ratio: f64,
     /// `am_udp_bulk_mb_per_s / raw_udp_stream_mb_per_s` (the target ratio).
-    pub bulk_ratio_udp: f64,
+    pub(crate) bulk_ratio_udp: f64,
     /// Raw UDP streaming of the same bytes with the kernel offloads AM/UDP uses: GSO sends
     /// (`UDP_SEGMENT`, 44 datagrams per `sendmsg`) into a GRO receiver. MB/s received.
-    pub raw_udp_gso_stream_mb_per_s: f64,
+    pub(crate) raw_udp_gso_stream_mb_per_s: f64,
     /// Fraction of GSO stream datagrams the receiver got.
-    pub raw_udp_gso_stream_delivered_ratio: f64,
+    pub(crate) raw_udp_gso_stream_delivered_ratio: f64,
     /// `am_udp_bulk_mb_per_s / raw_udp_gso_stream_mb_per_s` (like-for-like offloads).
-    pub bulk_ratio_udp_vs_gso: f64,
+    pub(crate) bulk_ratio_udp_vs_gso: f64,
     /// Whole-message retransmissions during the AM/UDP runs.
-    pub am_udp_retransmits: u64,
+    pub(crate) am_udp_retransmits: u64,
     /// AM over QUIC (datagrams): short round trip.
     pub am_quic_rtt_p50_us: f64,
     /// 99th percentile of the same.
@@ -162,19 +165,19 @@ pub struct BenchReport {
     /// 99th percentile of the same.
     pub am_quic_bulk_64k_rtt_p99_us: f64,
     /// `am_quic_rtt_p50_us / raw_udp_rtt_p50_us`.
-    pub rtt_ratio_quic: f64,
+    pub(crate) rtt_ratio_quic: f64,
     /// Short requests per second over QUIC with full credits.
-    pub am_quic_msgs_per_s: f64,
+    pub(crate) am_quic_msgs_per_s: f64,
     /// 64 KiB bulk over QUIC with full credits, MB/s.
-    pub am_quic_bulk_mb_per_s: f64,
+    pub(crate) am_quic_bulk_mb_per_s: f64,
     /// Wall time of the whole benchmark.
-    pub elapsed_s: f64,
+    pub(crate) elapsed_s: f64,
 }
 
 /// Why the benchmark failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum BenchError {
+pub(crate) enum BenchError {
     /// Socket, pipe or process I/O failed.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
@@ -270,7 +273,7 @@ fn port(a: NodeAddr) -> u16 {
 /// prints `READY <raw_udp> <raw_stream> <tcp> <am_udp> <am_quic> <raw_gso_stream>` (ports),
 /// then answers `STREAM` / `GSOSTREAM` with `<bytes> <datagrams> <span_ns>` until `QUIT` or
 /// end of input.
-pub fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), BenchError> {
+pub(crate) fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), BenchError> {
     let mut input = BufReader::new(input);
     let mut line = String::new();
     input.read_line(&mut line)?;
@@ -470,7 +473,7 @@ pub fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), BenchErr
 
 /// Entry point of the hidden peer subcommand: `args` are ignored (everything comes over
 /// stdin). Runs [`run_peer`] on stdin/stdout.
-pub fn bench_peer_main(_args: &[String]) -> Result<(), BenchError> {
+pub(crate) fn bench_peer_main(_args: &[String]) -> Result<(), BenchError> {
     pin_to_cpu(Side::Peer);
     run_peer(std::io::stdin(), std::io::stdout())
 }
@@ -854,7 +857,7 @@ fn ratio(a: f64, b: f64) -> f64 {
 }
 
 /// Run the whole benchmark (see the module docs).
-pub fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
+pub(crate) fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
     let start = Instant::now();
     let ca = make_ca("isotach bench CA")?;
     let mine = make_node_identity(&ca, "bench-driver")?;
@@ -981,7 +984,7 @@ pub fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
 /// two-process mode the ping-pong runs on a thread pinned to the driver's CPU (the peer pins
 /// itself to the peer's), the placement `isotach bench am` measures in; the caller's other
 /// threads are not pinned.
-pub struct RawUdpBaseline {
+pub(crate) struct RawUdpBaseline {
     link: PeerLink,
     udp: RawUdp,
     hist: Histogram<u64>,
@@ -999,7 +1002,7 @@ impl std::fmt::Debug for RawUdpBaseline {
 
 impl RawUdpBaseline {
     /// Starts the peer (only `peer_args`, `peer_exe` and `in_process` of `opts` matter).
-    pub fn start(opts: &BenchOptions) -> Result<Self, BenchError> {
+    pub(crate) fn start(opts: &BenchOptions) -> Result<Self, BenchError> {
         let ca = make_ca("isotach bench CA")?;
         let theirs = make_node_identity(&ca, "bench-peer")?;
         let mut link = start_peer(opts)?;
@@ -1027,7 +1030,7 @@ impl RawUdpBaseline {
     }
 
     /// Adds `iters` round trips (the first tenth are warm-up, not recorded).
-    pub fn measure(&mut self, iters: usize) -> Result<(), BenchError> {
+    pub(crate) fn measure(&mut self, iters: usize) -> Result<(), BenchError> {
         let (udp, h, pin) = (&mut self.udp, &mut self.hist, self.pin);
         std::thread::scope(|s| {
             s.spawn(move || {
@@ -1042,27 +1045,27 @@ impl RawUdpBaseline {
     }
 
     /// Median round trip so far, µs (0 before any sample).
-    pub fn p50_us(&self) -> f64 {
+    pub(crate) fn p50_us(&self) -> f64 {
         us(&self.hist, 0.5)
     }
 
     /// 99th percentile round trip so far, µs.
-    pub fn p99_us(&self) -> f64 {
+    pub(crate) fn p99_us(&self) -> f64 {
         us(&self.hist, 0.99)
     }
 
     /// Round trips recorded so far.
-    pub fn samples(&self) -> u64 {
+    pub(crate) fn samples(&self) -> u64 {
         self.hist.len()
     }
 
     /// `"two_processes"` or `"threads"`.
-    pub fn mode(&self) -> &'static str {
+    pub(crate) fn mode(&self) -> &'static str {
         if self.pin { "two_processes" } else { "threads" }
     }
 
     /// Stops the peer and waits for it.
-    pub fn finish(self) -> Result<(), BenchError> {
+    pub(crate) fn finish(self) -> Result<(), BenchError> {
         drop(self.udp);
         self.link.finish()
     }
