@@ -13,6 +13,7 @@
 mod core;
 mod error;
 pub mod frame;
+pub mod link;
 mod msg;
 mod types;
 

@@ -17,6 +17,7 @@
 
 pub mod hash;
 pub mod host;
+pub mod linknet;
 pub mod net;
 pub mod oracle;
 pub mod philo;

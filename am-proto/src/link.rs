@@ -1,0 +1,748 @@
+//! Packet links for the Isotach daemons, sans-IO: a reliable, per-peer FIFO packet service to
+//! a fixed list of peers over one AM [`Core`], with a hello handshake, fragmentation, an
+//! end-to-end credit window, back-pressure, peer-loss detection and rejoin.
+//!
+//! [`Links`] is a state machine in the style of `quinn-proto`: time is passed in, datagrams go
+//! in through [`Links::handle_datagram`] and out through [`Links::poll_transmit`], timers
+//! through [`Links::handle_timeout`] / [`Links::poll_timeout`]; packets go in with
+//! [`Links::send`] and out with [`Links::recv`]; [`Links::poll_event`] says when a peer came
+//! up or was lost. No sockets, clocks, locks or closures. `isotach-am`'s `PacketPort` drives
+//! it over a socket; the simulator drives it over its faulty network.
+//!
+//! The rules (the wire is specified in `docs/wire.md`, "Link layer"):
+//! - every peer has per-peer FIFO delivery on, so packets arrive exactly once and in order;
+//! - a packet longer than [`FRAGMENT_MAX`] travels as consecutive medium fragments on
+//!   [`H_DATA`] (argument 0: more follows; argument 1: the sender's *stream*, how often its
+//!   link to the peer broke, so a fragment returned from an earlier stream does not break
+//!   the current one); reassembly is a concatenation;
+//! - a peer is *up* once it answered our hello ([`H_HELLO`] answered by a reply on
+//!   [`H_HELLO_ACK`]). Packets for a peer that is not up wait (in order) and leave when it is;
+//! - a link *breaks* when a data fragment comes back undelivered, when the peer says hello
+//!   from a new incarnation (it restarted and forgot the stream), or when a queue
+//!   overflowed: [`LinkEvent::PeerLost`], the queue towards it is dropped (the stream has a
+//!   hole), the peer is down and a new hello goes out; [`LinkEvent::PeerUp`] follows;
+//! - flow control: at most a *window* of fragments the peer's driver has not taken yet are in
+//!   flight; the receiver returns credit ([`H_CREDIT`]) in batches of [`CREDIT_BATCH`] as its
+//!   driver takes packets. A driver that stops reading stops its peers after one window,
+//!   their queues fill and [`Links::has_room`] turns false: back-pressure without loss;
+//! - every queue is bounded: [`Links::set_queue_max`] fragments per peer; the inbox holds at
+//!   most every peer's largest window. Beyond that a packet is dropped, counted and the link
+//!   breaks;
+//! - messages from addresses that are not configured peers, or with a foreign tag, are
+//!   dropped and counted.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::core::{Config, Core, Dispatch, SendReq};
+use crate::error::AmError;
+use crate::msg::{Reply, Request, Returned};
+use crate::types::{
+    Class, DEFAULT_TRANSLATIONS, EndpointName, EpId, HandlerId, HandlerKind, MAX_MEDIUM_BYTES,
+    MAX_SLOTS, NodeAddr, Status, Tag, Time, TransIdx,
+};
+
+/// Handler of a data fragment (request, medium; args: more follows, stream).
+pub const H_DATA: HandlerId = HandlerId(1);
+/// Handler of a hello (request, short; args: cluster tag, incarnation).
+pub const H_HELLO: HandlerId = HandlerId(2);
+/// Handler of the hello's answer (reply, short, no args).
+pub const H_HELLO_ACK: HandlerId = HandlerId(3);
+/// Handler of returned credit (request, short; args: fragments the driver took).
+pub const H_CREDIT: HandlerId = HandlerId(4);
+/// The endpoint every link uses (the first one a core allocates).
+pub const LINK_EP: EpId = EpId(0);
+/// The tag of Isotach cluster traffic when the configuration names none.
+pub const DEFAULT_TAG: Tag = Tag(0x1507_AC40_0000_0001);
+/// Largest packet a link carries.
+pub const PACKET_MAX: usize = 64 * 1024;
+/// Largest fragment (a medium message's payload).
+pub const FRAGMENT_MAX: usize = MAX_MEDIUM_BYTES;
+/// Default of [`Links::set_queue_max`] (fragments per peer).
+pub const QUEUE_MAX_DEFAULT: usize = 65_536;
+/// Largest flow-control window (fragments in flight towards one peer).
+pub const WINDOW_MAX: usize = 1024;
+/// Smallest window: the fragments of the largest packet (credit is returned per whole packet
+/// taken, so a smaller window could never complete one).
+pub const WINDOW_MIN: usize = PACKET_MAX / FRAGMENT_MAX + 1;
+/// Fragments taken before credit goes back: a quarter of the smallest window any sender may
+/// use, so a sender that used its whole window has sent at least that much and never waits
+/// on us for long, while credit costs one short message per this many fragments.
+pub const CREDIT_BATCH: usize = WINDOW_MIN / 4;
+/// Whole packets the inbox holds beyond every peer's largest window.
+const INBOX_SLACK: usize = 64;
+
+/// Fragments a packet of `len` bytes travels as (an empty packet is one empty fragment).
+pub fn fragments(len: usize) -> usize {
+    len.div_ceil(FRAGMENT_MAX).max(1)
+}
+
+/// Why a link broke (see [`LinkEvent::PeerLost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossReason {
+    /// A data fragment came back undelivered with this status (`Unreachable`: the AM layer
+    /// gave up after its give-up time, or the peer restarted and refused it).
+    Returned(Status),
+    /// The peer said hello from a new incarnation: it restarted.
+    Restarted,
+    /// Our queue towards the peer was full and a packet was dropped.
+    SendOverflow,
+    /// Our inbox was full and a packet from the peer was dropped.
+    InboxOverflow,
+}
+
+/// Something a driver should know about its peers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// The peer answered our hello: packets flow (again, after a [`LinkEvent::PeerLost`]).
+    PeerUp(usize),
+    /// The link to the peer broke: the peer is down until it answers a new hello.
+    PeerLost {
+        /// The peer.
+        peer: usize,
+        /// Why.
+        reason: LossReason,
+        /// Fragments that were queued for the peer and are dropped.
+        dropped: usize,
+    },
+    /// A hello to the peer came back unanswered (it is not there yet); the link keeps trying.
+    HelloReturned {
+        /// The peer.
+        peer: usize,
+        /// Why.
+        status: Status,
+    },
+}
+
+/// What [`Links::offer`] did with a packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Offered {
+    /// Queued for the peer.
+    Sent,
+    /// The peer's queue was full and the packet was redundant: dropped.
+    Dropped,
+    /// The peer's queue was full: the packet is handed back for the driver to hold (and to
+    /// offer again before anything after it).
+    Held(Vec<u8>),
+}
+
+/// Counters of one set of links.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Packets handed to [`Links::send`].
+    pub packets_sent: u64,
+    /// Packets received whole.
+    pub packets_received: u64,
+    /// Link messages from addresses that are not configured peers (dropped).
+    pub unknown_peer: u64,
+    /// Reassembled packets over [`PACKET_MAX`] (dropped).
+    pub oversize: u64,
+    /// Data fragments returned undelivered (lost).
+    pub fragments_lost: u64,
+    /// Hellos sent.
+    pub hellos: u64,
+    /// Times a link broke (see [`LinkEvent::PeerLost`]).
+    pub links_lost: u64,
+    /// Fragments dropped because a link broke or a queue was full.
+    pub fragments_dropped: u64,
+    /// Packets dropped because the inbox was full.
+    pub inbox_overflow: u64,
+}
+
+/// One peer's state, for status displays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerStatus {
+    /// Its address.
+    pub addr: NodeAddr,
+    /// It answered our last hello and no loss happened since.
+    pub up: bool,
+    /// Fragments queued towards it.
+    pub queued: usize,
+    /// Times its link broke.
+    pub links_lost: u64,
+}
+
+/// A received packet waiting for the driver.
+#[derive(Debug)]
+struct Arrived {
+    peer: usize,
+    bytes: Vec<u8>,
+    fragments: usize,
+}
+
+#[derive(Debug)]
+struct Peer {
+    addr: NodeAddr,
+    idx: TransIdx,
+    up: bool,
+    hello_outstanding: bool,
+    /// Times the link broke: the stream number data fragments carry.
+    links_lost: u64,
+    /// The peer's incarnation, from its hellos (0: none seen yet).
+    incarnation: u64,
+    /// Whole packets waiting for the peer or for credit; the head may be partly sent.
+    out: VecDeque<Vec<u8>>,
+    /// Bytes of `out[0]` already sent.
+    head_sent: usize,
+    /// Fragments in `out` not sent yet.
+    queued: usize,
+    /// Fragments sent that the peer's driver has not taken yet (as far as credit tells).
+    in_flight: usize,
+    /// Fragments of the peer's we took and have not credited back yet.
+    owed: usize,
+    /// The packet being reassembled and its fragments so far.
+    partial: Vec<u8>,
+    partial_frags: usize,
+    /// The AM core had no slot for us: retry when the peer answers something.
+    am_blocked: bool,
+    /// In [`State::ready`].
+    ready: bool,
+}
+
+impl Peer {
+    fn new(addr: NodeAddr, idx: TransIdx) -> Self {
+        Self {
+            addr,
+            idx,
+            up: false,
+            hello_outstanding: false,
+            links_lost: 0,
+            incarnation: 0,
+            out: VecDeque::new(),
+            head_sent: 0,
+            queued: 0,
+            in_flight: 0,
+            owed: 0,
+            partial: Vec::new(),
+            partial_frags: 0,
+            am_blocked: false,
+            ready: true,
+        }
+    }
+}
+
+/// Everything the handlers touch (the [`Dispatch`] the core runs them on).
+#[derive(Debug)]
+struct State {
+    peers: Vec<Peer>,
+    by_addr: HashMap<NodeAddr, usize>,
+    inbox: VecDeque<Arrived>,
+    inbox_max: usize,
+    events: VecDeque<LinkEvent>,
+    /// Peers that may have something to send (hello, credit, fragments).
+    ready: Vec<usize>,
+    stats: LinkStats,
+}
+
+impl State {
+    fn mark_ready(&mut self, peer: usize) {
+        let p = &mut self.peers[peer];
+        if !p.ready {
+            p.ready = true;
+            self.ready.push(peer);
+        }
+    }
+
+    /// The link to `peer` broke: drop its queue and half-assembled packet, mark it down (a
+    /// new hello goes out next) and tell the driver. A new stream starts with a fresh window
+    /// on both sides.
+    fn break_link(&mut self, peer: usize, reason: LossReason) {
+        let p = &mut self.peers[peer];
+        let dropped = p.queued;
+        p.out.clear();
+        p.head_sent = 0;
+        p.queued = 0;
+        p.up = false;
+        p.links_lost += 1;
+        p.in_flight = 0;
+        p.owed = 0;
+        p.partial.clear();
+        p.partial_frags = 0;
+        self.stats.links_lost += 1;
+        self.stats.fragments_dropped += dropped as u64;
+        self.events.push_back(LinkEvent::PeerLost {
+            peer,
+            reason,
+            dropped,
+        });
+        self.mark_ready(peer);
+    }
+
+    fn peer_of(&mut self, node: NodeAddr) -> Option<usize> {
+        let peer = self.by_addr.get(&node).copied();
+        if peer.is_none() {
+            self.stats.unknown_peer += 1;
+        }
+        peer
+    }
+
+    fn on_data(&mut self, peer: usize, more: bool, data: &[u8]) {
+        let p = &mut self.peers[peer];
+        if p.partial.len() + data.len() > PACKET_MAX {
+            p.partial.clear();
+            p.partial_frags = 0;
+            self.stats.oversize += 1;
+            return;
+        }
+        p.partial.extend_from_slice(data);
+        p.partial_frags += 1;
+        if more {
+            return;
+        }
+        let bytes = std::mem::take(&mut p.partial);
+        let fragments = std::mem::take(&mut p.partial_frags);
+        if self.inbox.len() >= self.inbox_max {
+            // More than the peers' windows allow: a misbehaving peer. Drop rather than grow.
+            self.stats.inbox_overflow += 1;
+            self.break_link(peer, LossReason::InboxOverflow);
+            return;
+        }
+        self.inbox.push_back(Arrived {
+            peer,
+            bytes,
+            fragments,
+        });
+        self.stats.packets_received += 1;
+    }
+
+    fn on_hello(&mut self, peer: usize, incarnation: u64) {
+        let known = self.peers[peer].incarnation;
+        if incarnation != 0 && known != incarnation {
+            self.peers[peer].incarnation = incarnation;
+            if known != 0 {
+                self.break_link(peer, LossReason::Restarted);
+            }
+        }
+    }
+
+    fn on_credit(&mut self, peer: usize, fragments: u64) {
+        let p = &mut self.peers[peer];
+        let n = usize::try_from(fragments).unwrap_or(usize::MAX);
+        p.in_flight = p.in_flight.saturating_sub(n);
+        self.mark_ready(peer);
+    }
+
+    fn on_returned(&mut self, r: &Returned) {
+        let Some(&peer) = self.by_addr.get(&r.dest.node) else {
+            return;
+        };
+        if r.handler == H_DATA {
+            self.stats.fragments_lost += 1;
+            if r.nargs >= 2 && r.args[1] != self.peers[peer].links_lost {
+                // Sent on a stream that already broke: nothing more to lose.
+                return;
+            }
+            self.break_link(peer, LossReason::Returned(r.status));
+        } else if r.handler == H_HELLO {
+            self.peers[peer].hello_outstanding = false;
+            self.events.push_back(LinkEvent::HelloReturned {
+                peer,
+                status: r.status,
+            });
+            self.mark_ready(peer);
+        }
+        // Returned credit: the peer is gone; its data will come back too and break the link.
+    }
+}
+
+impl Dispatch for State {
+    fn handler_kind(&self, ep: EpId, h: HandlerId) -> HandlerKind {
+        match (ep, h) {
+            (LINK_EP, H_DATA | H_HELLO | H_CREDIT) => HandlerKind::Request,
+            (LINK_EP, H_HELLO_ACK) => HandlerKind::Reply,
+            _ => HandlerKind::Unset,
+        }
+    }
+
+    fn on_request(&mut self, req: Request<'_>) {
+        let Some(peer) = self.peer_of(req.source().node) else {
+            return;
+        };
+        let arg = |i: usize| req.args().get(i).copied().unwrap_or(0);
+        match req.handler() {
+            H_DATA => self.on_data(peer, arg(0) != 0, req.data()),
+            H_CREDIT => self.on_credit(peer, arg(0)),
+            H_HELLO => {
+                self.on_hello(peer, arg(1));
+                // Answered even while the link is down: the peer's hello completes its side.
+                let _ = req.reply_short(H_HELLO_ACK, &[]);
+            }
+            _ => {}
+        }
+    }
+
+    fn on_reply(&mut self, rep: Reply<'_>) {
+        let Some(peer) = self.peer_of(rep.source().node) else {
+            return;
+        };
+        if rep.handler() == H_HELLO_ACK {
+            let p = &mut self.peers[peer];
+            p.hello_outstanding = false;
+            if !p.up {
+                p.up = true;
+                self.events.push_back(LinkEvent::PeerUp(peer));
+                self.mark_ready(peer);
+            }
+        }
+    }
+}
+
+/// A request from the link endpoint.
+fn link_req<'a>(
+    idx: TransIdx,
+    class: Class,
+    handler: HandlerId,
+    args: &'a [u64],
+    payload: &'a [u8],
+) -> SendReq<'a> {
+    SendReq {
+        ep: LINK_EP,
+        idx,
+        class,
+        handler,
+        args,
+        payload,
+        dest_offset: 0,
+        src_offset: 0,
+        len: 0,
+    }
+}
+
+/// Reliable FIFO packet links to a fixed set of peers. See the module documentation.
+#[derive(Debug)]
+pub struct Links {
+    core: Core,
+    st: State,
+    tag: Tag,
+    /// Most fragments queued towards one peer.
+    queue_max: usize,
+}
+
+impl Links {
+    /// AM settings for links: full credits (every slot), otherwise the defaults.
+    pub fn am_config() -> Config {
+        Config {
+            credits: MAX_SLOTS,
+            ..Config::default()
+        }
+    }
+
+    /// Links from `local` (incarnation `incarnation`, must grow across restarts) to `peers`
+    /// (index = peer id), tagged `tag`, over datagrams of at most `max_datagram` bytes.
+    pub fn new(
+        cfg: Config,
+        local: NodeAddr,
+        incarnation: u64,
+        max_datagram: usize,
+        peers: &[NodeAddr],
+        tag: Tag,
+    ) -> Result<Self, AmError> {
+        let mut core = Core::new(cfg, local, incarnation, max_datagram)?;
+        let ep = core.alloc_endpoint()?;
+        debug_assert_eq!(ep, LINK_EP);
+        core.set_tag(ep, tag)?;
+        if peers.len() + 1 > DEFAULT_TRANSLATIONS {
+            core.set_num_translations(ep, peers.len() + 1)?;
+        }
+        let mut ps = Vec::with_capacity(peers.len());
+        let mut by_addr = HashMap::with_capacity(peers.len());
+        for (i, &addr) in peers.iter().enumerate() {
+            let name = EndpointName {
+                node: addr,
+                ep: LINK_EP,
+            };
+            let idx = core.map_any(ep, name, tag)?;
+            core.set_fifo(addr, true)?;
+            if by_addr.insert(addr, i).is_some() {
+                return Err(AmError::BadArg("a peer address appears twice"));
+            }
+            ps.push(Peer::new(addr, idx));
+        }
+        Ok(Self {
+            core,
+            st: State {
+                ready: (0..peers.len()).collect(),
+                peers: ps,
+                by_addr,
+                inbox: VecDeque::new(),
+                inbox_max: peers.len().max(1) * WINDOW_MAX + INBOX_SLACK,
+                events: VecDeque::new(),
+                stats: LinkStats::default(),
+            },
+            tag,
+            queue_max: QUEUE_MAX_DEFAULT,
+        })
+    }
+
+    /// Bounds every per-peer send queue to `fragments` (at least 1), and the window to the
+    /// same within [`WINDOW_MIN`]..=[`WINDOW_MAX`]; the cluster config's `queue-packets-max`
+    /// is the daemons' value.
+    pub fn set_queue_max(&mut self, fragments: usize) {
+        self.queue_max = fragments.max(1);
+    }
+
+    /// The flow-control window: fragments in flight towards one peer.
+    pub fn window(&self) -> usize {
+        self.queue_max.clamp(WINDOW_MIN, WINDOW_MAX)
+    }
+
+    // ------------------------------------------------------------------ datagrams and time
+
+    /// Process one received datagram (running the link handlers).
+    pub fn handle_datagram(&mut self, now: Time, from: NodeAddr, bytes: &[u8]) {
+        self.core.handle_datagram(now, from, bytes, &mut self.st);
+        if let Some(&peer) = self.st.by_addr.get(&from)
+            && self.st.peers[peer].am_blocked
+        {
+            // It may have freed an AM slot towards the peer.
+            self.st.peers[peer].am_blocked = false;
+            self.st.mark_ready(peer);
+        }
+        self.absorb_returned();
+    }
+
+    /// Fire due AM timers (retransmission, give-up).
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.core.handle_timeout(now);
+        self.absorb_returned();
+    }
+
+    /// The next datagram to send and where: hellos, credit and fragments leave here as AM
+    /// credit and the window allow.
+    pub fn poll_transmit(&mut self, now: Time) -> Option<(NodeAddr, &[u8])> {
+        if !self.st.ready.is_empty() {
+            self.push(now);
+        }
+        self.core.poll_transmit()
+    }
+
+    /// When [`Links::handle_timeout`] must run next.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.core.poll_timeout()
+    }
+
+    fn absorb_returned(&mut self) {
+        while let Some(r) = self.core.poll_returned() {
+            self.st.on_returned(&r);
+        }
+    }
+
+    /// Sends hellos, credit and queued fragments of every ready peer.
+    fn push(&mut self, now: Time) {
+        let inc = self.core.incarnation();
+        let window = self.window();
+        let mut ready = std::mem::take(&mut self.st.ready);
+        for &peer in &ready {
+            self.st.peers[peer].ready = false;
+            if let Err(AmError::WouldBlock) = self.push_peer(now, peer, inc, window) {
+                self.st.peers[peer].am_blocked = true;
+            }
+        }
+        ready.clear();
+        // Peers made ready while pushing (none today) keep their place.
+        ready.append(&mut self.st.ready);
+        self.st.ready = ready;
+        self.absorb_returned();
+    }
+
+    fn push_peer(
+        &mut self,
+        now: Time,
+        peer: usize,
+        inc: u64,
+        window: usize,
+    ) -> Result<(), AmError> {
+        let p = &mut self.st.peers[peer];
+        let idx = p.idx;
+        if !p.up {
+            if !p.hello_outstanding {
+                self.core.send_request(
+                    now,
+                    link_req(idx, Class::Short, H_HELLO, &[self.tag.0, inc], &[]),
+                )?;
+                p.hello_outstanding = true;
+                self.st.stats.hellos += 1;
+            }
+            return Ok(());
+        }
+        if p.owed >= CREDIT_BATCH {
+            self.core.send_request(
+                now,
+                link_req(idx, Class::Short, H_CREDIT, &[p.owed as u64], &[]),
+            )?;
+            p.owed = 0;
+        }
+        while p.queued > 0 && p.in_flight < window {
+            let head = &p.out[0];
+            let end = (p.head_sent + FRAGMENT_MAX).min(head.len());
+            let more = end < head.len();
+            let args = [u64::from(more), p.links_lost];
+            let payload = &head[p.head_sent..end];
+            self.core
+                .send_request(now, link_req(idx, Class::Medium, H_DATA, &args, payload))?;
+            if more {
+                p.head_sent = end;
+            } else {
+                p.out.pop_front();
+                p.head_sent = 0;
+            }
+            p.queued -= 1;
+            p.in_flight += 1;
+        }
+        debug_assert!(p.in_flight <= window, "window overrun");
+        debug_assert_eq!(
+            p.queued == 0,
+            p.out.is_empty(),
+            "queued fragments vs packets"
+        );
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ packets
+
+    /// Can `peer` take another packet of up to one fragment without overflowing its queue? A
+    /// driver holds its output back while this is false (back-pressure).
+    pub fn has_room(&self, peer: usize) -> bool {
+        self.st
+            .peers
+            .get(peer)
+            .is_some_and(|p| p.queued < self.queue_max)
+    }
+
+    /// Queues `packet` for `peer` (in order after everything queued before). A packet that
+    /// does not fit the queue is dropped and breaks the link ([`LossReason::SendOverflow`]):
+    /// drivers check [`Links::has_room`] first, or use [`Links::offer`].
+    pub fn send(&mut self, peer: usize, packet: Vec<u8>) -> Result<(), AmError> {
+        if packet.len() > PACKET_MAX {
+            return Err(AmError::BadArg("packet over link::PACKET_MAX"));
+        }
+        let queue_max = self.queue_max;
+        let p = self
+            .st
+            .peers
+            .get_mut(peer)
+            .ok_or(AmError::BadArg("no such peer"))?;
+        let n = fragments(packet.len());
+        if p.queued + n > queue_max {
+            self.st.stats.fragments_dropped += n as u64;
+            self.st.break_link(peer, LossReason::SendOverflow);
+            return Ok(());
+        }
+        p.out.push_back(packet);
+        p.queued += n;
+        self.st.stats.packets_sent += 1;
+        self.st.mark_ready(peer);
+        Ok(())
+    }
+
+    /// Sends `packet` to `peer` if its queue has room. Otherwise the packet is dropped when
+    /// `redundant(packet)` says a copy of it is already on its way (a repeat token), or handed
+    /// back to be held: the driver's back-pressure.
+    pub fn offer(
+        &mut self,
+        peer: usize,
+        packet: Vec<u8>,
+        redundant: impl FnOnce(&[u8]) -> bool,
+    ) -> Result<Offered, AmError> {
+        if self.has_room(peer) {
+            self.send(peer, packet)?;
+            Ok(Offered::Sent)
+        } else if redundant(&packet) {
+            Ok(Offered::Dropped)
+        } else {
+            Ok(Offered::Held(packet))
+        }
+    }
+
+    /// The next received packet and the peer it came from.
+    pub fn recv(&mut self) -> Option<(usize, Vec<u8>)> {
+        self.recv_where(|_| true)
+    }
+
+    /// The next received packet from a peer `accept` admits, and that peer. Packets of other
+    /// peers stay, in order: a driver that cannot take more from one peer still takes packets
+    /// from the others. Each peer's packets come in order.
+    pub fn recv_where(&mut self, accept: impl Fn(usize) -> bool) -> Option<(usize, Vec<u8>)> {
+        let i = self.st.inbox.iter().position(|a| accept(a.peer))?;
+        let a = self.st.inbox.remove(i)?;
+        let p = &mut self.st.peers[a.peer];
+        p.owed += a.fragments;
+        if p.owed >= CREDIT_BATCH {
+            self.st.mark_ready(a.peer);
+        }
+        Some((a.peer, a.bytes))
+    }
+
+    /// Are received packets waiting?
+    pub fn has_packets(&self) -> bool {
+        !self.st.inbox.is_empty()
+    }
+
+    /// The next peer event.
+    pub fn poll_event(&mut self) -> Option<LinkEvent> {
+        self.st.events.pop_front()
+    }
+
+    // ------------------------------------------------------------------ state
+
+    /// The tag of the links' traffic.
+    pub fn tag(&self) -> Tag {
+        self.tag
+    }
+
+    /// The AM core (statistics, outstanding requests).
+    pub fn core(&self) -> &Core {
+        &self.core
+    }
+
+    /// The configured peers' addresses, by peer id.
+    pub fn peer_addrs(&self) -> impl Iterator<Item = NodeAddr> + '_ {
+        self.st.peers.iter().map(|p| p.addr)
+    }
+
+    /// Has the peer answered our hello (and no loss happened since)?
+    pub fn is_up(&self, peer: usize) -> bool {
+        self.st.peers.get(peer).is_some_and(|p| p.up)
+    }
+
+    /// How many peers are up.
+    pub fn peers_up(&self) -> usize {
+        self.st.peers.iter().filter(|p| p.up).count()
+    }
+
+    /// Are all peers up?
+    pub fn all_up(&self) -> bool {
+        self.st.peers.iter().all(|p| p.up)
+    }
+
+    /// Fragments waiting for a peer to come up or for credit, all peers.
+    pub fn queued(&self) -> usize {
+        self.st.peers.iter().map(|p| p.queued).sum()
+    }
+
+    /// Fragments sent to `peer` that its driver has not taken yet, as far as credit tells.
+    pub fn in_flight(&self, peer: usize) -> usize {
+        self.st.peers.get(peer).map_or(0, |p| p.in_flight)
+    }
+
+    /// Every peer's state, by peer id.
+    pub fn peer_status(&self) -> Vec<PeerStatus> {
+        self.st
+            .peers
+            .iter()
+            .map(|p| PeerStatus {
+                addr: p.addr,
+                up: p.up,
+                queued: p.queued,
+                links_lost: p.links_lost,
+            })
+            .collect()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> LinkStats {
+        self.st.stats
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,233 @@
+//! The simulator drives the real link core (`isotach_am_proto::link::Links`) over a faulty
+//! network: order and exactly-once under loss, duplication and reordering; back-pressure and
+//! credit exhaustion are not errors; a peer paused past the AM give-up time is declared lost
+//! and rejoins; a restarted peer breaks the stream and comes back.
+
+use isotach_am_proto::Status;
+use isotach_am_proto::link::{LinkEvent, LossReason, QUEUE_MAX_DEFAULT, WINDOW_MIN};
+use isotach_sim::linknet::{LinkFaults, LinkNet};
+
+const SEEDS: u64 = 20;
+/// One virtual second, µs.
+const SECOND_US: u64 = 1_000_000;
+
+fn lossy() -> LinkFaults {
+    LinkFaults {
+        loss: 0.05,
+        duplicate: 0.02,
+        delay_us: (10, 400),
+    }
+}
+
+/// A packet of a length that exercises fragmentation (0 to ~5 fragments).
+fn packet(i: usize) -> Vec<u8> {
+    let len = (i * 613) % 5_200;
+    (0..len).map(|j| (i + j) as u8).collect()
+}
+
+/// Runs the net in steps until `done` holds; a liveness guard, not a timed assertion.
+fn run(net: &mut LinkNet, step_us: u64, limit_us: u64, mut done: impl FnMut(&mut LinkNet) -> bool) {
+    while !done(net) {
+        let next = net.now_us() + step_us;
+        assert!(
+            next <= limit_us,
+            "no progress by {limit_us} µs of virtual time"
+        );
+        net.run_until(next);
+    }
+}
+
+fn drain(net: &mut LinkNet, node: usize, got: &mut Vec<(usize, Vec<u8>)>) {
+    while let Some(p) = net.links(node).recv() {
+        got.push(p);
+    }
+}
+
+#[test]
+fn packets_arrive_whole_in_order_exactly_once_under_faults() {
+    for seed in 0..SEEDS {
+        let mut net = LinkNet::full_mesh(3, lossy(), seed, QUEUE_MAX_DEFAULT);
+        let sent: Vec<Vec<u8>> = (0..300).map(packet).collect();
+        for p in &sent {
+            net.links(0).send(0, p.clone()).unwrap();
+            let to_1 = net.peer_id(2, 1);
+            net.links(2)
+                .send(to_1, p.iter().rev().copied().collect())
+                .unwrap();
+        }
+        let mut got = Vec::new();
+        run(&mut net, 1_000, 60 * SECOND_US, |net| {
+            drain(net, 1, &mut got);
+            got.len() == 2 * sent.len()
+        });
+        let from0: Vec<_> = got
+            .iter()
+            .filter(|(p, _)| *p == 0)
+            .map(|(_, b)| b.clone())
+            .collect();
+        let from2: Vec<_> = got
+            .iter()
+            .filter(|(p, _)| *p == 1)
+            .map(|(_, b)| b.clone())
+            .collect();
+        assert_eq!(from0, sent, "seed {seed}");
+        let rev: Vec<Vec<u8>> = sent
+            .iter()
+            .map(|p| p.iter().rev().copied().collect())
+            .collect();
+        assert_eq!(from2, rev, "seed {seed}");
+        let s = net.stats();
+        assert!(
+            s.lost > 0 && s.duplicated > 0,
+            "seed {seed}: the faults happened: {s:?}"
+        );
+        for n in 0..3 {
+            assert_eq!(net.links(n).stats().links_lost, 0, "seed {seed} node {n}");
+        }
+    }
+}
+
+#[test]
+fn credit_exhaustion_is_back_pressure_not_loss() {
+    for seed in 0..SEEDS {
+        let w = WINDOW_MIN;
+        let mut net = LinkNet::full_mesh(2, lossy(), seed, w);
+        let sent: Vec<Vec<u8>> = (0..3 * w).map(|i| vec![i as u8; 1 + i % 900]).collect();
+        let mut queued = 0;
+        // Node 1 reads nothing: node 0 fills its window, then its queue.
+        run(&mut net, 1_000, 60 * SECOND_US, |net| {
+            while queued < sent.len() && net.links(0).has_room(0) {
+                net.links(0).send(0, sent[queued].clone()).unwrap();
+                queued += 1;
+            }
+            net.links(0).in_flight(0) == w && !net.links(0).has_room(0)
+        });
+        net.run_until(net.now_us() + 5 * SECOND_US);
+        assert_eq!(
+            net.links(0).in_flight(0),
+            w,
+            "seed {seed}: the window holds"
+        );
+        assert!(!net.links(0).has_room(0), "seed {seed}: back-pressure");
+        assert_eq!(
+            net.links(1).stats().packets_received,
+            w as u64,
+            "seed {seed}"
+        );
+        // Node 1 reads: credit flows back, the rest follows in order, nothing lost.
+        let mut got = Vec::new();
+        run(&mut net, 1_000, 120 * SECOND_US, |net| {
+            while queued < sent.len() && net.links(0).has_room(0) {
+                net.links(0).send(0, sent[queued].clone()).unwrap();
+                queued += 1;
+            }
+            drain(net, 1, &mut got);
+            got.len() == sent.len()
+        });
+        let got: Vec<Vec<u8>> = got.into_iter().map(|(_, b)| b).collect();
+        assert_eq!(got, sent, "seed {seed}");
+        for n in 0..2 {
+            let s = net.links(n).stats();
+            assert_eq!(
+                (s.links_lost, s.inbox_overflow),
+                (0, 0),
+                "seed {seed} node {n}"
+            );
+            assert!(
+                net.take_events(n)
+                    .iter()
+                    .all(|e| matches!(e, LinkEvent::PeerUp(_)))
+            );
+        }
+    }
+}
+
+#[test]
+fn a_peer_paused_past_the_give_up_time_is_lost_and_rejoins() {
+    for seed in 0..SEEDS {
+        let mut net = LinkNet::full_mesh(2, lossy(), seed, QUEUE_MAX_DEFAULT);
+        run(&mut net, 1_000, 60 * SECOND_US, |net| {
+            net.links(0).is_up(0) && net.links(1).is_up(0)
+        });
+        net.take_events(0);
+        net.pause(1);
+        net.links(0).send(0, b"into the void".to_vec()).unwrap();
+        // The AM layer gives up after 10 s: the fragment comes back and breaks the link.
+        run(&mut net, 100_000, 60 * SECOND_US, |net| {
+            !net.links(0).is_up(0)
+        });
+        let ev = net.take_events(0);
+        assert!(
+            ev.iter().any(|e| matches!(
+                e,
+                LinkEvent::PeerLost {
+                    peer: 0,
+                    reason: LossReason::Returned(Status::Unreachable),
+                    ..
+                }
+            )),
+            "seed {seed}: {ev:?}"
+        );
+        net.resume(1);
+        run(&mut net, 1_000, 120 * SECOND_US, |net| {
+            net.links(0).is_up(0)
+        });
+        assert!(
+            net.take_events(0).contains(&LinkEvent::PeerUp(0)),
+            "seed {seed}"
+        );
+        net.links(0).send(0, b"after".to_vec()).unwrap();
+        let mut got = Vec::new();
+        run(&mut net, 1_000, 180 * SECOND_US, |net| {
+            drain(net, 1, &mut got);
+            got.iter().any(|(_, b)| b == b"after")
+        });
+        assert_eq!(
+            got.last().map(|(p, b)| (*p, b.as_slice())),
+            Some((0, &b"after"[..]))
+        );
+    }
+}
+
+#[test]
+fn a_restarted_peer_breaks_the_stream_and_comes_back() {
+    for seed in 0..SEEDS {
+        let mut net = LinkNet::full_mesh(2, lossy(), seed, QUEUE_MAX_DEFAULT);
+        net.links(0).send(0, b"before".to_vec()).unwrap();
+        let mut got = Vec::new();
+        run(&mut net, 1_000, 60 * SECOND_US, |net| {
+            drain(net, 1, &mut got);
+            !got.is_empty() && net.links(0).is_up(0) && net.links(1).is_up(0)
+        });
+        net.take_events(0);
+        net.restart(1);
+        run(&mut net, 1_000, 60 * SECOND_US, |net| {
+            net.links(0).is_up(0) && net.links(1).is_up(0)
+        });
+        net.run_until(net.now_us() + SECOND_US);
+        let ev = net.take_events(0);
+        let lost = ev.iter().position(|e| {
+            matches!(
+                e,
+                LinkEvent::PeerLost {
+                    peer: 0,
+                    reason: LossReason::Restarted,
+                    ..
+                }
+            )
+        });
+        let up = ev.iter().rposition(|e| *e == LinkEvent::PeerUp(0));
+        assert!(
+            matches!((lost, up), (Some(l), Some(u)) if l < u),
+            "seed {seed}: {ev:?}"
+        );
+        assert_eq!(net.links(0).stats().links_lost, 1, "seed {seed}");
+        net.links(0).send(0, b"after".to_vec()).unwrap();
+        let mut got = Vec::new();
+        run(&mut net, 1_000, 120 * SECOND_US, |net| {
+            drain(net, 1, &mut got);
+            !got.is_empty()
+        });
+        assert_eq!(got, vec![(0, b"after".to_vec())], "seed {seed}");
+    }
+}
