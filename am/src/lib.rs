@@ -21,7 +21,6 @@ mod bundle;
 pub mod port;
 pub mod rng;
 pub mod sim;
-pub mod telemetry;
 mod transport;
 
 pub use crate::bundle::Bundle;

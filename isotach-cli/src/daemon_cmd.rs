@@ -10,15 +10,13 @@ use crate::{EXIT_FAILED, UsageError};
 use clap::Args;
 use isotach_am::backend::quic::{QuicConfig, QuicCounters, QuicIdentity, QuicTransport};
 use isotach_am::backend::udp::UdpTransport;
-use isotach_am::port::PacketPort;
-use isotach_am::{NodeAddr, Tag, Transport};
+use isotach_am::{Tag, Transport};
+use isotach_daemon::run::{SiuDaemon, TmDaemon};
+use isotach_daemon::siu::{SiuPlan, siu_plan};
+use isotach_daemon::tm::{TmPlan, tm_plan};
 use isotach_proto::config::{ClusterConfig, TransportKind};
-use isotach_siu::Siu;
-use isotach_siu::daemon::{SiuDaemon, siu_setup};
 use isotach_smm::am_link::AmSiuLink;
 use isotach_smm::{SmmConfig, SmmLimits, SmmNode};
-use isotach_tm::TokenManager;
-use isotach_tm::daemon::{TmDaemon, tm_setup};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -129,10 +127,10 @@ impl Link {
     }
 }
 
-/// A daemon's port, over the transport the config names.
-enum Port {
-    Udp(PacketPort<UdpTransport>),
-    Quic(PacketPort<QuicTransport>, QuicCounters),
+/// A daemon's transport, of the kind the config names.
+enum Bound {
+    Udp(UdpTransport),
+    Quic(QuicTransport, QuicCounters),
 }
 
 /// Logs to stderr; `RUST_LOG` overrides `default`; the admin service can change the filter.
@@ -209,19 +207,15 @@ fn named<T>(found: Option<T>, config: &Path, what: &str, name: &str) -> anyhow::
         .ok_or_else(|| UsageError(format!("{}: no {what} named `{name}`", config.display())).into())
 }
 
-/// Binds the daemon's link to its configured peers, tagged `tag`.
-fn bind_port(link: Link, listen: SocketAddr, peers: &[NodeAddr], tag: Tag) -> anyhow::Result<Port> {
+/// Binds the daemon's transport at `listen`.
+fn bind(link: Link, listen: SocketAddr) -> anyhow::Result<Bound> {
     let bind_err = |e: isotach_am::AmError| anyhow::anyhow!("bind {listen}: {e}");
     Ok(match link {
-        Link::Udp => Port::Udp(PacketPort::new(
-            UdpTransport::bind(listen).map_err(bind_err)?,
-            peers,
-            tag,
-        )?),
+        Link::Udp => Bound::Udp(UdpTransport::bind(listen).map_err(bind_err)?),
         Link::Quic(identity) => {
             let t = QuicTransport::bind(QuicConfig::new(listen, identity)).map_err(bind_err)?;
             let counters = t.counters();
-            Port::Quic(PacketPort::new(t, peers, tag)?, counters)
+            Bound::Quic(t, counters)
         }
     })
 }
@@ -264,13 +258,14 @@ async fn with_handshake_log<F: Future>(h: Option<QuicCounters>, run: F) -> F::Ou
 }
 
 async fn serve_tm<T: Transport>(
-    tm: TokenManager,
-    port: PacketPort<T>,
+    plan: TmPlan,
+    transport: T,
+    tag: Tag,
     handshakes: Option<QuicCounters>,
     args: &TmArgs,
     configured: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
-    let daemon = TmDaemon::new(tm, port);
+    let daemon = TmDaemon::tm(plan, transport, tag)?;
     let exposed = Exposed {
         name: args.name.clone(),
         source: Source::Tm(daemon.snapshot()),
@@ -283,13 +278,14 @@ async fn serve_tm<T: Transport>(
 }
 
 async fn serve_siu<T: Transport>(
-    siu: Siu,
-    port: PacketPort<T>,
+    plan: SiuPlan,
+    transport: T,
+    tag: Tag,
     handshakes: Option<QuicCounters>,
     args: &SiuArgs,
     configured: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
-    let daemon = SiuDaemon::new(siu, port);
+    let daemon = SiuDaemon::siu(plan, transport, tag)?;
     let exposed = Exposed {
         name: args.host.clone(),
         source: Source::Siu(daemon.snapshot()),
@@ -309,17 +305,16 @@ pub(crate) fn run_tm(args: TmArgs) -> anyhow::Result<ExitCode> {
         "switch",
         &args.name,
     )?;
-    let (cfg, listen, peers) = tm_setup(&cluster, switch)
+    let plan = tm_plan(&cluster, switch)
         .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
     let link = Link::of(&cluster, &args.config, &args.name)?;
     let tag = Tag(cluster.transport.tag);
     let configured = cluster.switch_admin[usize::from(switch)];
     init_logs("info");
     runtime()?.block_on(async move {
-        let tm = TokenManager::new(cfg);
-        match bind_port(link, listen, &peers, tag)? {
-            Port::Udp(p) => serve_tm(tm, p, None, &args, configured).await?,
-            Port::Quic(p, h) => serve_tm(tm, p, Some(h), &args, configured).await?,
+        match bind(link, plan.listen)? {
+            Bound::Udp(t) => serve_tm(plan, t, tag, None, &args, configured).await?,
+            Bound::Quic(t, h) => serve_tm(plan, t, tag, Some(h), &args, configured).await?,
         }
         anyhow::Ok(ExitCode::SUCCESS)
     })
@@ -333,17 +328,16 @@ pub(crate) fn run_siu(args: SiuArgs) -> anyhow::Result<ExitCode> {
         "host",
         &args.host,
     )?;
-    let (cfg, listen, peers) = siu_setup(&cluster, host)
+    let plan = siu_plan(&cluster, host)
         .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
     let link = Link::of(&cluster, &args.config, &args.host)?;
     let tag = Tag(cluster.transport.tag);
     let configured = cluster.host_admin[usize::from(host)];
     init_logs("info");
     runtime()?.block_on(async move {
-        let siu = Siu::new(cfg);
-        match bind_port(link, listen, &peers, tag)? {
-            Port::Udp(p) => serve_siu(siu, p, None, &args, configured).await?,
-            Port::Quic(p, h) => serve_siu(siu, p, Some(h), &args, configured).await?,
+        match bind(link, plan.listen)? {
+            Bound::Udp(t) => serve_siu(plan, t, tag, None, &args, configured).await?,
+            Bound::Quic(t, h) => serve_siu(plan, t, tag, Some(h), &args, configured).await?,
         }
         anyhow::Ok(ExitCode::SUCCESS)
     })

@@ -16,13 +16,13 @@ use isotach_am::backend::quic::{
 use isotach_am::backend::udp::UdpTransport;
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
 use isotach_am::{NodeAddr, Tag, Transport};
+use isotach_daemon::DaemonError;
+use isotach_daemon::run::{SiuDaemon, TmDaemon};
+use isotach_daemon::siu::{SiuGauges, SiuRole, siu_plan};
+use isotach_daemon::tm::{TmRole, tm_plan};
 use isotach_proto::config::ClusterConfig;
-use isotach_siu::Siu;
-use isotach_siu::daemon::{SiuDaemon, SiuGauges, siu_setup};
 use isotach_smm::am_link::AmSiuLink;
 use isotach_smm::{Smm, SmmConfig, SmmLimits, SmmNode};
-use isotach_tm::TokenManager;
-use isotach_tm::daemon::{TmDaemon, tm_setup};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -162,8 +162,8 @@ pub(crate) struct LoopbackCluster<A = UdpTransport> {
 pub(crate) struct RunningDaemons {
     rt: tokio::runtime::Runtime,
     stop_tx: tokio::sync::watch::Sender<bool>,
-    tm_task: tokio::task::JoinHandle<Result<TokenManager, isotach_tm::daemon::DaemonError>>,
-    siu_tasks: Vec<tokio::task::JoinHandle<Result<Siu, isotach_siu::daemon::DaemonError>>>,
+    tm_task: tokio::task::JoinHandle<Result<TmRole, DaemonError>>,
+    siu_tasks: Vec<tokio::task::JoinHandle<Result<SiuRole, DaemonError>>>,
 }
 
 /// The transports of one embedded cluster before the daemons start: the token manager's,
@@ -306,14 +306,14 @@ fn start_cluster<D: Transport + 'static, A>(
     let mut gauges: Vec<Arc<SiuGauges>> = Vec::new();
     let (tm_task, siu_tasks) = {
         let _guard = rt.enter();
-        let (cfg, _, peers) = tm_setup(&cluster, 0)?;
-        let port = PacketPort::new(tm.0, &real(peers), tag)?;
-        let tm_task = rt.spawn(TmDaemon::new(TokenManager::new(cfg), port).run(stop()));
+        let mut plan = tm_plan(&cluster, 0)?;
+        plan.peers = real(plan.peers);
+        let tm_task = rt.spawn(TmDaemon::tm(plan, tm.0, tag)?.run(stop()));
         let mut siu_tasks = Vec::new();
         for (h, (t, _)) in sius.into_iter().enumerate() {
-            let (cfg, _, peers) = siu_setup(&cluster, h as u16)?;
-            let port = PacketPort::new(t, &real(peers), tag)?;
-            let d = SiuDaemon::new(Siu::new(cfg), port);
+            let mut plan = siu_plan(&cluster, h as u16)?;
+            plan.peers = real(plan.peers);
+            let d = SiuDaemon::siu(plan, t, tag)?;
             gauges.push(d.gauges());
             siu_tasks.push(rt.spawn(d.run(stop())));
         }

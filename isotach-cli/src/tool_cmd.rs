@@ -682,9 +682,9 @@ fn random_message(
 /// Polls until every queued packet was delivered and acknowledged (or the deadline passed).
 fn flush<T: Transport>(port: &mut PacketPort<T>, deadline: Option<Instant>) -> anyhow::Result<()> {
     let guard = Instant::now() + Duration::from_secs(10);
-    while port.queued() > 0 || port.bundle().outstanding() > 0 {
+    while port.links().queued() > 0 || port.links().core().outstanding() > 0 {
         if timed_out(deadline) || Instant::now() >= guard {
-            anyhow::bail!("{} packets not delivered", port.queued());
+            anyhow::bail!("{} packets not delivered", port.links().queued());
         }
         port.poll()?;
         port.wait(Duration::from_millis(2))?;

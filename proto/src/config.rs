@@ -222,6 +222,16 @@ pub struct ConfigWarning {
     pub message: String,
 }
 
+/// A node address a daemon needs and the configuration lacks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{node} has no {key} address")]
+pub struct MissingAddr {
+    /// The node (`switch `tm0``, `host `h1``).
+    pub node: String,
+    /// The key that is missing (`listen`, `siu`, `app`).
+    pub key: &'static str,
+}
+
 /// A validated cluster configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
@@ -281,6 +291,48 @@ impl ClusterConfig {
     pub fn host_id(&self, name: &str) -> Option<crate::topology::HostId> {
         let i = self.host_names.iter().position(|n| n == name)?;
         crate::topology::HostId::try_from(i).ok()
+    }
+
+    /// Where switch `switch`'s token manager listens (`[[switch]] listen`).
+    pub fn switch_addr(&self, switch: SwitchId) -> Result<SocketAddr, MissingAddr> {
+        let i = usize::from(switch);
+        self.switch_listen
+            .get(i)
+            .copied()
+            .flatten()
+            .ok_or_else(|| MissingAddr {
+                node: format!(
+                    "switch `{}`",
+                    self.switch_names.get(i).map_or("?", String::as_str)
+                ),
+                key: "listen",
+            })
+    }
+
+    /// Where host `host`'s SIU daemon listens (`[[host]] siu`).
+    pub fn siu_addr(&self, host: crate::topology::HostId) -> Result<SocketAddr, MissingAddr> {
+        self.host_addr(host, &self.host_siu, "siu")
+    }
+
+    /// Where host `host`'s application listens (`[[host]] app`).
+    pub fn app_addr(&self, host: crate::topology::HostId) -> Result<SocketAddr, MissingAddr> {
+        self.host_addr(host, &self.host_app, "app")
+    }
+
+    fn host_addr(
+        &self,
+        host: crate::topology::HostId,
+        addrs: &[Option<SocketAddr>],
+        key: &'static str,
+    ) -> Result<SocketAddr, MissingAddr> {
+        let i = usize::from(host);
+        addrs.get(i).copied().flatten().ok_or_else(|| MissingAddr {
+            node: format!(
+                "host `{}`",
+                self.host_names.get(i).map_or("?", String::as_str)
+            ),
+            key,
+        })
     }
 
     /// The CA certificate, certificate and key that node `name` (a switch or host name)

@@ -14,8 +14,6 @@
 
 #![warn(missing_docs)]
 
-#[cfg(feature = "daemon")]
-pub mod daemon;
 mod machine;
 mod pulse;
 

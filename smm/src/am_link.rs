@@ -8,7 +8,7 @@
 use crate::driver::{LinkError, SiuLink};
 use isotach_am::backend::quic::{QuicConfig, QuicIdentity, QuicTransport};
 use isotach_am::backend::udp::UdpTransport;
-use isotach_am::port::{PacketPort, PortEvent};
+use isotach_am::port::{LinkEvent, PacketPort};
 use isotach_am::{NodeAddr, Status, Tag, Transport};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -69,7 +69,7 @@ impl<T: Transport> AmSiuLink<T> {
     /// error says when the SIU answered but refused the hello (another `[transport] tag`).
     pub fn connect(mut port: PacketPort<T>, timeout: Duration) -> Result<Self, LinkError> {
         let deadline = Instant::now() + timeout;
-        let siu = port.peer_addrs().next();
+        let siu = port.links().peer_addrs().next();
         let (mut bad_tag, mut last_status) = (0u64, None);
         loop {
             port.poll().map_err(link_err)?;
@@ -78,7 +78,7 @@ impl<T: Transport> AmSiuLink<T> {
             }
             let mut refused_now = false;
             while let Some(ev) = port.take_event() {
-                if let PortEvent::HelloReturned { status, .. } = ev {
+                if let LinkEvent::HelloReturned { status, .. } = ev {
                     last_status = Some(status);
                     if status == Status::BadTag {
                         bad_tag += 1;
@@ -91,7 +91,7 @@ impl<T: Transport> AmSiuLink<T> {
                 return Err(connect_error(
                     siu,
                     timeout,
-                    port.tag(),
+                    port.links().tag(),
                     bad_tag,
                     last_status,
                 ));
@@ -116,7 +116,7 @@ impl<T: Transport> AmSiuLink<T> {
     fn poll(&mut self) -> Result<(), LinkError> {
         self.port.poll().map_err(link_err)?;
         while let Some(ev) = self.port.take_event() {
-            if let PortEvent::PeerLost {
+            if let LinkEvent::PeerLost {
                 peer: SIU, reason, ..
             } = ev
             {

@@ -196,6 +196,16 @@ impl TokenManager {
         }
     }
 
+    /// The configuration.
+    pub fn config(&self) -> &TmConfig {
+        &self.cfg
+    }
+
+    /// How many links (neighbours) the TM has.
+    pub fn link_count(&self) -> usize {
+        self.links.len()
+    }
+
     /// The neighbours, indexed by [`LinkId`].
     pub fn links(&self) -> impl Iterator<Item = Hop> + '_ {
         self.links.iter().map(|l| l.peer)
@@ -538,9 +548,6 @@ impl Link {
         }
     }
 }
-
-#[cfg(feature = "daemon")]
-pub mod daemon;
 
 #[cfg(test)]
 mod tests;

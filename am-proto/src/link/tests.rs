@@ -52,8 +52,14 @@ fn a_full_queue_drops_and_breaks_the_link() {
 fn offer_sends_with_room_then_drops_redundant_and_hands_back_the_rest() {
     let mut l = links(1);
     l.set_queue_max(2);
-    assert_eq!(l.offer(0, b"one".to_vec(), |_| true).unwrap(), Offered::Sent);
-    assert_eq!(l.offer(0, b"two".to_vec(), |_| false).unwrap(), Offered::Sent);
+    assert_eq!(
+        l.offer(0, b"one".to_vec(), |_| true).unwrap(),
+        Offered::Sent
+    );
+    assert_eq!(
+        l.offer(0, b"two".to_vec(), |_| false).unwrap(),
+        Offered::Sent
+    );
     assert_eq!(
         l.offer(0, b"repeat".to_vec(), |p| p == b"repeat").unwrap(),
         Offered::Dropped
@@ -77,7 +83,11 @@ fn hellos_go_to_every_peer_first_and_only_once() {
     }
     assert_eq!(to, [1, 2, 3].map(NodeAddr::Mem));
     assert_eq!(l.stats().hellos, 3);
-    assert_eq!(l.poll_transmit(Time(1)), None, "one hello outstanding per peer");
+    assert_eq!(
+        l.poll_transmit(Time(1)),
+        None,
+        "one hello outstanding per peer"
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! are served at once (more wait in the kernel's backlog).
 
 use super::pb::StatusReply;
-use isotach_am::telemetry::HistSummary;
+use isotach_daemon::telemetry::HistSummary;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;

@@ -1,0 +1,391 @@
+//! The tokio runner of `isotach tm` / `isotach siu` (feature `runtime`): a thin loop around
+//! a [`Pump`] and a [`Transport`]. Each pass reads the clock once, takes the datagrams that
+//! arrived, runs the pump, sends what it has and waits for the next datagram or deadline. It
+//! decides nothing; it measures (telemetry) and publishes a snapshot for the admin service.
+
+use crate::DaemonError;
+use crate::pump::{Pump, Role};
+use crate::siu::{LANE_HOST, LANE_NET, OUT_HOST, OUT_NET, SiuGauges, SiuPlan, SiuRole};
+use crate::telemetry::{PeriodMeter, RateMeter, Telemetry};
+use crate::tm::{TmPlan, TmRole};
+use isotach_am::link::{LinkStats, Links, PeerStatus};
+use isotach_am::{NodeAddr, Tag, Time, Transport};
+use isotach_siu::{Siu, SiuStats};
+use isotach_tm::{TmStats, TokenManager};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Longest single wait of the loop (it re-checks timers at least this often).
+const WAIT_MAX: Duration = Duration::from_millis(50);
+/// How often the loop publishes its snapshot at most.
+const PUBLISH_EVERY: Duration = Duration::from_millis(5);
+/// Passes between explicit yields to the runtime (so the admin service runs under a steady
+/// stream; a yield per pass costs throughput).
+const YIELD_EVERY: u32 = 16;
+/// Most datagrams taken from the transport per receive round.
+const RECV_BATCH: usize = 64;
+/// Most receive rounds per pass (a steady stream still lets the pump run).
+const RECV_ROUNDS_MAX: usize = 16;
+
+/// Histogram of the duration of passes that handled datagrams (µs).
+pub const HIST_PASS: &str = "pass_us";
+/// Histogram of the time between waves at a TM (µs).
+pub const HIST_WAVE_PERIOD: &str = "wave_period_us";
+/// Histogram of the time between pulses at an SIU (µs).
+pub const HIST_PULSE_PERIOD: &str = "pulse_period_us";
+/// Histogram of the time from a token's arrival from the token manager to the SIU's next
+/// token to it (µs): how long this SIU holds the wave.
+pub const HIST_TOKEN_TURNAROUND: &str = "token_turnaround_us";
+
+/// What the runner needs of a role beyond [`Role`]: its snapshot and what to measure.
+pub trait Publish: Role + Sized {
+    /// The state published for the admin service.
+    type Snapshot: Clone + Default + Send + Sync + 'static;
+    /// The histograms the runner keeps.
+    const HISTS: &'static [&'static str];
+    /// The histogram of the period of [`Publish::progress`].
+    const PERIOD_HIST: &'static str;
+    /// A counter that advances once per wave or pulse.
+    fn progress(&self) -> u64;
+    /// The snapshot now.
+    fn snapshot(pump: &Pump<Self>, uptime_us: u64, rate_per_s: f64) -> Self::Snapshot;
+    /// Samples the role measured itself since the last pass.
+    fn record(&mut self, telemetry: &Telemetry) {
+        let _ = telemetry;
+    }
+    /// Logs that the daemon is up.
+    fn log_start(&self, addr: NodeAddr);
+    /// Logs that the daemon stopped, with its counters.
+    fn log_stop(pump: &Pump<Self>);
+}
+
+/// A daemon: a role's pump over a transport.
+#[derive(Debug)]
+pub struct Daemon<R: Publish, T: Transport> {
+    pump: Pump<R>,
+    transport: T,
+    snapshot: watch::Sender<R::Snapshot>,
+    published: Instant,
+    telemetry: Arc<Telemetry>,
+    period: PeriodMeter,
+    rate: RateMeter,
+}
+
+impl<R: Publish, T: Transport> Daemon<R, T> {
+    /// A daemon for `role` over `transport`, linked to `peers` (by peer id) with tag `tag`;
+    /// queues are bounded by `queue_max` (the config's `queue-packets-max`).
+    pub fn new(
+        role: R,
+        transport: T,
+        peers: &[NodeAddr],
+        tag: Tag,
+        queue_max: usize,
+    ) -> Result<Self, DaemonError> {
+        let links = Links::new(
+            Links::am_config(),
+            transport.local_addr(),
+            transport.incarnation(),
+            transport.max_datagram(),
+            peers,
+            tag,
+        )?;
+        Ok(Self {
+            pump: Pump::new(role, links, queue_max),
+            transport,
+            snapshot: watch::Sender::new(R::Snapshot::default()),
+            published: Instant::now(),
+            telemetry: Arc::new(Telemetry::new(R::HISTS)),
+            period: PeriodMeter::new(),
+            rate: RateMeter::new(0),
+        })
+    }
+
+    /// The daemon's latency histograms.
+    pub fn telemetry(&self) -> Arc<Telemetry> {
+        Arc::clone(&self.telemetry)
+    }
+
+    /// The state the loop publishes (every few milliseconds while it runs).
+    pub fn snapshot(&self) -> watch::Receiver<R::Snapshot> {
+        self.snapshot.subscribe()
+    }
+
+    /// The pump (role, links, counters).
+    pub fn pump(&self) -> &Pump<R> {
+        &self.pump
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// Runs until `shutdown` completes; returns the role (for its counters).
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<R, DaemonError> {
+        self.pump.role().log_start(self.transport.local_addr());
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut passes = 0u32;
+        loop {
+            let now = self.pass()?;
+            let wait_max = now.plus(WAIT_MAX);
+            let deadline = self
+                .pump
+                .poll_timeout(now)
+                .map_or(wait_max, |t| t.min(wait_max));
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                r = self.transport.wait_async(Some(deadline)) => { r?; }
+            }
+            passes = passes.wrapping_add(1);
+            if passes.is_multiple_of(YIELD_EVERY) {
+                tokio::task::yield_now().await;
+            }
+        }
+        R::log_stop(&self.pump);
+        Ok(self.pump.into_role())
+    }
+
+    /// One pass: arrivals in, the pump, output out, measurements. Never blocks.
+    fn pass(&mut self) -> Result<Time, DaemonError> {
+        let started = Instant::now();
+        let now = self.transport.now();
+        let mut handled = 0;
+        for _ in 0..RECV_ROUNDS_MAX {
+            let pump = &mut self.pump;
+            let n = self.transport.recv(RECV_BATCH, &mut |from, bytes| {
+                pump.handle_datagram(now, from, bytes)
+            })?;
+            handled += n;
+            if n < RECV_BATCH {
+                break;
+            }
+        }
+        self.pump.advance(now)?;
+        while let Some((to, bytes)) = self.pump.poll_transmit(now) {
+            self.transport.send(to, bytes)?;
+        }
+        self.transport.flush()?;
+        self.pump.role_mut().record(&self.telemetry);
+        let progress = self.pump.role().progress();
+        self.period
+            .observe(&self.telemetry, R::PERIOD_HIST, progress);
+        if handled > 0 {
+            self.telemetry
+                .record(HIST_PASS, started.elapsed().as_micros() as u64);
+        }
+        if self.published.elapsed() >= PUBLISH_EVERY {
+            self.published = Instant::now();
+            let rate = self.rate.observe(progress);
+            let uptime_us = now.0 / crate::pump::NS_PER_US;
+            self.snapshot
+                .send_replace(R::snapshot(&self.pump, uptime_us, rate));
+        }
+        Ok(now)
+    }
+}
+
+/// A running token manager.
+pub type TmDaemon<T> = Daemon<TmRole, T>;
+/// A running SIU.
+pub type SiuDaemon<T> = Daemon<SiuRole, T>;
+
+impl<T: Transport> Daemon<TmRole, T> {
+    /// A token manager daemon from its plan (the peers may be rewritten, e.g. for in-process
+    /// transports), over `transport`, tagged `tag`.
+    pub fn tm(plan: TmPlan, transport: T, tag: Tag) -> Result<Self, DaemonError> {
+        let queue_max = plan.cfg.limits.queue_packets_max;
+        let role = TmRole::new(TokenManager::new(plan.cfg));
+        Self::new(role, transport, &plan.peers, tag, queue_max)
+    }
+}
+
+impl<T: Transport> Daemon<SiuRole, T> {
+    /// An SIU daemon from its plan, over `transport`, tagged `tag`.
+    pub fn siu(plan: SiuPlan, transport: T, tag: Tag) -> Result<Self, DaemonError> {
+        let queue_max = plan.cfg.limits.queue_packets_max;
+        let role = SiuRole::new(Siu::new(plan.cfg));
+        Self::new(role, transport, &plan.peers, tag, queue_max)
+    }
+
+    /// The gauges the SIU updates.
+    pub fn gauges(&self) -> Arc<SiuGauges> {
+        self.pump.role().gauges()
+    }
+}
+
+/// A running token manager's state (read by the admin service).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TmSnapshot {
+    /// Logical time has started.
+    pub started: bool,
+    /// Current generation.
+    pub generation: u32,
+    /// Waves sent in this generation.
+    pub waves: u64,
+    /// Packets in the TM's output queue.
+    pub queue_depth: usize,
+    /// Inputs held for back-pressure and outputs waiting for room.
+    pub held: usize,
+    /// Microseconds since the daemon started.
+    pub uptime_us: u64,
+    /// Waves per second over the last full second.
+    pub wave_rate_per_s: f64,
+    /// Each neighbour's link, by link id.
+    pub peers: Vec<PeerStatus>,
+    /// What each link leads to, by link id.
+    pub peer_names: Arc<[String]>,
+    /// The state machine's counters.
+    pub stats: TmStats,
+    /// The links' counters.
+    pub port: LinkStats,
+}
+
+impl Publish for TmRole {
+    type Snapshot = TmSnapshot;
+    const HISTS: &'static [&'static str] = &[HIST_WAVE_PERIOD, HIST_PASS];
+    const PERIOD_HIST: &'static str = HIST_WAVE_PERIOD;
+
+    fn progress(&self) -> u64 {
+        self.tm().waves()
+    }
+
+    fn snapshot(pump: &Pump<Self>, uptime_us: u64, rate_per_s: f64) -> TmSnapshot {
+        let tm = pump.role().tm();
+        TmSnapshot {
+            started: tm.started(),
+            generation: tm.generation(),
+            waves: tm.waves(),
+            queue_depth: tm.queue_depth(),
+            held: pump.held() + pump.stalled(),
+            uptime_us,
+            wave_rate_per_s: rate_per_s,
+            peers: pump.links().peer_status(),
+            peer_names: pump.role().peer_names(),
+            stats: tm.stats(),
+            port: pump.links().stats(),
+        }
+    }
+
+    fn log_start(&self, addr: NodeAddr) {
+        tracing::info!(
+            switch = self.tm().config().switch,
+            %addr,
+            links = self.tm().link_count(),
+            "token manager up; waiting for neighbours"
+        );
+    }
+
+    fn log_stop(pump: &Pump<Self>) {
+        let tm = pump.role().tm();
+        tracing::info!(
+            waves = tm.waves(),
+            stats = ?tm.stats(),
+            links = ?pump.links().stats(),
+            pump = ?pump.stats(),
+            broken_links = pump.role().broken_links(),
+            am = ?pump.links().core().stats(),
+            "token manager stopped"
+        );
+    }
+}
+
+/// A running SIU's state (read by the admin service).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SiuSnapshot {
+    /// Logical time has started.
+    pub started: bool,
+    /// Current generation.
+    pub generation: u32,
+    /// Normal tokens sent in this generation.
+    pub sendclock: u64,
+    /// The current pulse.
+    pub recvclock: u64,
+    /// Packets queued for the host.
+    pub to_host: usize,
+    /// Packets queued for the network.
+    pub to_net: usize,
+    /// Host packets held (not started yet, or back-pressure) or waiting for room.
+    pub host_held: usize,
+    /// Network packets held for back-pressure or waiting for room.
+    pub net_held: usize,
+    /// Microseconds since the daemon started.
+    pub uptime_us: u64,
+    /// Pulses per second over the last full second.
+    pub pulse_rate_per_s: f64,
+    /// This host's isochrons stamped for pulses that have not ended.
+    pub outstanding_isochrons: u64,
+    /// Isotach packets handed to the host for pulses that have not ended.
+    pub pending_pulse_packets: u64,
+    /// Each peer's link, by peer id (token manager, application, then the other SIUs).
+    pub peers: Vec<PeerStatus>,
+    /// Names of the peers, by peer id.
+    pub peer_names: Arc<[String]>,
+    /// The state machine's counters.
+    pub stats: SiuStats,
+    /// The links' counters.
+    pub port: LinkStats,
+}
+
+impl Publish for SiuRole {
+    type Snapshot = SiuSnapshot;
+    const HISTS: &'static [&'static str] = &[HIST_PULSE_PERIOD, HIST_TOKEN_TURNAROUND, HIST_PASS];
+    const PERIOD_HIST: &'static str = HIST_PULSE_PERIOD;
+
+    fn progress(&self) -> u64 {
+        self.siu().recvclock()
+    }
+
+    fn snapshot(pump: &Pump<Self>, uptime_us: u64, rate_per_s: f64) -> SiuSnapshot {
+        let siu = pump.role().siu();
+        let (to_host, to_net) = siu.queue_depths();
+        SiuSnapshot {
+            started: siu.started(),
+            generation: siu.generation(),
+            sendclock: siu.sendclock(),
+            recvclock: siu.recvclock(),
+            to_host,
+            to_net,
+            host_held: pump.held_on(LANE_HOST) + usize::from(pump.stalled_on(OUT_HOST)),
+            net_held: pump.held_on(LANE_NET) + usize::from(pump.stalled_on(OUT_NET)),
+            uptime_us,
+            pulse_rate_per_s: rate_per_s,
+            outstanding_isochrons: siu.outstanding_isochrons(),
+            pending_pulse_packets: siu.pending_pulse_packets(),
+            peers: pump.links().peer_status(),
+            peer_names: pump.role().peer_names(),
+            stats: siu.stats(),
+            port: pump.links().stats(),
+        }
+    }
+
+    fn record(&mut self, telemetry: &Telemetry) {
+        for us in self.take_turnarounds_us() {
+            telemetry.record(HIST_TOKEN_TURNAROUND, us);
+        }
+    }
+
+    fn log_start(&self, addr: NodeAddr) {
+        tracing::info!(
+            host = self.siu().host(),
+            %addr,
+            "SIU up; waiting for the token manager and the application"
+        );
+    }
+
+    fn log_stop(pump: &Pump<Self>) {
+        let siu = pump.role().siu();
+        tracing::info!(
+            host = siu.host(),
+            recvclock = siu.recvclock(),
+            stats = ?siu.stats(),
+            links = ?pump.links().stats(),
+            pump = ?pump.stats(),
+            am = ?pump.links().core().stats(),
+            broken_links = pump.role().broken_links(),
+            "SIU stopped"
+        );
+    }
+}

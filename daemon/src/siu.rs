@@ -1,0 +1,395 @@
+//! The SIU's role: [`Siu`] plus the daemon's rules for its peers.
+//!
+//! Peers, by id: [`PEER_TM`] (its token manager: tokens and isotach messages), [`PEER_APP`]
+//! (the host's SMM application), then the other hosts' SIUs in host order (non-isotach
+//! traffic goes host to host directly). Two input lanes — the network ([`LANE_NET`]) and the
+//! host ([`LANE_HOST`]) — so a host whose packets wait for logical time to start cannot
+//! stop the reset wave that starts it; two output lanes likewise, so tokens never wait
+//! behind host output.
+//!
+//! Rules: host input refused with `NotStarted` or back-pressure, and network input refused
+//! with back-pressure, is held and retried (the pump). The initiating SIU starts logical
+//! time once its token manager answered the hello. When the TM's link broke and it is back,
+//! the SIU starts a new generation unless another node already did ([`Rejoin`]). An
+//! application is *attached* from its hello or first packet until its link breaks; while
+//! none is, packets for the host go to [`Siu::host_absent`] (counted; reads and copy
+//! requests answered as absent) and the first one to attach is ordered after them
+//! ([`Siu::host_attached`]).
+
+use crate::DaemonError;
+use crate::pump::{Role, Verdict};
+use isotach_am_proto::NodeAddr;
+use isotach_am_proto::link::LossReason;
+use isotach_proto::config::ClusterConfig;
+use isotach_proto::packet::{Kind, Token, peek_kind};
+use isotach_proto::topology::HostId;
+use isotach_proto::wave::Rejoin;
+use isotach_siu::{Mode, Route, Siu, SiuConfig, SiuError};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Peer id of the token manager.
+pub const PEER_TM: usize = 0;
+/// Peer id of the host's SMM application.
+pub const PEER_APP: usize = 1;
+/// Input lane of the network side (the TM and other SIUs).
+pub const LANE_NET: usize = 0;
+/// Input lane of the host side (the application).
+pub const LANE_HOST: usize = 1;
+/// Output lane towards the network.
+pub const OUT_NET: usize = 0;
+/// Output lane towards the host.
+pub const OUT_HOST: usize = 1;
+
+/// An SIU's plan from a cluster config: its configuration, its listen address and its peers'
+/// addresses laid out as the module documentation says. Host 0 initiates the reset.
+#[derive(Debug, Clone)]
+pub struct SiuPlan {
+    /// The state machine's configuration.
+    pub cfg: SiuConfig,
+    /// Where the daemon listens.
+    pub listen: SocketAddr,
+    /// Peer addresses by peer id.
+    pub peers: Vec<NodeAddr>,
+}
+
+/// The plan of host `host`'s SIU.
+pub fn siu_plan(cluster: &ClusterConfig, host: HostId) -> Result<SiuPlan, DaemonError> {
+    let listen = cluster.siu_addr(host)?;
+    let tm = cluster.switch_addr(cluster.topology.switch_of(host))?;
+    let mut peers = vec![NodeAddr::Ip(tm), NodeAddr::Ip(cluster.app_addr(host)?)];
+    for other in (0..cluster.topology.host_count()).filter(|&h| h != usize::from(host)) {
+        let other = HostId::try_from(other).expect("host ids fit");
+        peers.push(NodeAddr::Ip(cluster.siu_addr(other)?));
+    }
+    let cfg = SiuConfig {
+        host,
+        mode: Mode::Siu,
+        topology: Arc::new(cluster.topology.clone()),
+        timing: cluster.timing,
+        limits: cluster.limits,
+        initiates_reset: host == 0,
+    };
+    Ok(SiuPlan { cfg, listen, peers })
+}
+
+/// Peer id of each host's SIU at host `me` (`None` for `me`), as [`siu_plan`] lays them out.
+fn siu_peers(me: usize, hosts: usize) -> Vec<Option<usize>> {
+    (0..hosts)
+        .map(|h| match h.cmp(&me) {
+            std::cmp::Ordering::Less => Some(2 + h),
+            std::cmp::Ordering::Equal => None,
+            std::cmp::Ordering::Greater => Some(1 + h),
+        })
+        .collect()
+}
+
+/// Gauges a running SIU publishes (read by the embedded demo and status).
+#[derive(Debug, Default)]
+pub struct SiuGauges {
+    /// The SIU's receive clock (the current pulse).
+    pub recvclock: AtomicU64,
+    /// Logical time started here (0 or 1).
+    pub started: AtomicU64,
+}
+
+/// The SIU and its daemon rules.
+#[derive(Debug)]
+pub struct SiuRole {
+    siu: Siu,
+    /// Peer id of each host's SIU (`None` for this host).
+    siu_peer: Vec<Option<usize>>,
+    /// Each peer's name ("token manager", "application", "SIU of host 2").
+    peer_names: Arc<[String]>,
+    start_pending: bool,
+    rejoin: Rejoin,
+    app_attached: bool,
+    /// Packets for the host dropped since the application was last attached.
+    absent_dropped: u64,
+    /// Host packets [`Siu::host_absent`] could not take yet (host output waits behind them;
+    /// at most one per output lane stall plus one).
+    absent_stalled: VecDeque<Vec<u8>>,
+    /// When the last token from the TM arrived (cleared by our next token to it), µs.
+    token_in_us: Option<u64>,
+    /// Token turnarounds measured and not taken yet, µs (the runner records them).
+    turnarounds_us: Vec<u64>,
+    gauges: Arc<SiuGauges>,
+}
+
+/// Most token turnarounds kept for the runner between two passes.
+const TURNAROUNDS_MAX: usize = 64;
+
+impl SiuRole {
+    /// The role of `siu`, whose peers are laid out as [`siu_plan`] returns them.
+    pub fn new(siu: Siu) -> Self {
+        let me = usize::from(siu.host());
+        let hosts = siu.config().topology.host_count();
+        let siu_peer = siu_peers(me, hosts);
+        let peer_names = (0..hosts + 1)
+            .map(|p| match p {
+                PEER_TM => "token manager".to_string(),
+                PEER_APP => "application".to_string(),
+                p => {
+                    let h = siu_peer.iter().position(|&x| x == Some(p));
+                    format!("SIU of host {}", h.unwrap_or(usize::MAX))
+                }
+            })
+            .collect();
+        Self {
+            start_pending: siu.config().initiates_reset,
+            rejoin: Rejoin::new(hosts + 1),
+            siu,
+            siu_peer,
+            peer_names,
+            app_attached: false,
+            absent_dropped: 0,
+            absent_stalled: VecDeque::new(),
+            token_in_us: None,
+            turnarounds_us: Vec::new(),
+            gauges: Arc::new(SiuGauges::default()),
+        }
+    }
+
+    /// The state machine.
+    pub fn siu(&self) -> &Siu {
+        &self.siu
+    }
+
+    /// The state machine, to change it.
+    pub fn siu_mut(&mut self) -> &mut Siu {
+        &mut self.siu
+    }
+
+    /// The state machine, for its counters at the end.
+    pub fn into_siu(self) -> Siu {
+        self.siu
+    }
+
+    /// The gauges this role updates.
+    pub fn gauges(&self) -> Arc<SiuGauges> {
+        Arc::clone(&self.gauges)
+    }
+
+    /// Each peer's name, by peer id.
+    pub fn peer_names(&self) -> Arc<[String]> {
+        Arc::clone(&self.peer_names)
+    }
+
+    /// Is an application attached?
+    pub fn app_attached(&self) -> bool {
+        self.app_attached
+    }
+
+    /// Links whose peer is gone and not back yet (only the TM's counts).
+    pub fn broken_links(&self) -> usize {
+        self.rejoin.pending()
+    }
+
+    /// Is the SIU still waiting to start logical time (its TM has not answered)?
+    pub fn start_pending(&self) -> bool {
+        self.start_pending
+    }
+
+    /// Token turnarounds (a token from the TM to our next token to it) measured since the
+    /// last call, µs.
+    pub fn take_turnarounds_us(&mut self) -> impl Iterator<Item = u64> + '_ {
+        self.turnarounds_us.drain(..)
+    }
+
+    fn peer_name(&self, peer: usize) -> &str {
+        self.peer_names
+            .get(peer)
+            .map_or("unknown peer", String::as_str)
+    }
+
+    /// An application attached (first sign of it since its link last broke): the SIU orders
+    /// its first isochron after everything handed to the host before.
+    fn app_attach(&mut self) {
+        if self.app_attached {
+            return;
+        }
+        self.app_attached = true;
+        self.siu.host_attached();
+        if self.absent_dropped > 0 {
+            tracing::warn!(
+                host = self.siu.host(),
+                dropped = self.absent_dropped,
+                "application attached: dropped {} packets for the host while none was attached \
+                 (reads and copy requests were answered as absent)",
+                self.absent_dropped
+            );
+            self.absent_dropped = 0;
+        }
+    }
+
+    /// Hands a host packet nobody would read to the SIU; false when it could not take it yet
+    /// (it waits, first in line).
+    fn absent(&mut self, bytes: Vec<u8>) -> bool {
+        if self.siu.host_absent(&bytes).is_err() {
+            self.absent_stalled.push_front(bytes);
+            return false;
+        }
+        self.absent_dropped += 1;
+        true
+    }
+
+    fn next_net(&mut self, now_us: u64) -> Option<(usize, Vec<u8>)> {
+        loop {
+            let tx = self.siu.poll_net()?;
+            let peer = match tx.route {
+                Route::Tm => Some(PEER_TM),
+                Route::Host(h) => self.siu_peer.get(usize::from(h)).copied().flatten(),
+            };
+            let Some(peer) = peer else {
+                tracing::warn!(route = ?tx.route, "no peer for a network packet");
+                continue;
+            };
+            if peer == PEER_TM
+                && peek_kind(&tx.bytes) == Ok(Kind::Token)
+                && let Some(at) = self.token_in_us.take()
+                && self.turnarounds_us.len() < TURNAROUNDS_MAX
+            {
+                self.turnarounds_us.push(now_us.saturating_sub(at));
+            }
+            return Some((peer, tx.bytes));
+        }
+    }
+
+    fn next_host(&mut self) -> Option<(usize, Vec<u8>)> {
+        while let Some(b) = self.absent_stalled.pop_front() {
+            if !self.absent(b) {
+                return None;
+            }
+        }
+        loop {
+            let b = self.siu.poll_host()?;
+            if self.app_attached {
+                return Some((PEER_APP, b));
+            }
+            if !self.absent(b) {
+                return None;
+            }
+        }
+    }
+}
+
+impl Role for SiuRole {
+    fn lanes(&self) -> usize {
+        2
+    }
+
+    fn lane(&self, peer: usize) -> usize {
+        if peer == PEER_APP {
+            LANE_HOST
+        } else {
+            LANE_NET
+        }
+    }
+
+    fn out_lanes(&self) -> usize {
+        2
+    }
+
+    fn handle_packet(&mut self, now_us: u64, peer: usize, bytes: &[u8]) -> Verdict {
+        if peer == PEER_APP {
+            self.app_attach();
+            return match self.siu.handle_host(now_us, bytes) {
+                Ok(()) => Verdict::Consumed,
+                Err(SiuError::NotStarted | SiuError::Backpressure { .. }) => Verdict::Retry,
+                Err(e) => {
+                    tracing::warn!(host = self.siu.host(), %e, "host packet refused");
+                    Verdict::Refused(e.to_string())
+                }
+            };
+        }
+        if peer == PEER_TM && peek_kind(bytes) == Ok(Kind::Token) {
+            self.token_in_us.get_or_insert(now_us);
+        }
+        match self.siu.handle_net(now_us, bytes) {
+            Ok(()) => Verdict::Consumed,
+            Err(SiuError::Backpressure { .. }) => Verdict::Retry,
+            Err(e) => Verdict::Refused(e.to_string()),
+        }
+    }
+
+    fn handle_timeout(&mut self, now_us: u64) {
+        self.siu.handle_timeout(now_us);
+        let g = &self.gauges;
+        g.recvclock.store(self.siu.recvclock(), Ordering::Relaxed);
+        g.started
+            .store(u64::from(self.siu.started()), Ordering::Relaxed);
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        self.siu.poll_timeout()
+    }
+
+    fn poll_output(&mut self, now_us: u64, lane: usize) -> Option<(usize, Vec<u8>)> {
+        if lane == OUT_NET {
+            self.next_net(now_us)
+        } else {
+            self.next_host()
+        }
+    }
+
+    fn redundant(&self, bytes: &[u8]) -> bool {
+        Token::is_repeat(bytes)
+    }
+
+    fn link_up(&mut self, now_us: u64, peer: usize) {
+        tracing::info!(
+            host = self.siu.host(),
+            peer = self.peer_name(peer),
+            "peer up"
+        );
+        if peer == PEER_APP {
+            self.app_attach();
+        }
+        let generation = self.siu.generation();
+        if self.rejoin.back(peer, generation) && self.siu.started() {
+            tracing::warn!(
+                host = self.siu.host(),
+                generation = generation.wrapping_add(1),
+                "token manager back after a broken link: starting a new generation"
+            );
+            self.token_in_us = None;
+            self.siu.start(now_us);
+        }
+        if peer == PEER_TM && self.start_pending {
+            self.start_pending = false;
+            tracing::info!(
+                host = self.siu.host(),
+                "token manager up: starting logical time"
+            );
+            self.siu.start(now_us);
+        }
+    }
+
+    fn link_lost(&mut self, _now_us: u64, peer: usize, reason: LossReason, dropped: usize) {
+        let generation = self.siu.generation();
+        tracing::warn!(
+            host = self.siu.host(),
+            peer = self.peer_name(peer),
+            ?reason,
+            dropped,
+            generation,
+            "lost peer"
+        );
+        if peer == PEER_TM {
+            // Only the token path matters to logical time.
+            self.rejoin.broken(peer, generation);
+        }
+        if peer == PEER_APP {
+            self.app_attached = false;
+        }
+    }
+
+    fn undelivered(&mut self, _now_us: u64, peer: usize, bytes: Vec<u8>) {
+        if peer == PEER_APP {
+            // The application left with this packet waiting for room: nobody will read it.
+            self.absent_stalled.push_back(bytes);
+        }
+    }
+}

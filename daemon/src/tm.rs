@@ -1,0 +1,172 @@
+//! The token manager's role: [`TokenManager`] plus the daemon's rules for its links. One
+//! input and one output lane (every link carries tokens). A neighbour whose link breaks is
+//! logged and the TM keeps running; when it is back, the TM starts a new logical-time
+//! generation unless another node already did ([`Rejoin`]; `docs/operations.md`, "Peer loss
+//! and restarts").
+
+use crate::DaemonError;
+use crate::pump::{Role, Verdict};
+use isotach_am_proto::NodeAddr;
+use isotach_am_proto::link::LossReason;
+use isotach_proto::config::ClusterConfig;
+use isotach_proto::packet::Token;
+use isotach_proto::topology::{Hop, SwitchId};
+use isotach_proto::wave::Rejoin;
+use isotach_tm::{TmConfig, TmError, TokenManager};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// A TM's plan from a cluster config: its configuration, its listen address and its peers'
+/// addresses by link id (the TM's links in topology order: hosts' SIUs and neighbour TMs).
+#[derive(Debug, Clone)]
+pub struct TmPlan {
+    /// The state machine's configuration.
+    pub cfg: TmConfig,
+    /// Where the daemon listens.
+    pub listen: SocketAddr,
+    /// Peer address of each link, by link id.
+    pub peers: Vec<NodeAddr>,
+}
+
+/// The plan of switch `switch`'s TM.
+pub fn tm_plan(cluster: &ClusterConfig, switch: SwitchId) -> Result<TmPlan, DaemonError> {
+    let listen = cluster.switch_addr(switch)?;
+    let cfg = TmConfig {
+        switch,
+        topology: Arc::new(cluster.topology.clone()),
+        timing: cluster.timing,
+        limits: cluster.limits,
+    };
+    let peers = TokenManager::new(cfg.clone())
+        .links()
+        .map(|hop| match hop {
+            Hop::Host(h) => cluster.siu_addr(h),
+            Hop::Switch(s) => cluster.switch_addr(s),
+        })
+        .map(|a| a.map(NodeAddr::Ip))
+        .collect::<Result<_, _>>()?;
+    Ok(TmPlan { cfg, listen, peers })
+}
+
+/// The TM and its rejoin rule.
+#[derive(Debug)]
+pub struct TmRole {
+    tm: TokenManager,
+    rejoin: Rejoin,
+    /// What each link leads to ("SIU of host 2", "TM of switch 1").
+    peer_names: Arc<[String]>,
+}
+
+impl TmRole {
+    /// The role of `tm`.
+    pub fn new(tm: TokenManager) -> Self {
+        let peer_names = tm
+            .links()
+            .map(|peer| match peer {
+                Hop::Host(h) => format!("SIU of host {h}"),
+                Hop::Switch(s) => format!("TM of switch {s}"),
+            })
+            .collect();
+        Self {
+            rejoin: Rejoin::new(tm.link_count()),
+            tm,
+            peer_names,
+        }
+    }
+
+    /// The state machine.
+    pub fn tm(&self) -> &TokenManager {
+        &self.tm
+    }
+
+    /// The state machine, to change it.
+    pub fn tm_mut(&mut self) -> &mut TokenManager {
+        &mut self.tm
+    }
+
+    /// Links whose neighbour is gone and not back yet.
+    pub fn broken_links(&self) -> usize {
+        self.rejoin.pending()
+    }
+
+    /// What each link leads to, by link id.
+    pub fn peer_names(&self) -> Arc<[String]> {
+        Arc::clone(&self.peer_names)
+    }
+
+    /// The state machine, for its counters at the end.
+    pub fn into_tm(self) -> TokenManager {
+        self.tm
+    }
+}
+
+impl Role for TmRole {
+    fn lanes(&self) -> usize {
+        1
+    }
+
+    fn lane(&self, _peer: usize) -> usize {
+        0
+    }
+
+    fn out_lanes(&self) -> usize {
+        1
+    }
+
+    fn handle_packet(&mut self, now_us: u64, peer: usize, bytes: &[u8]) -> Verdict {
+        match self.tm.handle_input(now_us, peer, bytes) {
+            Ok(()) => Verdict::Consumed,
+            Err(TmError::Backpressure(_)) => Verdict::Retry,
+            Err(e) => Verdict::Refused(e.to_string()),
+        }
+    }
+
+    fn handle_timeout(&mut self, now_us: u64) {
+        self.tm.handle_timeout(now_us);
+    }
+
+    fn poll_timeout(&self) -> Option<u64> {
+        self.tm.poll_timeout()
+    }
+
+    fn poll_output(&mut self, _now_us: u64, _lane: usize) -> Option<(usize, Vec<u8>)> {
+        self.tm.poll_transmit()
+    }
+
+    fn redundant(&self, bytes: &[u8]) -> bool {
+        Token::is_repeat(bytes)
+    }
+
+    fn link_up(&mut self, now_us: u64, link: usize) {
+        let generation = self.tm.generation();
+        tracing::info!(
+            switch = self.tm.config().switch,
+            link,
+            peer = self.peer_names[link],
+            "neighbour up"
+        );
+        if self.rejoin.back(link, generation) && self.tm.started() {
+            tracing::warn!(
+                switch = self.tm.config().switch,
+                link,
+                generation = generation.wrapping_add(1),
+                "neighbour back after a broken link: starting a new generation"
+            );
+            self.tm.begin_restart(now_us);
+        }
+    }
+
+    fn link_lost(&mut self, _now_us: u64, link: usize, reason: LossReason, dropped: usize) {
+        let generation = self.tm.generation();
+        tracing::warn!(
+            switch = self.tm.config().switch,
+            link,
+            peer = self.peer_names[link],
+            ?reason,
+            dropped,
+            generation,
+            "lost neighbour: logical time waits until it is back"
+        );
+        self.rejoin.broken(link, generation);
+    }
+}
