@@ -12,9 +12,10 @@
 //! current copy existed at the admission and the page starts empty — reported, never hidden.
 
 use super::SmmNode;
+use super::hit_buffer::LocalOp;
 use crate::map::Addr;
 use crate::{SmmError, Table};
-use isotach_proto::packet::{self, IsotachMessage, PlainMessage, Sref, SrefOp, Width};
+use isotach_proto::packet::{IsotachMessage, Sref, SrefOp, Width};
 use isotach_proto::reply::{self, HostReply, ImageEntry};
 use isotach_proto::topology::HostId;
 
@@ -166,7 +167,7 @@ impl SmmNode {
                     ..PageJoin::default()
                 },
             );
-            local.push(super::LocalOp::Admit(page));
+            local.push(LocalOp::Admit(page));
         }
         self.enqueue_admission(local, remote);
         self.finish_join_if_done();
@@ -394,19 +395,5 @@ impl SmmNode {
             self.send_reply(requester, &r);
         }
         self.stats.images_sent += 1;
-    }
-
-    /// Sends a reply payload to `dest` as a non-isotach message.
-    pub(super) fn send_reply(&mut self, dest: HostId, r: &HostReply<'_>) {
-        let mut payload = Vec::with_capacity(reply::READ_VALUE_LEN);
-        r.encode(&mut payload);
-        let p = PlainMessage {
-            source: self.cfg.host,
-            dest,
-            payload,
-        };
-        let mut out = Vec::with_capacity(packet::PLAIN_LEN_MIN + p.payload.len());
-        p.encode(&mut out);
-        self.to_siu.push_back(out);
     }
 }

@@ -2,9 +2,11 @@
 
 use super::*;
 use crate::oracle;
-use crate::{MemoryMap, SmmConfig, SmmLimits};
+use crate::{MemoryMap, SmmConfig, SmmError, SmmLimits, Table};
 use isotach_proto::config::{Limits, Timing};
+use isotach_proto::packet::{self, EopMarker, Kind, Sref, SrefOp, Width};
 use isotach_proto::topology::Hop;
+use isotach_proto::topology::Topology;
 use isotach_siu::{Route, Siu, SiuConfig};
 use isotach_tm::{TmConfig, TokenManager};
 use std::collections::VecDeque;

@@ -1,0 +1,293 @@
+//! The isotach message: one sref (a memory operation, a copy request or a handler message),
+//! timestamped by the source SIU. Also the in-place stamping and peeking the SIU's and the
+//! token manager's hot paths use, so they never re-encode a message.
+
+use super::codec::{CRC_LEN, Fields, begin, crc32, open, push_u16, push_u32, push_u64, seal};
+use super::{DecodeError, Kind};
+
+/// Largest payload of a `msg` sref.
+pub const MSG_PAYLOAD_MAX: usize = 1024;
+/// Encoded length of a memory sref message (read, write, sched, assign).
+pub const MEM_MESSAGE_LEN: usize = 48;
+/// Encoded length of a `msg` sref message without its payload.
+pub const MSG_MESSAGE_LEN_MIN: usize = 32;
+
+/// Operation codes of srefs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum SrefOp {
+    /// Read a shared variable.
+    Read = 1,
+    /// Write a shared variable.
+    Write = 2,
+    /// Make a variable unsubstantiated until the scheduling node's assign.
+    Sched = 3,
+    /// Substantiate a scheduled variable.
+    Assign = 4,
+    /// Run a registered handler at its place in the order.
+    Msg = 5,
+    /// Copy request of a joining node (state transfer): the holder answers with an image of
+    /// the page of `addr` cut at this place in the order. `ref_id` names the join.
+    Copy = 6,
+}
+
+impl SrefOp {
+    fn from_byte(b: u8) -> Result<Self, DecodeError> {
+        Ok(match b {
+            1 => Self::Read,
+            2 => Self::Write,
+            3 => Self::Sched,
+            4 => Self::Assign,
+            5 => Self::Msg,
+            6 => Self::Copy,
+            other => {
+                return Err(DecodeError::OutOfRange {
+                    field: "message.op",
+                    value: u64::from(other),
+                });
+            }
+        })
+    }
+}
+
+/// Width of a shared variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum Width {
+    /// 32-bit variable.
+    #[default]
+    W32 = 4,
+    /// 64-bit variable.
+    W64 = 8,
+}
+
+impl Width {
+    /// The width a width byte names (its size in bytes).
+    fn from_byte(b: u8) -> Option<Self> {
+        [Self::W32, Self::W64].into_iter().find(|w| *w as u8 == b)
+    }
+
+    /// Largest value a variable of this width holds.
+    pub fn max_value(self) -> u64 {
+        match self {
+            Self::W32 => u64::from(u32::MAX),
+            Self::W64 => u64::MAX,
+        }
+    }
+}
+
+/// The shared-memory reference an isotach message carries.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Sref {
+    /// read / write / sched / assign of one variable.
+    Mem {
+        /// Which of the memory operations (never [`SrefOp::Msg`]).
+        op: SrefOp,
+        /// Variable width.
+        width: Width,
+        /// Shared address (page and offset).
+        addr: u64,
+        /// Value written or assigned (0 for read and sched); fits `width`.
+        value: u64,
+        /// Requester-local reference, echoed in read replies.
+        ref_id: u32,
+    },
+    /// A message run by handler `handler` at its place in the order.
+    Msg {
+        /// Handler index at the destination.
+        handler: u16,
+        /// At most [`MSG_PAYLOAD_MAX`] bytes.
+        payload: Vec<u8>,
+    },
+}
+
+impl Sref {
+    /// The operation code.
+    pub fn op(&self) -> SrefOp {
+        match self {
+            Self::Mem { op, .. } => *op,
+            Self::Msg { .. } => SrefOp::Msg,
+        }
+    }
+}
+
+/// An isotach message: one sref, timestamped by the source SIU.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IsotachMessage {
+    /// Timestamp (the pulse it executes in); the host sends 0 and the SIU stamps it.
+    pub ts: u64,
+    /// Source host; stamped by the SIU.
+    pub source: u16,
+    /// Destination host.
+    pub dest: u16,
+    /// Per-source sequence number; stamped by the SIU; orders messages of one source in a pulse.
+    pub sequum: u64,
+    /// The reference.
+    pub sref: Sref,
+}
+
+/// Byte offsets of the fields the SIU stamps in place.
+const MSG_TS_AT: usize = 4;
+const MSG_SOURCE_AT: usize = 12;
+const MSG_DEST_AT: usize = 14;
+const MSG_SEQUUM_AT: usize = 16;
+
+impl IsotachMessage {
+    /// Encoded length.
+    pub fn encoded_len(&self) -> usize {
+        match &self.sref {
+            Sref::Mem { .. } => MEM_MESSAGE_LEN,
+            Sref::Msg { payload, .. } => MSG_MESSAGE_LEN_MIN + payload.len(),
+        }
+    }
+
+    /// Appends the encoded message; returns its CRC.
+    pub fn encode(&self, out: &mut Vec<u8>) -> u32 {
+        let start = begin(out, Kind::IsotachMessage);
+        out.push(self.sref.op() as u8);
+        out.push(match &self.sref {
+            Sref::Mem { width, .. } => *width as u8,
+            Sref::Msg { .. } => 0,
+        });
+        push_u64(out, self.ts);
+        push_u16(out, self.source);
+        push_u16(out, self.dest);
+        push_u64(out, self.sequum);
+        match &self.sref {
+            Sref::Mem {
+                addr,
+                value,
+                ref_id,
+                ..
+            } => {
+                push_u64(out, *addr);
+                push_u64(out, *value);
+                push_u32(out, *ref_id);
+            }
+            Sref::Msg { handler, payload } => {
+                debug_assert!(payload.len() <= MSG_PAYLOAD_MAX);
+                push_u16(out, *handler);
+                push_u16(out, payload.len() as u16);
+                out.extend_from_slice(payload);
+            }
+        }
+        seal(out, start)
+    }
+
+    /// Decodes an isotach message.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let (m, payload) = Self::parse(bytes)?;
+        let sref = match (m.sref, payload) {
+            (Sref::Msg { handler, .. }, Some(p)) => Sref::Msg {
+                handler,
+                payload: p.to_vec(),
+            },
+            (sref, _) => sref,
+        };
+        Ok(Self { sref, ..m })
+    }
+
+    /// Checks an encoded message exactly as [`IsotachMessage::decode`] does, without copying
+    /// its payload, and returns its destination: what a token manager needs to forward it.
+    pub fn validate(bytes: &[u8]) -> Result<u16, DecodeError> {
+        Self::parse(bytes).map(|(m, _)| m.dest)
+    }
+
+    /// Parses and checks every field. A `msg` sref comes back with an empty payload and the
+    /// payload's bytes beside it, borrowed, so callers choose whether to copy.
+    fn parse(bytes: &[u8]) -> Result<(Self, Option<&[u8]>), DecodeError> {
+        let len_max = MSG_MESSAGE_LEN_MIN + MSG_PAYLOAD_MAX;
+        let mut f = Fields::new(open(bytes, Kind::IsotachMessage, len_max)?);
+        let op = SrefOp::from_byte(f.u8()?)?;
+        let width_byte = f.u8()?;
+        let ts = f.u64()?;
+        let source = f.u16()?;
+        let dest = f.u16()?;
+        let sequum = f.u64()?;
+        let mut payload = None;
+        let sref = if op == SrefOp::Msg {
+            if width_byte != 0 {
+                return Err(DecodeError::OutOfRange {
+                    field: "message.width",
+                    value: u64::from(width_byte),
+                });
+            }
+            let handler = f.u16()?;
+            let len = usize::from(f.u16()?);
+            if len > MSG_PAYLOAD_MAX {
+                return Err(DecodeError::OutOfRange {
+                    field: "message.len",
+                    value: len as u64,
+                });
+            }
+            payload = Some(f.take(len)?);
+            Sref::Msg {
+                handler,
+                payload: Vec::new(),
+            }
+        } else {
+            let Some(width) = Width::from_byte(width_byte) else {
+                return Err(DecodeError::OutOfRange {
+                    field: "message.width",
+                    value: u64::from(width_byte),
+                });
+            };
+            let addr = f.u64()?;
+            let value = f.u64()?;
+            if value > width.max_value() {
+                return Err(DecodeError::OutOfRange {
+                    field: "message.value",
+                    value,
+                });
+            }
+            let ref_id = f.u32()?;
+            Sref::Mem {
+                op,
+                width,
+                addr,
+                value,
+                ref_id,
+            }
+        };
+        f.finish(len_max)?;
+        let m = Self {
+            ts,
+            source,
+            dest,
+            sequum,
+            sref,
+        };
+        Ok((m, payload))
+    }
+
+    /// Reads the destination of an encoded message whose CRC was already checked.
+    pub fn peek_dest(bytes: &[u8]) -> Option<u16> {
+        let b = bytes.get(MSG_DEST_AT..MSG_DEST_AT + 2)?;
+        Some(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    /// Reads `(ts, source, sequum)` of an encoded message whose CRC was already checked.
+    pub fn peek_stamp(bytes: &[u8]) -> Option<(u64, u16, u64)> {
+        let ts = bytes.get(MSG_TS_AT..MSG_TS_AT + 8)?;
+        let src = bytes.get(MSG_SOURCE_AT..MSG_SOURCE_AT + 2)?;
+        let seq = bytes.get(MSG_SEQUUM_AT..MSG_SEQUUM_AT + 8)?;
+        Some((
+            u64::from_be_bytes(ts.try_into().ok()?),
+            u16::from_be_bytes([src[0], src[1]]),
+            u64::from_be_bytes(seq.try_into().ok()?),
+        ))
+    }
+
+    /// Stamps `ts`, `source` and `sequum` into an encoded, valid message in place and
+    /// recomputes its CRC, which it returns. The SIU's hot path: no re-encoding.
+    pub fn stamp_in_place(bytes: &mut [u8], ts: u64, source: u16, sequum: u64) -> u32 {
+        debug_assert!(bytes.len() >= MSG_MESSAGE_LEN_MIN);
+        bytes[MSG_TS_AT..MSG_TS_AT + 8].copy_from_slice(&ts.to_be_bytes());
+        bytes[MSG_SOURCE_AT..MSG_SOURCE_AT + 2].copy_from_slice(&source.to_be_bytes());
+        bytes[MSG_SEQUUM_AT..MSG_SEQUUM_AT + 8].copy_from_slice(&sequum.to_be_bytes());
+        let at = bytes.len() - CRC_LEN;
+        let crc = crc32(&bytes[..at]);
+        bytes[at..].copy_from_slice(&crc.to_be_bytes());
+        crc
+    }
+}

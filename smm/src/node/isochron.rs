@@ -1,0 +1,158 @@
+//! What an application may put in an isochron: every operation is checked as it is added
+//! (address mapped, value fits its width, payload fits, table limits), so [`Isochron::end`]
+//! only has to issue it. Dropping an isochron without `end` abandons it and frees its reads.
+
+use super::SmmNode;
+use crate::map::Addr;
+use crate::{ReadHandle, SmmError, Table};
+use isotach_proto::packet::{MSG_PAYLOAD_MAX, Width};
+use isotach_proto::topology::HostId;
+
+/// An operation as the application asked for it.
+#[derive(Debug, Clone)]
+pub(super) enum Planned {
+    Read(Addr, Width, u32),
+    Write(Addr, Width, u64),
+    Sched(Addr),
+    Assign(Addr, Width, u64),
+    Message(HostId, u16, Vec<u8>),
+}
+
+/// An isochron being built. Operations are checked as they are added; [`Isochron::end`]
+/// issues it. Dropping it without `end` abandons it.
+#[derive(Debug)]
+pub struct Isochron<'a> {
+    node: &'a mut SmmNode,
+    ops: Vec<Planned>,
+    ended: bool,
+}
+
+impl SmmNode {
+    /// Starts an isochron.
+    pub fn isochron(&mut self) -> Isochron<'_> {
+        Isochron {
+            node: self,
+            ops: Vec::new(),
+            ended: false,
+        }
+    }
+
+    /// The copy set of `addr`'s page, if the address is mapped.
+    fn check_addr(&self, addr: Addr) -> Result<&[HostId], SmmError> {
+        if addr.slot() >= self.cfg.limits.slots_per_page {
+            return Err(SmmError::Unmapped(addr));
+        }
+        self.map
+            .copyset(addr.page())
+            .ok_or(SmmError::Unmapped(addr))
+    }
+}
+
+impl Isochron<'_> {
+    fn push(&mut self, op: Planned) -> Result<(), SmmError> {
+        if self.ops.len() >= self.node.cfg.limits.isochron_ops_max {
+            return Err(SmmError::Limit(Table::IsochronOps));
+        }
+        self.ops.push(op);
+        Ok(())
+    }
+
+    fn check_value(width: Width, value: u64) -> Result<(), SmmError> {
+        if value > width.max_value() {
+            return Err(SmmError::ValueTooWide {
+                value,
+                bits: u8::BITS * width as u32,
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads `addr` from the nearest copy; the handle resolves when the isochron executes.
+    pub fn read(&mut self, addr: Addr, width: Width) -> Result<ReadHandle, SmmError> {
+        self.node.check_addr(addr)?;
+        if self.ops.len() >= self.node.cfg.limits.isochron_ops_max {
+            return Err(SmmError::Limit(Table::IsochronOps));
+        }
+        let id = self.node.new_read()?;
+        self.ops.push(Planned::Read(addr, width, id));
+        Ok(ReadHandle(id))
+    }
+
+    /// Writes `value` to every copy of `addr`.
+    pub fn write(&mut self, addr: Addr, width: Width, value: u64) -> Result<(), SmmError> {
+        self.node.check_addr(addr)?;
+        Self::check_value(width, value)?;
+        self.push(Planned::Write(addr, width, value))
+    }
+
+    /// Makes `addr` unsubstantiated at this isochron's place in the order, until this host's
+    /// `assign`.
+    pub fn sched(&mut self, addr: Addr) -> Result<(), SmmError> {
+        self.node.check_addr(addr)?;
+        self.push(Planned::Sched(addr))
+    }
+
+    /// Substantiates this host's oldest unassigned sched of `addr` with `value`.
+    pub fn assign(&mut self, addr: Addr, width: Width, value: u64) -> Result<(), SmmError> {
+        self.node.check_addr(addr)?;
+        Self::check_value(width, value)?;
+        self.push(Planned::Assign(addr, width, value))
+    }
+
+    /// Runs handler `handler` on host `node` with `payload`, at this isochron's place.
+    pub fn message(&mut self, node: HostId, handler: u16, payload: &[u8]) -> Result<(), SmmError> {
+        if usize::from(node) >= self.node.cfg.topology.host_count() {
+            return Err(SmmError::NoSuchHost(node));
+        }
+        if payload.len() > MSG_PAYLOAD_MAX {
+            return Err(SmmError::MessageTooLong {
+                len: payload.len(),
+                max: MSG_PAYLOAD_MAX,
+            });
+        }
+        self.push(Planned::Message(node, handler, payload.to_vec()))
+    }
+
+    /// Issues the isochron. On error nothing was issued and its reads are released.
+    pub fn end(mut self) -> Result<(), SmmError> {
+        if self.ops.is_empty() {
+            return Err(SmmError::EmptyIsochron);
+        }
+        let ops = std::mem::take(&mut self.ops);
+        let reads: Vec<u32> = read_ids(&ops).collect();
+        match self.node.issue(ops) {
+            Ok(()) => {
+                self.ended = true;
+                Ok(())
+            }
+            Err(e) => {
+                self.release(&reads);
+                self.ended = true;
+                Err(e)
+            }
+        }
+    }
+
+    fn release(&mut self, reads: &[u32]) {
+        for id in reads {
+            self.node.reads.remove(id);
+        }
+        self.node.stats.reads_outstanding = self.node.reads.len() as u64;
+    }
+}
+
+fn read_ids(ops: &[Planned]) -> impl Iterator<Item = u32> + '_ {
+    ops.iter().filter_map(|op| match op {
+        Planned::Read(_, _, id) => Some(*id),
+        _ => None,
+    })
+}
+
+impl Drop for Isochron<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            let reads: Vec<u32> = read_ids(&self.ops).collect();
+            self.release(&reads);
+        }
+    }
+}
