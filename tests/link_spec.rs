@@ -28,13 +28,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use isotach_am::backend::udp::UdpTransport;
-use isotach_am::port::{DEFAULT_TAG, PacketPort};
+use isotach_am::link::{self, DEFAULT_TAG, Links};
 use isotach_am::{NodeAddr, Tag, Transport};
+use isotach_daemon::run::{SiuDaemon, TmDaemon};
+use isotach_daemon::siu::siu_plan;
+use isotach_daemon::tm::tm_plan;
 use isotach_proto::config::ClusterConfig;
-use isotach_siu::Siu;
-use isotach_siu::daemon::{SiuDaemon, siu_setup};
-use isotach_tm::TokenManager;
-use isotach_tm::daemon::{TmDaemon, tm_setup};
 
 // =============================================================================================
 // The decoder, from the docs only (no isotach_am / isotach_proto decoding here).
@@ -197,7 +196,7 @@ enum Link {
     Hello { tag: u64, incarnation: u64 },
     HelloReply,
     Data { more: bool, stream: u64 },
-    Credit { fragments: u64 },
+    Credit { fragments: u64, stream: Option<u64> },
     Ack,
     Nack { status: u8 },
 }
@@ -232,8 +231,9 @@ fn link_message(f: &AmFrame) -> Result<Link, String> {
             more: f.args[0] == 1,
             stream: f.args[1],
         }),
-        (KIND_REQUEST, CLASS_SHORT, 4, 1) if fifo => Ok(Link::Credit {
+        (KIND_REQUEST, CLASS_SHORT, 4, 1 | 2) if fifo => Ok(Link::Credit {
             fragments: f.args[0],
+            stream: f.args.get(1).copied(),
         }),
         (KIND_ACK, _, 0, 0) if !fifo => Ok(Link::Ack),
         (KIND_NACK, _, 0, 0) if !fifo => Ok(Link::Nack { status: f.status }),
@@ -348,8 +348,11 @@ fn describe(b: &[u8]) -> Result<BTreeMap<String, Value>, String> {
             int("data.stream", *stream);
             int("data.bytes", f.payload.len() as u64);
         }
-        Link::Credit { fragments } => {
+        Link::Credit { fragments, stream } => {
             int("credit.fragments", *fragments);
+            if let Some(stream) = stream {
+                int("credit.stream", *stream);
+            }
         }
         Link::HelloReply | Link::Ack | Link::Nack { .. } => {}
     }
@@ -489,12 +492,12 @@ fn doc_examples_are_the_encoders_output() {
 /// The numbers section 6 states are the code's.
 #[test]
 fn doc_constants_are_the_codes() {
-    type Port = PacketPort<UdpTransport>;
-    assert_eq!(Port::PACKET_MAX, 65_536);
-    assert_eq!(Port::WINDOW_MIN, 65);
-    assert_eq!(Port::WINDOW_MAX, 1024);
+    assert_eq!(link::PACKET_MAX, 65_536);
+    assert_eq!(link::WINDOW_MIN, 65);
+    assert_eq!(link::WINDOW_MAX, 1024);
+    assert_eq!(link::CREDIT_BATCH, 16);
     assert_eq!(isotach_am::MAX_MEDIUM_BYTES, 1024);
-    let am = Port::am_config();
+    let am = Links::am_config();
     assert_eq!(am.credits, isotach_am::MAX_SLOTS);
     assert_eq!(am.credits, 64);
     assert_eq!(am.give_up, Duration::from_secs(10));
@@ -651,19 +654,16 @@ fn real_run() -> Vec<Rec> {
     for_siu[1].switch_listen[0] = Some(siu1_sees_tm);
     for_siu[1].host_siu = vec![Some(siu1_sees_siu0), Some(siu1_a)];
 
-    let (tm_cfg, _, tm_peers) = tm_setup(&for_tm, 0).unwrap();
+    let tm_plan = tm_plan(&for_tm, 0).unwrap();
     assert_eq!(
-        tm_peers,
+        tm_plan.peers,
         vec![NodeAddr::Ip(tm_sees_siu0), NodeAddr::Ip(tm_sees_siu1)],
         "TM peers: its hosts' SIUs in host-id order (section 6.1)"
     );
-    let tm = TmDaemon::new(
-        TokenManager::new(tm_cfg),
-        PacketPort::new(tm_t, &tm_peers, tag).unwrap(),
-    );
+    let tm = TmDaemon::tm(tm_plan, tm_t, tag).unwrap();
     let mut sius = Vec::new();
     for (h, (t, c)) in [siu0_t, siu1_t].into_iter().zip(&for_siu).enumerate() {
-        let (cfg, _, peers) = siu_setup(c, h as u16).unwrap();
+        let plan = siu_plan(c, h as u16).unwrap();
         let other = if h == 0 {
             siu0_sees_siu1
         } else {
@@ -671,7 +671,7 @@ fn real_run() -> Vec<Rec> {
         };
         let tm_addr = c.switch_listen[0].unwrap();
         assert_eq!(
-            peers,
+            plan.peers,
             vec![
                 NodeAddr::Ip(tm_addr),
                 NodeAddr::Ip(c.host_app[h].unwrap()),
@@ -679,10 +679,7 @@ fn real_run() -> Vec<Rec> {
             ],
             "SIU peers: TM, application, other SIUs (section 6.1)"
         );
-        sius.push(SiuDaemon::new(
-            Siu::new(cfg),
-            PacketPort::new(t, &peers, tag).unwrap(),
-        ));
+        sius.push(SiuDaemon::siu(plan, t, tag).unwrap());
     }
     let gauges: Vec<_> = sius.iter().map(SiuDaemon::gauges).collect();
 
@@ -750,7 +747,7 @@ fn every_datagram_of_a_real_run_is_a_documented_link_message() {
     let mut by_link: HashMap<(&str, &str, &str), usize> = HashMap::new();
     // Credit arithmetic (section 6.4), per sending direction of the data.
     let (mut sent, mut credited) = (HashMap::new(), HashMap::new());
-    let window = PacketPort::<UdpTransport>::WINDOW_MAX as u64;
+    let window = link::WINDOW_MAX as u64;
     for (i, r) in records.iter().enumerate() {
         let f = decode_frame(&r.bytes)
             .unwrap_or_else(|e| panic!("datagram {i} {}->{}: {e}", r.from, r.to));
@@ -804,7 +801,7 @@ fn every_datagram_of_a_real_run_is_a_documented_link_message() {
                         let c = credited.get(&(r.from, r.to)).copied().unwrap_or(0);
                         assert!(*n - c.min(*n) <= window, "datagram {i}: beyond the window");
                     }
-                    Link::Credit { fragments } => {
+                    Link::Credit { fragments, .. } => {
                         assert!(fragments >= 16, "datagram {i}: credit is batched by 16");
                         *credited.entry((r.to, r.from)).or_insert(0u64) += fragments;
                     }

@@ -32,6 +32,7 @@
 //!   dropped and counted.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
 use crate::core::{Config, Core, Dispatch, SendReq};
 use crate::error::AmError;
@@ -70,6 +71,9 @@ pub const WINDOW_MIN: usize = PACKET_MAX / FRAGMENT_MAX + 1;
 pub const CREDIT_BATCH: usize = WINDOW_MIN / 4;
 /// Whole packets the inbox holds beyond every peer's largest window.
 const INBOX_SLACK: usize = 64;
+/// A hello the peer acknowledged but did not answer (it does not know our address) is sent
+/// again after this long; a hello that came back refused waits this long before the next.
+pub const HELLO_RETRY: Duration = Duration::from_secs(1);
 
 /// Fragments a packet of `len` bytes travels as (an empty packet is one empty fragment).
 pub fn fragments(len: usize) -> usize {
@@ -104,6 +108,10 @@ pub enum LinkEvent {
         /// Fragments that were queued for the peer and are dropped.
         dropped: usize,
     },
+    /// A hello to the peer was delivered but not answered within [`HELLO_RETRY`]: the
+    /// peer runs but does not list our address among its peers (check both configs). The
+    /// link keeps trying.
+    HelloUnanswered(usize),
     /// A hello to the peer came back unanswered (it is not there yet); the link keeps trying.
     HelloReturned {
         /// The peer.
@@ -146,6 +154,13 @@ pub struct LinkStats {
     pub fragments_dropped: u64,
     /// Packets dropped because the inbox was full.
     pub inbox_overflow: u64,
+    /// Hellos delivered but never answered (see [`LinkEvent::HelloUnanswered`]).
+    pub hellos_unanswered: u64,
+    /// Received fragments discarded: the rest of an oversize packet, or a partial packet
+    /// whose sender's stream broke before its last fragment.
+    pub fragments_discarded: u64,
+    /// Credit messages from an earlier stream of the peer's (ignored).
+    pub stale_credit: u64,
 }
 
 /// One peer's state, for status displays.
@@ -167,6 +182,8 @@ struct Arrived {
     peer: usize,
     bytes: Vec<u8>,
     fragments: usize,
+    /// The sender's stream it came on (credit for it is only owed on the same stream).
+    stream: u64,
 }
 
 #[derive(Debug)]
@@ -192,6 +209,12 @@ struct Peer {
     /// The packet being reassembled and its fragments so far.
     partial: Vec<u8>,
     partial_frags: usize,
+    /// The peer's stream towards us, from its last data fragment (its own break count).
+    rx_stream: u64,
+    /// Dropping fragments until the current packet's last one (it was oversize).
+    discarding: bool,
+    /// Hello retry or backoff deadline (see [`HELLO_RETRY`]).
+    hello_timer: Option<Time>,
     /// The AM core had no slot for us: retry when the peer answers something.
     am_blocked: bool,
     /// In [`State::ready`].
@@ -214,6 +237,9 @@ impl Peer {
             owed: 0,
             partial: Vec::new(),
             partial_frags: 0,
+            rx_stream: 0,
+            discarding: false,
+            hello_timer: None,
             am_blocked: false,
             ready: true,
         }
@@ -254,9 +280,10 @@ impl State {
         p.up = false;
         p.links_lost += 1;
         p.in_flight = 0;
-        p.owed = 0;
-        p.partial.clear();
-        p.partial_frags = 0;
+        if reason == LossReason::Restarted {
+            // The peer's side starts over too: its stream towards us begins anew.
+            Self::forget_rx(p);
+        }
         self.stats.links_lost += 1;
         self.stats.fragments_dropped += dropped as u64;
         self.events.push_back(LinkEvent::PeerLost {
@@ -267,6 +294,16 @@ impl State {
         self.mark_ready(peer);
     }
 
+    /// Forgets everything received from a peer that restarted: its partial packet, the
+    /// credit we owed its previous incarnation, its stream number.
+    fn forget_rx(p: &mut Peer) {
+        p.partial.clear();
+        p.partial_frags = 0;
+        p.owed = 0;
+        p.rx_stream = 0;
+        p.discarding = false;
+    }
+
     fn peer_of(&mut self, node: NodeAddr) -> Option<usize> {
         let peer = self.by_addr.get(&node).copied();
         if peer.is_none() {
@@ -275,11 +312,28 @@ impl State {
         peer
     }
 
-    fn on_data(&mut self, peer: usize, more: bool, data: &[u8]) {
+    fn on_data(&mut self, peer: usize, more: bool, stream: u64, data: &[u8]) {
         let p = &mut self.peers[peer];
-        if p.partial.len() + data.len() > PACKET_MAX {
+        if stream != p.rx_stream {
+            // The sender's link broke and a new stream began: what was half-assembled of the
+            // old one will never be completed, and the credit we owed it is void.
+            self.stats.fragments_discarded += p.partial_frags as u64;
             p.partial.clear();
             p.partial_frags = 0;
+            p.owed = 0;
+            p.discarding = false;
+            p.rx_stream = stream;
+        }
+        if p.discarding {
+            self.stats.fragments_discarded += 1;
+            p.discarding = more;
+            return;
+        }
+        if p.partial.len() + data.len() > PACKET_MAX {
+            self.stats.fragments_discarded += p.partial_frags as u64 + 1;
+            p.partial.clear();
+            p.partial_frags = 0;
+            p.discarding = more;
             self.stats.oversize += 1;
             return;
         }
@@ -300,28 +354,43 @@ impl State {
             peer,
             bytes,
             fragments,
+            stream,
         });
         self.stats.packets_received += 1;
     }
 
     fn on_hello(&mut self, peer: usize, incarnation: u64) {
-        let known = self.peers[peer].incarnation;
-        if incarnation != 0 && known != incarnation {
-            self.peers[peer].incarnation = incarnation;
-            if known != 0 {
-                self.break_link(peer, LossReason::Restarted);
-            }
+        let p = &mut self.peers[peer];
+        let known = p.incarnation;
+        if incarnation == 0 || known == incarnation {
+            return;
+        }
+        p.incarnation = incarnation;
+        if known == 0 {
+            return;
+        }
+        if p.up {
+            self.break_link(peer, LossReason::Restarted);
+        } else {
+            // Already broken (its fragments came back first): one loss, not two; only its
+            // side starts over.
+            Self::forget_rx(p);
         }
     }
 
-    fn on_credit(&mut self, peer: usize, fragments: u64) {
+    fn on_credit(&mut self, peer: usize, fragments: u64, stream: Option<u64>) {
         let p = &mut self.peers[peer];
+        if stream.is_some_and(|s| s != p.links_lost) {
+            // Credit for fragments of a stream that broke: the window restarted at 0.
+            self.stats.stale_credit += 1;
+            return;
+        }
         let n = usize::try_from(fragments).unwrap_or(usize::MAX);
         p.in_flight = p.in_flight.saturating_sub(n);
         self.mark_ready(peer);
     }
 
-    fn on_returned(&mut self, r: &Returned) {
+    fn on_returned(&mut self, now: Time, r: &Returned) {
         let Some(&peer) = self.by_addr.get(&r.dest.node) else {
             return;
         };
@@ -333,12 +402,14 @@ impl State {
             }
             self.break_link(peer, LossReason::Returned(r.status));
         } else if r.handler == H_HELLO {
-            self.peers[peer].hello_outstanding = false;
+            // Not there yet, or it refused us: try again after a pause, not at once.
+            let p = &mut self.peers[peer];
+            p.hello_outstanding = false;
+            p.hello_timer = Some(now.plus(HELLO_RETRY));
             self.events.push_back(LinkEvent::HelloReturned {
                 peer,
                 status: r.status,
             });
-            self.mark_ready(peer);
         }
         // Returned credit: the peer is gone; its data will come back too and break the link.
     }
@@ -359,8 +430,8 @@ impl Dispatch for State {
         };
         let arg = |i: usize| req.args().get(i).copied().unwrap_or(0);
         match req.handler() {
-            H_DATA => self.on_data(peer, arg(0) != 0, req.data()),
-            H_CREDIT => self.on_credit(peer, arg(0)),
+            H_DATA => self.on_data(peer, arg(0) != 0, arg(1), req.data()),
+            H_CREDIT => self.on_credit(peer, arg(0), req.args().get(1).copied()),
             H_HELLO => {
                 self.on_hello(peer, arg(1));
                 // Answered even while the link is down: the peer's hello completes its side.
@@ -377,6 +448,7 @@ impl Dispatch for State {
         if rep.handler() == H_HELLO_ACK {
             let p = &mut self.peers[peer];
             p.hello_outstanding = false;
+            p.hello_timer = None;
             if !p.up {
                 p.up = true;
                 self.events.push_back(LinkEvent::PeerUp(peer));
@@ -497,13 +569,40 @@ impl Links {
             self.st.peers[peer].am_blocked = false;
             self.st.mark_ready(peer);
         }
-        self.absorb_returned();
+        self.absorb_returned(now);
     }
 
     /// Fire due AM timers (retransmission, give-up).
     pub fn handle_timeout(&mut self, now: Time) {
         self.core.handle_timeout(now);
-        self.absorb_returned();
+        self.absorb_returned(now);
+        if self.hello_timers_due(now) {
+            self.fire_hello_timers(now);
+        }
+    }
+
+    fn hello_timers_due(&self, now: Time) -> bool {
+        self.st
+            .peers
+            .iter()
+            .any(|p| p.hello_timer.is_some_and(|t| t <= now))
+    }
+
+    /// Hellos delivered but unanswered go again; refused ones may go again.
+    fn fire_hello_timers(&mut self, now: Time) {
+        for peer in 0..self.st.peers.len() {
+            let p = &mut self.st.peers[peer];
+            if p.hello_timer.is_none_or(|t| t > now) {
+                continue;
+            }
+            p.hello_timer = None;
+            if p.hello_outstanding && !p.up {
+                p.hello_outstanding = false;
+                self.st.stats.hellos_unanswered += 1;
+                self.st.events.push_back(LinkEvent::HelloUnanswered(peer));
+            }
+            self.st.mark_ready(peer);
+        }
     }
 
     /// The next datagram to send and where: hellos, credit and fragments leave here as AM
@@ -517,12 +616,16 @@ impl Links {
 
     /// When [`Links::handle_timeout`] must run next.
     pub fn poll_timeout(&self) -> Option<Time> {
-        self.core.poll_timeout()
+        let hello = self.st.peers.iter().filter_map(|p| p.hello_timer).min();
+        [self.core.poll_timeout(), hello]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
-    fn absorb_returned(&mut self) {
+    fn absorb_returned(&mut self, now: Time) {
         while let Some(r) = self.core.poll_returned() {
-            self.st.on_returned(&r);
+            self.st.on_returned(now, &r);
         }
     }
 
@@ -541,7 +644,7 @@ impl Links {
         // Peers made ready while pushing (none today) keep their place.
         ready.append(&mut self.st.ready);
         self.st.ready = ready;
-        self.absorb_returned();
+        self.absorb_returned(now);
     }
 
     fn push_peer(
@@ -554,12 +657,13 @@ impl Links {
         let p = &mut self.st.peers[peer];
         let idx = p.idx;
         if !p.up {
-            if !p.hello_outstanding {
+            if !p.hello_outstanding && p.hello_timer.is_none_or(|t| t <= now) {
                 self.core.send_request(
                     now,
                     link_req(idx, Class::Short, H_HELLO, &[self.tag.0, inc], &[]),
                 )?;
                 p.hello_outstanding = true;
+                p.hello_timer = Some(now.plus(HELLO_RETRY));
                 self.st.stats.hellos += 1;
             }
             return Ok(());
@@ -567,7 +671,13 @@ impl Links {
         if p.owed >= CREDIT_BATCH {
             self.core.send_request(
                 now,
-                link_req(idx, Class::Short, H_CREDIT, &[p.owed as u64], &[]),
+                link_req(
+                    idx,
+                    Class::Short,
+                    H_CREDIT,
+                    &[p.owed as u64, p.rx_stream],
+                    &[],
+                ),
             )?;
             p.owed = 0;
         }
@@ -665,7 +775,9 @@ impl Links {
         let i = self.st.inbox.iter().position(|a| accept(a.peer))?;
         let a = self.st.inbox.remove(i)?;
         let p = &mut self.st.peers[a.peer];
-        p.owed += a.fragments;
+        if a.stream == p.rx_stream {
+            p.owed += a.fragments;
+        }
         if p.owed >= CREDIT_BATCH {
             self.st.mark_ready(a.peer);
         }

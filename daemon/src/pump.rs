@@ -212,6 +212,14 @@ impl<R: Role> Pump<R> {
                 LinkEvent::HelloReturned { peer, status } => {
                     tracing::debug!(peer, ?status, "peer not answering yet");
                 }
+                LinkEvent::HelloUnanswered(peer) => {
+                    tracing::warn!(
+                        peer,
+                        addr = %self.links.peer_status()[peer].addr,
+                        "peer got our hello but does not answer: is our address among its \
+                         configured peers?"
+                    );
+                }
             }
         }
     }

@@ -86,9 +86,22 @@ impl LinkNet {
     /// `n` nodes, fully meshed (node `i`'s peer `j` is node `j` with `i` skipped, as a
     /// daemon lists its peers), on a network with `faults`, seeded by `seed`.
     pub fn full_mesh(n: usize, faults: LinkFaults, seed: u64, queue_max: usize) -> Self {
-        let addrs: Vec<NodeAddr> = (0..n as u32).map(NodeAddr::Mem).collect();
+        let peers = (0..n)
+            .map(|i| (0..n).filter(|&j| j != i).collect())
+            .collect();
+        Self::with_peers(peers, faults, seed, queue_max)
+    }
+
+    /// Nodes whose configured peers are `peers[i]` (node ids, in peer-id order): a node may
+    /// list a peer that does not list it back (a configuration mistake).
+    pub fn with_peers(
+        peers: Vec<Vec<usize>>,
+        faults: LinkFaults,
+        seed: u64,
+        queue_max: usize,
+    ) -> Self {
         let mut net = Self {
-            nodes: Vec::with_capacity(n),
+            nodes: Vec::with_capacity(peers.len()),
             flight: BinaryHeap::new(),
             seq: 0,
             now_us: 0,
@@ -98,8 +111,9 @@ impl LinkNet {
             queue_max,
             stats: LinkNetStats::default(),
         };
-        for (i, &addr) in addrs.iter().enumerate() {
-            let peers: Vec<NodeAddr> = addrs.iter().copied().filter(|&a| a != addr).collect();
+        for (i, list) in peers.into_iter().enumerate() {
+            let addr = NodeAddr::Mem(i as u32);
+            let peers: Vec<NodeAddr> = list.into_iter().map(|j| NodeAddr::Mem(j as u32)).collect();
             let links = net.fresh_links(addr, &peers, 1);
             net.nodes.push(Node {
                 links,
@@ -110,7 +124,6 @@ impl LinkNet {
                 incarnation: 1,
                 events: Vec::new(),
             });
-            debug_assert_eq!(net.nodes.len(), i + 1);
         }
         net
     }

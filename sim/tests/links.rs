@@ -231,3 +231,58 @@ fn a_restarted_peer_breaks_the_stream_and_comes_back() {
         assert_eq!(got, vec![(0, b"after".to_vec())], "seed {seed}");
     }
 }
+
+#[test]
+fn a_peer_that_does_not_know_us_is_reported_and_asked_again() {
+    // Node 0 lists node 1; node 1 lists nobody: node 1 acknowledges 0's hello (the AM layer
+    // does) but never answers it.
+    let mut net = LinkNet::with_peers(vec![vec![1], vec![]], lossy(), 7, QUEUE_MAX_DEFAULT);
+    net.run_until(5 * SECOND_US);
+    let s = net.links(0).stats();
+    assert!(s.hellos_unanswered >= 3, "{s:?}");
+    assert!(
+        s.hellos > s.hellos_unanswered,
+        "asked again each time: {s:?}"
+    );
+    assert!(
+        s.hellos < 10,
+        "about one hello a second, not a storm: {s:?}"
+    );
+    assert!(net.take_events(0).contains(&LinkEvent::HelloUnanswered(0)));
+    assert!(net.links(1).stats().unknown_peer >= 1);
+    assert!(!net.links(0).is_up(0));
+}
+
+#[test]
+fn a_packet_cut_by_the_senders_broken_stream_does_not_corrupt_the_next() {
+    for seed in 0..SEEDS {
+        // Window and queue: 65 fragments. Two 64-fragment packets: the window holds the first
+        // and one fragment of the second, which the receiver starts to assemble.
+        let w = WINDOW_MIN;
+        let mut net = LinkNet::full_mesh(2, lossy(), seed, w);
+        let big = |b: u8| vec![b; isotach_am_proto::link::PACKET_MAX];
+        net.links(0).send(0, big(1)).unwrap();
+        run(&mut net, 1_000, 60 * SECOND_US, |net| {
+            net.links(0).queued() == 0
+        });
+        net.links(0).send(0, big(2)).unwrap();
+        run(&mut net, 1_000, 60 * SECOND_US, |net| {
+            net.links(0).in_flight(0) == w
+        });
+        net.run_until(net.now_us() + SECOND_US);
+        // A third big packet overflows the queue: the sender's stream breaks mid-packet.
+        net.links(0).send(0, big(3)).unwrap();
+        assert!(!net.links(0).is_up(0));
+        net.links(0).send(0, b"after".to_vec()).unwrap();
+        let mut got = Vec::new();
+        run(&mut net, 1_000, 120 * SECOND_US, |net| {
+            drain(net, 1, &mut got);
+            got.iter().any(|(_, b)| b == b"after")
+        });
+        let got: Vec<Vec<u8>> = got.into_iter().map(|(_, b)| b).collect();
+        assert_eq!(got, vec![big(1), b"after".to_vec()], "seed {seed}");
+        let s = net.links(1).stats();
+        assert!(s.fragments_discarded >= 1, "seed {seed}: {s:?}");
+        assert_eq!(s.oversize, 0, "seed {seed}");
+    }
+}
