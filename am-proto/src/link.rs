@@ -92,6 +92,8 @@ pub enum LossReason {
     SendOverflow,
     /// Our inbox was full and a packet from the peer was dropped.
     InboxOverflow,
+    /// An in-process peer (an application embedding its SIU) went away.
+    Detached,
 }
 
 /// Something a driver should know about its peers.

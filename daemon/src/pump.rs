@@ -75,11 +75,25 @@ pub struct PumpStats {
     pub redundant_dropped: u64,
 }
 
+/// A peer in the same process (an application embedding its SIU, or the simulator's host):
+/// its packets skip the links and wait in two bounded queues instead.
+#[derive(Debug)]
+struct LocalPeer {
+    /// Its role peer id (it has no link id: link ids skip it).
+    peer: usize,
+    attached: bool,
+    /// From it, not yet taken by the role.
+    inbox: VecDeque<Vec<u8>>,
+    /// To it, not yet taken by it.
+    outbox: VecDeque<Vec<u8>>,
+}
+
 /// A role, its links and the held/stalled queues between them. See the module documentation.
 #[derive(Debug)]
 pub struct Pump<R: Role> {
     role: R,
     links: Links,
+    local: Option<LocalPeer>,
     /// Per input lane: packets the role did not take yet, in order.
     held: Vec<VecDeque<(usize, Vec<u8>)>>,
     /// Most packets held per lane before the lane stops being read.
@@ -103,11 +117,94 @@ impl<R: Role> Pump<R> {
         Self {
             role,
             links,
+            local: None,
             held: (0..lanes).map(|_| VecDeque::new()).collect(),
             held_max,
             stalled: vec![None; out_lanes],
             stats: PumpStats::default(),
         }
+    }
+
+    /// A pump whose role peer `local` lives in this process (see [`Pump::local_send`]): the
+    /// links hold the other peers, in role peer-id order with `local` left out.
+    pub fn with_local(role: R, links: Links, held_max: usize, local: usize) -> Self {
+        let mut pump = Self::new(role, links, held_max);
+        pump.local = Some(LocalPeer {
+            peer: local,
+            attached: false,
+            inbox: VecDeque::new(),
+            outbox: VecDeque::new(),
+        });
+        pump
+    }
+
+    /// The role peer id of link `link`.
+    fn peer_of_link(&self, link: usize) -> usize {
+        match &self.local {
+            Some(l) if link >= l.peer => link + 1,
+            _ => link,
+        }
+    }
+
+    /// The link id of role peer `peer` (`None` for the local peer).
+    fn link_of_peer(&self, peer: usize) -> Option<usize> {
+        match &self.local {
+            Some(l) if peer == l.peer => None,
+            Some(l) if peer > l.peer => Some(peer - 1),
+            _ => Some(peer),
+        }
+    }
+
+    /// The local peer attached (its first sign of life): the role sees it come up.
+    pub fn local_attach(&mut self, now: Time) {
+        let Some(l) = self.local.as_mut().filter(|l| !l.attached) else {
+            return;
+        };
+        l.attached = true;
+        let peer = l.peer;
+        self.role.link_up(now.0 / NS_PER_US, peer);
+    }
+
+    /// The local peer went away: the role sees it lost, and what waited for it goes back to
+    /// the role ([`Role::undelivered`]), in order.
+    pub fn local_detach(&mut self, now: Time) {
+        let Some(l) = self.local.as_mut().filter(|l| l.attached) else {
+            return;
+        };
+        l.attached = false;
+        l.inbox.clear();
+        let peer = l.peer;
+        let waiting: Vec<Vec<u8>> = l.outbox.drain(..).collect();
+        let now_us = now.0 / NS_PER_US;
+        self.role
+            .link_lost(now_us, peer, LossReason::Detached, waiting.len());
+        for bytes in waiting {
+            self.role.undelivered(now_us, peer, bytes);
+        }
+        for lane in 0..self.stalled.len() {
+            if self.stalled[lane].as_ref().is_some_and(|(p, _)| *p == peer) {
+                let (_, bytes) = self.stalled[lane].take().expect("checked");
+                self.role.undelivered(now_us, peer, bytes);
+            }
+        }
+    }
+
+    /// A packet from the local peer; handed back when its queue is full (back-pressure: the
+    /// local peer waits and offers it again). Call [`Pump::advance`] after.
+    pub fn local_send(&mut self, bytes: Vec<u8>) -> Result<(), Vec<u8>> {
+        let held_max = self.held_max;
+        match self.local.as_mut() {
+            Some(l) if l.inbox.len() < held_max => {
+                l.inbox.push_back(bytes);
+                Ok(())
+            }
+            _ => Err(bytes),
+        }
+    }
+
+    /// The next packet for the local peer.
+    pub fn local_recv(&mut self) -> Option<Vec<u8>> {
+        self.local.as_mut()?.outbox.pop_front()
     }
 
     /// The role.
@@ -195,12 +292,16 @@ impl<R: Role> Pump<R> {
     fn events(&mut self, now_us: u64) {
         while let Some(ev) = self.links.poll_event() {
             match ev {
-                LinkEvent::PeerUp(peer) => self.role.link_up(now_us, peer),
+                LinkEvent::PeerUp(link) => {
+                    let peer = self.peer_of_link(link);
+                    self.role.link_up(now_us, peer);
+                }
                 LinkEvent::PeerLost {
-                    peer,
+                    peer: link,
                     reason,
                     dropped,
                 } => {
+                    let peer = self.peer_of_link(link);
                     self.role.link_lost(now_us, peer, reason, dropped);
                     for lane in 0..self.stalled.len() {
                         if self.stalled[lane].as_ref().is_some_and(|(p, _)| *p == peer) {
@@ -212,10 +313,10 @@ impl<R: Role> Pump<R> {
                 LinkEvent::HelloReturned { peer, status } => {
                     tracing::debug!(peer, ?status, "peer not answering yet");
                 }
-                LinkEvent::HelloUnanswered(peer) => {
+                LinkEvent::HelloUnanswered(link) => {
                     tracing::warn!(
-                        peer,
-                        addr = %self.links.peer_status()[peer].addr,
+                        peer = self.peer_of_link(link),
+                        addr = ?self.links.peer_addrs().nth(link),
                         "peer got our hello but does not answer: is our address among its \
                          configured peers?"
                     );
@@ -239,9 +340,24 @@ impl<R: Role> Pump<R> {
             for (lane, q) in self.held.iter().enumerate() {
                 open[lane] = q.len() < self.held_max;
             }
-            let role = &self.role;
-            let Some((peer, bytes)) = self.links.recv_where(|p| open[role.lane(p)]) else {
-                return Ok(());
+            let local = self
+                .local
+                .as_mut()
+                .filter(|l| !l.inbox.is_empty() && open[self.role.lane(l.peer)]);
+            let (peer, bytes) = if let Some(l) = local {
+                (l.peer, l.inbox.pop_front().expect("checked"))
+            } else {
+                let local_peer = self.local.as_ref().map(|l| l.peer);
+                let to_peer = |link: usize| match local_peer {
+                    Some(lp) if link >= lp => link + 1,
+                    _ => link,
+                };
+                let role = &self.role;
+                let Some((link, bytes)) = self.links.recv_where(|l| open[role.lane(to_peer(l))])
+                else {
+                    return Ok(());
+                };
+                (to_peer(link), bytes)
             };
             let lane = self.role.lane(peer);
             if self.held[lane].is_empty() {
@@ -288,8 +404,20 @@ impl<R: Role> Pump<R> {
                 let Some((peer, bytes)) = next else {
                     break;
                 };
+                let Some(link) = self.link_of_peer(peer) else {
+                    let held_max = self.held_max;
+                    let l = self.local.as_mut().expect("a local peer id");
+                    if l.outbox.len() < held_max {
+                        l.outbox.push_back(bytes);
+                    } else {
+                        self.stats.stalled += 1;
+                        self.stalled[lane] = Some((peer, bytes));
+                        break;
+                    }
+                    continue;
+                };
                 let role = &self.role;
-                match self.links.offer(peer, bytes, |b| role.redundant(b))? {
+                match self.links.offer(link, bytes, |b| role.redundant(b))? {
                     Offered::Sent => {}
                     Offered::Dropped => self.stats.redundant_dropped += 1,
                     Offered::Held(bytes) => {
