@@ -111,6 +111,13 @@ pub struct SiuRole {
     /// Host packets [`Siu::host_absent`] could not take yet (host output waits behind them;
     /// at most one per output lane stall plus one).
     absent_stalled: VecDeque<Vec<u8>>,
+    /// Keep a copy of every host packet dropped because no application is attached (the
+    /// simulator's oracles must see the whole host-bound stream).
+    observe_absent: bool,
+    absent_seen: Vec<Vec<u8>>,
+    /// The last host packet the SIU refused and why (the simulator tells its host; a daemon
+    /// only logs it).
+    last_host_refusal: Option<SiuError>,
     /// When the last token from the TM arrived (cleared by our next token to it), µs.
     token_in_us: Option<u64>,
     /// Token turnarounds measured and not taken yet, µs (the runner records them).
@@ -146,6 +153,9 @@ impl SiuRole {
             app_attached: false,
             absent_dropped: 0,
             absent_stalled: VecDeque::new(),
+            observe_absent: false,
+            absent_seen: Vec::new(),
+            last_host_refusal: None,
             token_in_us: None,
             turnarounds_us: Vec::new(),
             gauges: Arc::new(SiuGauges::default()),
@@ -196,6 +206,22 @@ impl SiuRole {
     /// last call, µs.
     pub fn take_turnarounds_us(&mut self) -> impl Iterator<Item = u64> + '_ {
         self.turnarounds_us.drain(..)
+    }
+
+    /// Keep copies of the host packets dropped while no application is attached, for
+    /// [`SiuRole::take_absent_seen`] (the simulator's oracles).
+    pub fn observe_absent(&mut self, on: bool) {
+        self.observe_absent = on;
+    }
+
+    /// The host packets dropped for an absent application since the last call, in order.
+    pub fn take_absent_seen(&mut self) -> std::vec::Drain<'_, Vec<u8>> {
+        self.absent_seen.drain(..)
+    }
+
+    /// Why the last refused host packet was refused (taken once).
+    pub fn take_host_refusal(&mut self) -> Option<SiuError> {
+        self.last_host_refusal.take()
     }
 
     fn peer_name(&self, peer: usize) -> &str {
@@ -268,6 +294,9 @@ impl SiuRole {
             if self.app_attached {
                 return Some((PEER_APP, b));
             }
+            if self.observe_absent {
+                self.absent_seen.push(b.clone());
+            }
             if !self.absent(b) {
                 return None;
             }
@@ -300,7 +329,9 @@ impl Role for SiuRole {
                 Err(SiuError::NotStarted | SiuError::Backpressure { .. }) => Verdict::Retry,
                 Err(e) => {
                     tracing::warn!(host = self.siu.host(), %e, "host packet refused");
-                    Verdict::Refused(e.to_string())
+                    let why = e.to_string();
+                    self.last_host_refusal = Some(e);
+                    Verdict::Refused(why)
                 }
             };
         }

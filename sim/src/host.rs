@@ -100,6 +100,13 @@ pub trait Host {
         let _ = (ctx, token);
     }
 
+    /// The host's SIU crashed and a new process took its place: the application lost its
+    /// link and everything in flight on it (a daemon's application gets
+    /// `SmmError::SiuRestarted` and is restarted). Called before the new SIU runs.
+    fn on_siu_restart(&mut self, ctx: &mut HostCtx<'_>) {
+        let _ = ctx;
+    }
+
     /// The SIU refused a packet this host sent (a daemon returns such errors to its local
     /// endpoint).
     fn on_refused(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8], error: &SiuError) {

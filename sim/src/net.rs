@@ -1,18 +1,19 @@
-//! The network beneath the links: reliable FIFO channels over a faulty datagram network.
+//! The datagram network beneath the daemons' links, and its fault settings.
 //!
-//! SIU↔TM, TM↔TM and host-to-host (non-isotach) links are reliable FIFO channels, as the
-//! transport (the AM layer) makes them. The datagram network under a channel loses,
-//! duplicates and reorders datagrams; above the channel that shows only as delay:
+//! Every TM and SIU runs its real link core (AM frames with retransmission, FIFO reordering,
+//! hello, credit) over this network, so its faults are the real ones:
 //!
-//! * each lost transmission costs one retransmission timeout (`rto_us`) before the next try;
-//! * a reordered datagram (overtaken by a later one) is held back for a while, and everything
-//!   behind it on the channel waits for it (head-of-line blocking);
-//! * a duplicate is absorbed by the receiver's transport and only counted.
+//! * a datagram is lost with probability `loss` (the AM layer retransmits after its
+//!   retransmission timeout, `rto_us` in the simulator);
+//! * a datagram is delayed by the direction's base latency plus jitter, and with probability
+//!   `reorder` by an extra delay, so later datagrams overtake it (the AM layer's FIFO
+//!   reorder buffer puts them back in order);
+//! * with probability `dup` a second copy is delivered (the AM layer drops it);
+//! * **token corruption** (`token_corrupt`) happens above the link: a token handed to its
+//!   receiver has one byte flipped, so the receiver must refuse it for its CRC and the
+//!   lost-token algorithm recover.
 //!
-//! Per direction, a datagram is delivered at `max(previous delivery, computed arrival)`, so
-//! a channel never reorders. The one fault visible above the channel is **token corruption**:
-//! with probability `token_corrupt` a token is delivered with one byte flipped, so its
-//! receiver drops it for a bad CRC and the lost-token algorithm has to recover.
+//! The host↔SIU link is in-process with a fixed latency and no faults.
 
 use crate::rng::SimRng;
 
@@ -102,10 +103,6 @@ pub struct Faults {
     pub host_latency_us: u64,
 }
 
-/// Retransmissions of one datagram before the simulated transport gives up drawing losses
-/// (the datagram then gets through: the channel is reliable).
-const RETRIES_MAX: u32 = 32;
-
 impl Default for Faults {
     fn default() -> Self {
         Self {
@@ -158,19 +155,19 @@ impl Faults {
 /// What the network did, summed over all channels.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NetStats {
-    /// Datagrams sent over reliable channels (first transmissions).
+    /// Datagrams the daemons sent (AM frames: requests, replies, acks).
     pub datagrams: u64,
-    /// Transmissions lost and retransmitted after a timeout.
+    /// Datagrams lost (the AM layer retransmits what it needs).
     pub retransmissions: u64,
-    /// Datagrams overtaken by later ones (held back, head-of-line delay).
+    /// Datagrams delayed so that later ones overtook them.
     pub reordered: u64,
-    /// Duplicate datagrams absorbed by the receiving transport.
+    /// Datagrams delivered twice (the AM layer drops the copy).
     pub duplicates_absorbed: u64,
     /// Tokens delivered with a flipped byte.
     pub tokens_corrupted: u64,
 }
 
-/// One direction of a reliable FIFO channel.
+/// One direction of the in-process host↔SIU link: fixed latency, FIFO.
 #[derive(Debug, Clone)]
 pub(crate) struct Channel {
     base_latency_us: u64,
@@ -178,46 +175,12 @@ pub(crate) struct Channel {
 }
 
 impl Channel {
-    pub(crate) fn new(faults: &Faults, rng: &mut SimRng) -> Self {
-        Self {
-            base_latency_us: faults.latency_us.draw(rng),
-            last_delivery_us: 0,
-        }
-    }
-
     /// A channel with a fixed latency and no faults (host↔SIU).
     pub(crate) fn fixed(latency_us: u64) -> Self {
         Self {
             base_latency_us: latency_us,
             last_delivery_us: 0,
         }
-    }
-
-    /// Delivery time of a datagram handed to the channel at `now_us` over the faulty network.
-    pub(crate) fn transit(
-        &mut self,
-        now_us: u64,
-        faults: &Faults,
-        rng: &mut SimRng,
-        stats: &mut NetStats,
-    ) -> u64 {
-        stats.datagrams += 1;
-        let mut at = now_us;
-        let mut tries = 0;
-        while tries < RETRIES_MAX && rng.chance(faults.loss) {
-            at += faults.rto_us;
-            stats.retransmissions += 1;
-            tries += 1;
-        }
-        at += self.base_latency_us + faults.jitter_us.draw(rng);
-        if rng.chance(faults.reorder) {
-            at += faults.reorder_delay_us.draw(rng);
-            stats.reordered += 1;
-        }
-        if rng.chance(faults.dup) {
-            stats.duplicates_absorbed += 1;
-        }
-        self.deliver_at(at)
     }
 
     /// Delivery time of a packet handed to a fault-free channel at `now_us`.
@@ -246,27 +209,6 @@ pub(crate) fn corrupt(bytes: &mut [u8], rng: &mut SimRng) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn channels_stay_fifo_under_every_fault() {
-        let faults = Faults {
-            loss: 0.3,
-            dup: 0.3,
-            reorder: 0.5,
-            ..Faults::default()
-        };
-        let mut rng = SimRng::new(9);
-        let mut stats = NetStats::default();
-        let mut ch = Channel::new(&faults, &mut rng);
-        let mut last = 0;
-        for now in 0..2_000 {
-            let at = ch.transit(now, &faults, &mut rng, &mut stats);
-            assert!(at >= last && at > now);
-            last = at;
-        }
-        assert!(stats.retransmissions > 0 && stats.reordered > 0);
-        assert!(stats.duplicates_absorbed > 0);
-    }
 
     #[test]
     fn validation_names_the_setting() {

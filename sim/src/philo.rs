@@ -14,7 +14,7 @@
 use crate::host::{Host, HostCtx};
 use crate::net::{FaultError, Faults, RangeUs};
 use crate::oracle::PulseOracle;
-use crate::sim::{Pauses, RunEnd, Sim, SimConfig, SimError};
+use crate::sim::{Pauses, Restarts, RunEnd, Sim, SimConfig, SimError};
 use crate::smm_host::{SmmPort, run_to_quiescence};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::Width;
@@ -37,6 +37,8 @@ pub struct PhiloOptions {
     pub faults: Faults,
     /// Pauses of TMs and SIUs.
     pub pauses: Option<Pauses>,
+    /// Crashes and restarts of TMs and SIUs.
+    pub restarts: Option<Restarts>,
     /// Thinking time between meals.
     pub think_us: RangeUs,
     /// Eating time.
@@ -56,6 +58,7 @@ impl PhiloOptions {
             meals,
             faults: Faults::default(),
             pauses: None,
+            restarts: None,
             think_us: RangeUs::new(0, 400),
             eat_us: RangeUs::new(50, 400),
             backoff_us: RangeUs::new(0, 800),
@@ -301,6 +304,7 @@ pub fn run(opts: &PhiloOptions) -> Result<PhiloReport, PhiloError> {
         cluster: opts.cluster.clone(),
         faults: opts.faults.clone(),
         pauses: opts.pauses,
+        restarts: opts.restarts,
         tamper: crate::Tamper::None,
     };
     let mut sim = Sim::new(cfg, hosts, PulseOracle::new(n))?;

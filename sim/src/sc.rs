@@ -13,7 +13,7 @@
 use crate::host::{Host, HostCtx};
 use crate::net::{FaultError, Faults, RangeUs};
 use crate::oracle::PulseOracle;
-use crate::sim::{Pauses, RunEnd, Sim, SimConfig, SimError};
+use crate::sim::{Pauses, Restarts, RunEnd, Sim, SimConfig, SimError};
 use crate::smm_host::{SmmPort, run_to_quiescence};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::Width;
@@ -55,6 +55,8 @@ pub struct ScOptions {
     pub faults: Faults,
     /// Pauses of TMs and SIUs.
     pub pauses: Option<Pauses>,
+    /// Crashes and restarts of TMs and SIUs.
+    pub restarts: Option<Restarts>,
     /// Pause between a host's isochrons.
     pub think_us: RangeUs,
     /// Virtual time without pulse progress that ends a run as stalled.
@@ -73,6 +75,7 @@ impl ScOptions {
             isochrons: 500,
             faults: Faults::default(),
             pauses: None,
+            restarts: None,
             think_us: RangeUs::new(0, 300),
             stall_us: 2_000_000,
             apps: AppFaults::default(),
@@ -438,6 +441,7 @@ fn run_one(opts: &ScOptions, seed: u64, report: &mut ScReport) -> Result<(), ScE
         cluster: opts.cluster.clone(),
         faults: opts.faults.clone(),
         pauses: opts.pauses,
+        restarts: opts.restarts,
         tamper: crate::Tamper::None,
     };
     let mut sim = Sim::new(cfg, hosts, PulseOracle::new(n))?;

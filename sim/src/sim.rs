@@ -1,24 +1,51 @@
 //! The driver: one thread, a virtual clock, an event queue ordered by (time, insertion
-//! sequence), the TM and SIU state machines, the links between them, pauses and hosts.
+//! sequence), hosts, pauses and restarts — and the daemons themselves: every TM and SIU is the
+//! daemons' [`Pump`](isotach_daemon::Pump) (state machine, daemon rules, links with hello,
+//! credit and back-pressure) exchanging AM datagrams over a faulty simulated network.
+
+mod node;
 
 use crate::hash::Fnv1a64;
 use crate::host::{Host, HostAction, HostCtx, Observer};
-use crate::net::{self, Channel, Faults, NetStats, RangeUs};
+use crate::net::{Channel, Faults, NetStats, RangeUs};
 use crate::rng::SimRng;
+use isotach_am_proto::{NodeAddr, Time};
+use isotach_daemon::pump::{Pump, Role, Verdict};
+use isotach_daemon::siu::{PEER_APP, SiuRole};
+use isotach_daemon::tm::TmRole;
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::{EopMarker, IsotachMessage, Kind};
-use isotach_proto::topology::{Hop, HostId, SwitchId, Topology};
-use isotach_siu::{Mode, Route, Siu, SiuConfig, SiuError};
-use isotach_tm::{LinkId, TmConfig, TokenManager};
+use isotach_proto::topology::{HostId, SwitchId, Topology};
+use isotach_siu::{Route, Siu, Transmit};
+use isotach_tm::TokenManager;
+use node::{Build, Seen, Watched};
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
 /// Random streams of one run (see [`SimRng::stream`]).
 mod stream {
     pub(super) const NET: u64 = 1;
     pub(super) const PAUSE: u64 = 2;
+    pub(super) const RESTART: u64 = 3;
     pub(super) const HOST_BASE: u64 = 1_000;
+    pub(super) const NODE_BASE: u64 = 1_000_000;
+}
+
+/// Nanoseconds per microsecond (the links keep AM time in ns).
+const NS_PER_US: u64 = 1_000;
+
+/// Every `every_us` (up to `count` times), one TM or SIU chosen at random crashes: it is gone
+/// (datagrams to it are lost) for a while, then a fresh process with a new incarnation takes
+/// its place, as `docs/operations.md` ("Peer loss and restarts") describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restarts {
+    /// Time between two crashes.
+    pub every_us: u64,
+    /// Most crashes in a run.
+    pub count: u32,
+    /// How long a crashed node stays down.
+    pub down_us: RangeUs,
 }
 
 /// Every `every_us`, one TM or SIU chosen at random stops for a while: its inputs wait until it
@@ -54,6 +81,8 @@ pub struct SimConfig {
     pub faults: Faults,
     /// Pauses of TMs and SIUs (none when `None`).
     pub pauses: Option<Pauses>,
+    /// Crashes and restarts of TMs and SIUs (none when `None`).
+    pub restarts: Option<Restarts>,
     /// Test-only damage.
     pub tamper: Tamper,
 }
@@ -90,12 +119,19 @@ pub struct SimStats {
     pub deliveries: u64,
     /// Pauses started.
     pub pauses: u64,
+    /// TMs and SIUs crashed and restarted.
+    pub restarts: u64,
+    /// Host packets the SIU's in-process queue was full for (retried: back-pressure).
+    pub host_backpressure: u64,
     /// Corrupted tokens their receiver dropped (as it must).
     pub corrupt_tokens_dropped: u64,
     /// Corrupted tokens their receiver accepted (must stay 0).
     pub corrupt_tokens_accepted: u64,
-    /// Errors from a TM or an SIU on intact network input (must stay 0).
+    /// Errors from a TM or an SIU on intact network input (must stay 0 without restarts).
     pub net_errors: u64,
+    /// Intact network input refused by a node that restarted or whose peer did (an old
+    /// generation's packets; expected after a restart, counted apart).
+    pub net_refused_after_restart: u64,
     /// Host packets the SIU refused.
     pub host_refusals: u64,
     /// Of those, refused because logical time had not started yet.
@@ -120,26 +156,25 @@ const ERROR_LOG_MAX: usize = 16;
 
 #[derive(Debug)]
 enum Event {
-    /// Network side of an SIU: a token or message from its TM, or a plain message from a peer.
-    SiuNet {
-        host: HostId,
+    /// A datagram reaches a TM or an SIU.
+    Datagram {
+        to: NodeId,
+        from: NodeAddr,
         bytes: Vec<u8>,
-        corrupted: bool,
     },
-    /// Host side of an SIU.
+    /// A host's packet reaches its SIU (in-process).
     SiuHost {
         host: HostId,
         bytes: Vec<u8>,
     },
-    /// A TM link.
-    Tm {
-        switch: SwitchId,
-        link: LinkId,
-        bytes: Vec<u8>,
-        corrupted: bool,
-    },
     /// A packet from the SIU reaches its host.
     HostPacket {
+        host: HostId,
+        bytes: Vec<u8>,
+    },
+    /// A packet the SIU dropped because no application was attached, in its place in the
+    /// host-bound stream (for the observer only).
+    HostAbsent {
         host: HostId,
         bytes: Vec<u8>,
     },
@@ -155,14 +190,18 @@ enum Event {
     Resume {
         node: NodeId,
     },
+    Crash,
+    Revive {
+        node: NodeId,
+    },
 }
 
 impl Event {
     /// The TM or SIU whose input this is (pauses delay it).
     fn pausable_target(&self) -> Option<NodeId> {
         match self {
-            Self::SiuNet { host, .. } | Self::SiuHost { host, .. } => Some(NodeId::Siu(*host)),
-            Self::Tm { switch, .. } => Some(NodeId::Tm(*switch)),
+            Self::Datagram { to, .. } => Some(*to),
+            Self::SiuHost { host, .. } => Some(NodeId::Siu(*host)),
             _ => None,
         }
     }
@@ -193,37 +232,35 @@ impl Ord for Scheduled {
     }
 }
 
-/// Pause state and timer of a TM or SIU.
+/// Pause, crash and timer state of a TM or SIU.
 #[derive(Debug, Default)]
 struct Runtime {
     paused: bool,
+    /// Crashed: datagrams to it are lost, nothing runs, until it is revived.
+    down: bool,
     deferred: VecDeque<Event>,
     timer_armed_us: Option<u64>,
+    incarnation: u64,
+    /// It, or a peer of the cluster, restarted (old packets may be refused from now on).
+    restarted: bool,
 }
 
 #[derive(Debug)]
 struct SiuNode {
-    siu: Siu,
+    pump: Pump<Watched<SiuRole>>,
     rt: Runtime,
-    /// SIU → TM.
-    to_tm: Channel,
-    tm_link: LinkId,
-    /// SIU → host and host → SIU.
     to_host: Channel,
     from_host: Channel,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum LinkDest {
-    Siu(HostId),
-    Tm { switch: SwitchId, link: LinkId },
+    /// The host's application is attached (as the SIU was last told).
+    attached: bool,
+    /// Host packets the SIU's in-process queue was full for, in order.
+    backlog: VecDeque<Vec<u8>>,
 }
 
 #[derive(Debug)]
 struct TmNode {
-    tm: TokenManager,
+    pump: Pump<Watched<TmRole>>,
     rt: Runtime,
-    out: Vec<(Channel, LinkDest)>,
 }
 
 #[derive(Debug, Default)]
@@ -237,6 +274,7 @@ struct TamperState {
 pub struct Sim<H: Host, O: Observer> {
     cfg: SimConfig,
     topology: Arc<Topology>,
+    am: isotach_am_proto::Config,
     now_us: u64,
     seq: u64,
     queue: BinaryHeap<Scheduled>,
@@ -244,10 +282,13 @@ pub struct Sim<H: Host, O: Observer> {
     tms: Vec<TmNode>,
     hosts: Vec<H>,
     host_rngs: Vec<SimRng>,
-    plain: BTreeMap<(HostId, HostId), Channel>,
+    /// One-way base latency of each direction between two nodes, drawn on first use.
+    latency: HashMap<(NodeId, NodeId), u64>,
     observer: O,
     net_rng: SimRng,
     pause_rng: SimRng,
+    restart_rng: SimRng,
+    restarts_left: u32,
     tamper: TamperState,
     hash: Fnv1a64,
     stats: SimStats,
@@ -256,6 +297,8 @@ pub struct Sim<H: Host, O: Observer> {
     min_recvclock: u64,
     progress_at_us: u64,
     actions: Vec<HostAction>,
+    /// Datagrams a node produced, before the network takes them.
+    outbox: Vec<(NodeAddr, Vec<u8>)>,
 }
 
 /// Why a simulation cannot be built.
@@ -271,15 +314,16 @@ pub enum SimError {
     },
     /// A fault setting is unusable.
     #[error(transparent)]
-    Faults(#[from] net::FaultError),
+    Faults(#[from] crate::net::FaultError),
     /// A timing setting is unusable.
     #[error("{0}")]
     Timing(&'static str),
 }
 
 impl<H: Host, O: Observer> Sim<H, O> {
-    /// Builds the cluster and starts it at virtual time 0: host 0's SIU sends the reset token
-    /// and every host's [`Host::on_start`] runs.
+    /// Builds the cluster and starts it at virtual time 0: every daemon says hello to its
+    /// peers (host 0's SIU starts logical time once its TM answers) and every host's
+    /// [`Host::on_start`] runs.
     pub fn new(cfg: SimConfig, hosts: Vec<H>, observer: O) -> Result<Self, SimError> {
         cfg.faults.validate()?;
         if cfg.cluster.timing.token_timeout_us == 0 {
@@ -293,6 +337,11 @@ impl<H: Host, O: Observer> Sim<H, O> {
         {
             return Err(SimError::Timing("pauses need every-us >= 1 and lo <= hi"));
         }
+        if let Some(r) = cfg.restarts
+            && (r.every_us == 0 || r.down_us.lo > r.down_us.hi)
+        {
+            return Err(SimError::Timing("restarts need every-us >= 1 and lo <= hi"));
+        }
         let topology = Arc::new(cfg.cluster.topology.clone());
         let n_hosts = topology.host_count();
         if hosts.len() != n_hosts {
@@ -301,67 +350,43 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 behaviours: hosts.len(),
             });
         }
-        let mut net_rng = SimRng::stream(cfg.seed, stream::NET);
-        let tms: Vec<TokenManager> = (0..topology.switch_count())
-            .map(|s| {
-                TokenManager::new(TmConfig {
-                    switch: s as SwitchId,
-                    topology: Arc::clone(&topology),
-                    timing: cfg.cluster.timing,
-                    limits: cfg.cluster.limits,
-                })
+        let am = node::am_config(cfg.faults.rto_us);
+        let build = Build {
+            cluster: &cfg.cluster,
+            topology: &topology,
+            am: &am,
+            token_corrupt: cfg.faults.token_corrupt,
+        };
+        let tms = (0..topology.switch_count())
+            .map(|s| TmNode {
+                pump: node::tm_pump(
+                    &build,
+                    s as SwitchId,
+                    1,
+                    node_rng(cfg.seed, NodeId::Tm(s as SwitchId), 1),
+                ),
+                rt: Runtime {
+                    incarnation: 1,
+                    ..Runtime::default()
+                },
             })
             .collect();
-        let mut tm_nodes = Vec::with_capacity(tms.len());
-        for (s, tm) in tms.iter().enumerate() {
-            let out = tm
-                .links()
-                .map(|hop| {
-                    let dest = match hop {
-                        Hop::Host(h) => LinkDest::Siu(h),
-                        Hop::Switch(t) => LinkDest::Tm {
-                            switch: t,
-                            link: tms[usize::from(t)]
-                                .link_to(Hop::Switch(s as SwitchId))
-                                .expect("trunks are symmetric"),
-                        },
-                    };
-                    (Channel::new(&cfg.faults, &mut net_rng), dest)
-                })
-                .collect();
-            tm_nodes.push(out);
-        }
         let sius = (0..n_hosts)
-            .map(|h| {
-                let host = h as HostId;
-                let switch = topology.switch_of(host);
-                let siu = Siu::new(SiuConfig {
-                    host,
-                    mode: Mode::Siu,
-                    topology: Arc::clone(&topology),
-                    timing: cfg.cluster.timing,
-                    limits: cfg.cluster.limits,
-                    initiates_reset: h == 0,
-                });
-                SiuNode {
-                    siu,
-                    rt: Runtime::default(),
-                    to_tm: Channel::new(&cfg.faults, &mut net_rng),
-                    tm_link: tms[usize::from(switch)]
-                        .link_to(Hop::Host(host))
-                        .expect("every host has a link at its switch"),
-                    to_host: Channel::fixed(cfg.faults.host_latency_us),
-                    from_host: Channel::fixed(cfg.faults.host_latency_us),
-                }
-            })
-            .collect();
-        let tms = tms
-            .into_iter()
-            .zip(tm_nodes)
-            .map(|(tm, out)| TmNode {
-                tm,
-                rt: Runtime::default(),
-                out,
+            .map(|h| SiuNode {
+                pump: node::siu_pump(
+                    &build,
+                    h as HostId,
+                    1,
+                    node_rng(cfg.seed, NodeId::Siu(h as HostId), 1),
+                ),
+                rt: Runtime {
+                    incarnation: 1,
+                    ..Runtime::default()
+                },
+                to_host: Channel::fixed(cfg.faults.host_latency_us),
+                from_host: Channel::fixed(cfg.faults.host_latency_us),
+                attached: false,
+                backlog: VecDeque::new(),
             })
             .collect();
         let host_rngs = (0..n_hosts)
@@ -369,6 +394,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
             .collect();
         let mut sim = Self {
             topology,
+            am,
             now_us: 0,
             seq: 0,
             queue: BinaryHeap::new(),
@@ -376,10 +402,12 @@ impl<H: Host, O: Observer> Sim<H, O> {
             tms,
             hosts,
             host_rngs,
-            plain: BTreeMap::new(),
+            latency: HashMap::new(),
             observer,
-            net_rng,
+            net_rng: SimRng::stream(cfg.seed, stream::NET),
             pause_rng: SimRng::stream(cfg.seed, stream::PAUSE),
+            restart_rng: SimRng::stream(cfg.seed, stream::RESTART),
+            restarts_left: cfg.restarts.map_or(0, |r| r.count),
             tamper: TamperState::default(),
             hash: Fnv1a64::new(),
             stats: SimStats::default(),
@@ -388,6 +416,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
             min_recvclock: 0,
             progress_at_us: 0,
             actions: Vec::new(),
+            outbox: Vec::new(),
             cfg,
         };
         sim.start();
@@ -395,17 +424,26 @@ impl<H: Host, O: Observer> Sim<H, O> {
     }
 
     fn start(&mut self) {
-        for (h, node) in self.sius.iter_mut().enumerate() {
-            if h == 0 {
-                node.siu.start(self.now_us);
-            }
+        for s in 0..self.tms.len() {
+            self.run_node(NodeId::Tm(s as SwitchId));
         }
-        self.drain_siu(0);
+        for h in 0..self.hosts.len() {
+            let host = h as HostId;
+            if self.hosts[h].attached() {
+                self.attach(host);
+            }
+            self.run_node(NodeId::Siu(host));
+        }
         for h in 0..self.hosts.len() {
             self.with_host(h as HostId, |host, ctx| host.on_start(ctx));
         }
         if let Some(p) = self.cfg.pauses {
             self.schedule(p.every_us, Event::Pause);
+        }
+        if let Some(r) = self.cfg.restarts
+            && r.count > 0
+        {
+            self.schedule(r.every_us, Event::Crash);
         }
     }
 
@@ -426,15 +464,20 @@ impl<H: Host, O: Observer> Sim<H, O> {
     }
     /// The SIU of `host`.
     pub fn siu(&self, host: HostId) -> &Siu {
-        &self.sius[usize::from(host)].siu
+        self.sius[usize::from(host)].pump.role().inner.siu()
     }
     /// Every SIU, by host id.
     pub fn sius(&self) -> impl Iterator<Item = &Siu> {
-        self.sius.iter().map(|n| &n.siu)
+        self.sius.iter().map(|n| n.pump.role().inner.siu())
     }
     /// Every TM, by switch id.
     pub fn tms(&self) -> impl Iterator<Item = &TokenManager> {
-        self.tms.iter().map(|n| &n.tm)
+        self.tms.iter().map(|n| n.pump.role().inner.tm())
+    }
+    /// Counters of every daemon's links, SIUs first (by host id), then TMs.
+    pub fn link_stats(&self) -> impl Iterator<Item = isotach_am_proto::link::LinkStats> + '_ {
+        let sius = self.sius.iter().map(|n| n.pump.links().stats());
+        sius.chain(self.tms.iter().map(|n| n.pump.links().stats()))
     }
     /// The host behaviours.
     pub fn hosts(&self) -> &[H] {
@@ -541,7 +584,11 @@ impl<H: Host, O: Observer> Sim<H, O> {
     fn dispatch(&mut self, event: Event) {
         if let Some(node) = event.pausable_target() {
             let rt = self.runtime(node);
-            // A paused node's inputs wait; later inputs queue behind them (FIFO).
+            if rt.down {
+                // A crashed process: what was on its way to it is lost.
+                return;
+            }
+            // A paused node's inputs wait; later inputs queue behind them.
             if rt.paused || !rt.deferred.is_empty() {
                 rt.deferred.push_back(event);
                 return;
@@ -552,26 +599,50 @@ impl<H: Host, O: Observer> Sim<H, O> {
 
     fn handle(&mut self, event: Event) {
         match event {
-            Event::SiuNet {
-                host,
-                bytes,
-                corrupted,
-            } => self.siu_net(host, &bytes, corrupted),
-            Event::SiuHost { host, bytes } => self.siu_host(host, &bytes),
-            Event::Tm {
-                switch,
-                link,
-                bytes,
-                corrupted,
-            } => self.tm_input(switch, link, &bytes, corrupted),
-            Event::HostPacket { host, bytes } => self.host_packet(host, &bytes),
+            Event::Datagram { to, from, bytes } => {
+                self.trace(to, &bytes);
+                let now = self.now();
+                match to {
+                    NodeId::Siu(h) => self.sius[usize::from(h)]
+                        .pump
+                        .handle_datagram(now, from, &bytes),
+                    NodeId::Tm(s) => self.tms[usize::from(s)]
+                        .pump
+                        .handle_datagram(now, from, &bytes),
+                    NodeId::Host(_) => unreachable!("datagrams go to daemons"),
+                }
+                self.run_node(to);
+            }
+            Event::SiuHost { host, bytes } => {
+                self.trace(NodeId::Siu(host), &bytes);
+                let node = &mut self.sius[usize::from(host)];
+                if node.backlog.is_empty() {
+                    if let Err(b) = node.pump.local_send(bytes) {
+                        node.backlog.push_back(b);
+                    }
+                } else {
+                    node.backlog.push_back(bytes);
+                }
+                self.run_node(NodeId::Siu(host));
+            }
+            Event::HostPacket { host, bytes } => self.host_packet(host, bytes),
+            Event::HostAbsent { host, bytes } => {
+                self.trace(NodeId::Host(host), &bytes);
+                self.observer.on_host_packet(self.now_us, host, &bytes);
+            }
             Event::HostWake { host, token } => {
                 self.with_host(host, |h, ctx| h.on_wake(ctx, token));
             }
             Event::Timer { node, deadline_us } => self.timer(node, deadline_us),
             Event::Pause => self.pause(),
             Event::Resume { node } => self.resume(node),
+            Event::Crash => self.crash(),
+            Event::Revive { node } => self.revive(node),
         }
+    }
+
+    fn now(&self) -> Time {
+        Time(self.now_us * NS_PER_US)
     }
 
     fn trace(&mut self, node: NodeId, bytes: &[u8]) {
@@ -588,123 +659,54 @@ impl<H: Host, O: Observer> Sim<H, O> {
         }
     }
 
-    /// Counts the outcome of a network input: corrupted tokens must be dropped with an error,
-    /// intact input must be accepted.
-    fn net_outcome<E: std::fmt::Display>(&mut self, node: NodeId, r: Result<(), E>, corrupt: bool) {
-        match (r, corrupt) {
-            (Err(_), true) => self.stats.corrupt_tokens_dropped += 1,
-            (Ok(()), true) => {
-                self.stats.corrupt_tokens_accepted += 1;
-                self.log_error(format!("{node:?} accepted a corrupted token"));
-            }
-            (Err(e), false) => {
-                self.stats.net_errors += 1;
-                self.log_error(format!("{node:?} refused network input: {e}"));
-            }
-            (Ok(()), false) => {}
-        }
-    }
-
-    fn siu_net(&mut self, host: HostId, bytes: &[u8], corrupted: bool) {
-        self.trace(NodeId::Siu(host), bytes);
+    fn host_packet(&mut self, host: HostId, bytes: Vec<u8>) {
+        self.trace(NodeId::Host(host), &bytes);
+        self.observer.on_host_packet(self.now_us, host, &bytes);
         let h = usize::from(host);
-        let r = self.sius[h].siu.handle_net(self.now_us, bytes);
-        self.net_outcome(NodeId::Siu(host), r, corrupted);
-        self.drain_siu(host);
-        let recv = self.sius[h].siu.recvclock();
-        if recv != self.recvclocks[h] {
-            let was_min = self.recvclocks[h] == self.min_recvclock;
-            self.recvclocks[h] = recv;
-            if was_min || recv < self.min_recvclock {
-                let min = self.recvclocks.iter().copied().min().unwrap_or(0);
-                if min > self.min_recvclock {
-                    self.progress_at_us = self.now_us;
-                }
-                self.min_recvclock = min;
+        if !self.hosts[h].attached() || !self.sius[h].attached {
+            // On its way when the application left: back to the SIU, which answers requests
+            // for the absent host.
+            if !self.sius[h].rt.down {
+                let now_us = self.now_us;
+                self.sius[h]
+                    .pump
+                    .role_mut()
+                    .undelivered(now_us, PEER_APP, bytes);
+                self.run_node(NodeId::Siu(host));
             }
-        }
-    }
-
-    fn siu_host(&mut self, host: HostId, bytes: &[u8]) {
-        self.trace(NodeId::Siu(host), bytes);
-        let r = self.sius[usize::from(host)]
-            .siu
-            .handle_host(self.now_us, bytes);
-        self.observer
-            .on_siu_host_input(self.now_us, host, bytes, r.as_ref().err());
-        if let Err(e) = r {
-            self.stats.host_refusals += 1;
-            if e == SiuError::NotStarted {
-                self.stats.host_refusals_not_started += 1;
-            }
-            self.with_host(host, |h, ctx| h.on_refused(ctx, bytes, &e));
-        }
-        self.drain_siu(host);
-    }
-
-    fn tm_input(&mut self, switch: SwitchId, link: LinkId, bytes: &[u8], corrupted: bool) {
-        self.trace(NodeId::Tm(switch), bytes);
-        let r = self.tms[usize::from(switch)]
-            .tm
-            .handle_input(self.now_us, link, bytes);
-        self.net_outcome(NodeId::Tm(switch), r, corrupted);
-        self.drain_tm(switch);
-    }
-
-    fn host_packet(&mut self, host: HostId, bytes: &[u8]) {
-        self.trace(NodeId::Host(host), bytes);
-        self.observer.on_host_packet(self.now_us, host, bytes);
-        let h = usize::from(host);
-        if !self.hosts[h].attached() {
-            if let Err(e) = self.sius[h].siu.host_absent(bytes) {
-                // Back-pressure on the SIU's network queue: offer it again a little later.
-                self.stats.net_errors += 1;
-                self.log_error(format!(
-                    "SIU {host} refused a packet for its absent host: {e}"
-                ));
-            }
-            self.drain_siu(host);
             return;
         }
-        self.with_host(host, |h, ctx| h.on_packet(ctx, bytes));
+        self.with_host(host, |h, ctx| h.on_packet(ctx, &bytes));
     }
 
     fn timer(&mut self, node: NodeId, deadline_us: u64) {
-        let now = self.now_us;
         let rt = self.runtime(node);
         if rt.timer_armed_us != Some(deadline_us) {
             return; // superseded
         }
         rt.timer_armed_us = None;
-        if rt.paused {
+        if rt.paused || rt.down {
             return; // re-armed on resume
         }
-        match node {
-            NodeId::Siu(h) => {
-                self.sius[usize::from(h)].siu.handle_timeout(now);
-                self.drain_siu(h);
-            }
-            NodeId::Tm(s) => {
-                self.tms[usize::from(s)].tm.handle_timeout(now);
-                self.drain_tm(s);
-            }
-            NodeId::Host(_) => {}
+        self.run_node(node);
+    }
+
+    fn pick_daemon(rng: &mut SimRng, sius: usize, tms: usize) -> NodeId {
+        let pick = rng.below((sius + tms) as u64) as usize;
+        if pick < sius {
+            NodeId::Siu(pick as HostId)
+        } else {
+            NodeId::Tm((pick - sius) as SwitchId)
         }
     }
 
     fn pause(&mut self) {
         let Some(p) = self.cfg.pauses else { return };
         self.schedule(self.now_us + p.every_us, Event::Pause);
-        let n_sius = self.sius.len() as u64;
-        let pick = self.pause_rng.below(n_sius + self.tms.len() as u64);
-        let node = if pick < n_sius {
-            NodeId::Siu(pick as HostId)
-        } else {
-            NodeId::Tm((pick - n_sius) as SwitchId)
-        };
+        let node = Self::pick_daemon(&mut self.pause_rng, self.sius.len(), self.tms.len());
         let duration = p.duration_us.draw(&mut self.pause_rng);
         let rt = self.runtime(node);
-        if rt.paused {
+        if rt.paused || rt.down {
             return;
         }
         rt.paused = true;
@@ -713,131 +715,319 @@ impl<H: Host, O: Observer> Sim<H, O> {
     }
 
     fn resume(&mut self, node: NodeId) {
-        self.runtime(node).paused = false;
+        let rt = self.runtime(node);
+        if rt.down {
+            return;
+        }
+        rt.paused = false;
         while let Some(ev) = self.runtime(node).deferred.pop_front() {
             self.handle(ev);
         }
         // Timers that came due while paused fire now.
-        self.rearm(node);
+        self.run_node(node);
+    }
+
+    /// A TM or SIU crashes: everything it held is gone; it comes back as a new process.
+    fn crash(&mut self) {
+        let Some(r) = self.cfg.restarts else { return };
+        self.restarts_left = self.restarts_left.saturating_sub(1);
+        if self.restarts_left > 0 {
+            self.schedule(self.now_us + r.every_us, Event::Crash);
+        }
+        let node = Self::pick_daemon(&mut self.restart_rng, self.sius.len(), self.tms.len());
+        let down_for = r.down_us.draw(&mut self.restart_rng);
+        let rt = self.runtime(node);
+        if rt.down {
+            return;
+        }
+        rt.down = true;
+        rt.paused = false;
+        rt.deferred.clear();
+        rt.timer_armed_us = None;
+        self.stats.restarts += 1;
+        self.schedule(self.now_us + down_for, Event::Revive { node });
+    }
+
+    fn revive(&mut self, node: NodeId) {
+        let incarnation = self.runtime(node).incarnation + 1;
+        let rng = node_rng(self.cfg.seed, node, incarnation);
+        let build = Build {
+            cluster: &self.cfg.cluster,
+            topology: &self.topology,
+            am: &self.am,
+            token_corrupt: self.cfg.faults.token_corrupt,
+        };
+        match node {
+            NodeId::Tm(s) => {
+                self.tms[usize::from(s)].pump = node::tm_pump(&build, s, incarnation, rng);
+            }
+            NodeId::Siu(h) => {
+                let n = &mut self.sius[usize::from(h)];
+                n.pump = node::siu_pump(&build, h, incarnation, rng);
+                n.backlog.clear();
+                n.attached = false;
+            }
+            NodeId::Host(_) => unreachable!("only daemons restart"),
+        }
+        for n in &mut self.sius {
+            n.rt.restarted = true;
+        }
+        for n in &mut self.tms {
+            n.rt.restarted = true;
+        }
+        let rt = self.runtime(node);
+        rt.down = false;
+        rt.incarnation = incarnation;
+        if let NodeId::Siu(host) = node {
+            // The application loses its SIU: it is told, and attaches to the new one.
+            self.with_host(host, |h, ctx| h.on_siu_restart(ctx));
+            if self.hosts[usize::from(host)].attached() {
+                self.attach(host);
+            }
+        }
+        self.run_node(node);
     }
 
     // -----------------------------------------------------------------------------------------
-    // Output
+    // Running a daemon
+
+    /// Tells SIU `host` its application attached.
+    fn attach(&mut self, host: HostId) {
+        let now = self.now();
+        let n = &mut self.sius[usize::from(host)];
+        if !n.attached && !n.rt.down {
+            n.attached = true;
+            n.pump.local_attach(now);
+        }
+    }
+
+    /// Tells SIU `host` its application left.
+    fn detach(&mut self, host: HostId) {
+        let now = self.now();
+        let n = &mut self.sius[usize::from(host)];
+        if n.attached && !n.rt.down {
+            n.attached = false;
+            n.pump.local_detach(now);
+            self.run_node(NodeId::Siu(host));
+        }
+    }
+
+    /// Runs a daemon's pump at the current time and hands on everything it produced.
+    fn run_node(&mut self, node: NodeId) {
+        let now = self.now();
+        let rt = self.runtime(node);
+        if rt.down || rt.paused {
+            return;
+        }
+        let mut outbox = std::mem::take(&mut self.outbox);
+        let result = match node {
+            NodeId::Siu(h) => {
+                let n = &mut self.sius[usize::from(h)];
+                let r = n.pump.advance(now);
+                while let Some(b) = n.backlog.pop_front() {
+                    if let Err(b) = n.pump.local_send(b) {
+                        self.stats.host_backpressure += 1;
+                        n.backlog.push_front(b);
+                        break;
+                    }
+                }
+                let r = r.and_then(|()| n.pump.advance(now));
+                while let Some((to, bytes)) = n.pump.poll_transmit(now) {
+                    outbox.push((to, bytes.to_vec()));
+                }
+                r
+            }
+            NodeId::Tm(s) => {
+                let n = &mut self.tms[usize::from(s)];
+                let r = n.pump.advance(now);
+                while let Some((to, bytes)) = n.pump.poll_transmit(now) {
+                    outbox.push((to, bytes.to_vec()));
+                }
+                r
+            }
+            NodeId::Host(_) => unreachable!("hosts are not daemons"),
+        };
+        if let Err(e) = result {
+            self.stats.net_errors += 1;
+            self.log_error(format!("{node:?}: {e}"));
+        }
+        for (to, bytes) in outbox.drain(..) {
+            self.transmit(node, to, bytes);
+        }
+        self.outbox = outbox;
+        self.take_seen(node);
+        if let NodeId::Siu(h) = node {
+            self.hand_to_host(h);
+            self.track_progress(h);
+        }
+        self.rearm(node);
+    }
+
+    /// What a wrapped role reported: token corruption outcomes, refusals, the SIU's traffic
+    /// for the observer.
+    fn take_seen(&mut self, node: NodeId) {
+        let seen = match node {
+            NodeId::Siu(h) => std::mem::take(&mut self.sius[usize::from(h)].pump.role_mut().seen),
+            NodeId::Tm(s) => std::mem::take(&mut self.tms[usize::from(s)].pump.role_mut().seen),
+            NodeId::Host(_) => return,
+        };
+        let restarted = self.runtime(node).restarted;
+        for s in seen {
+            match s {
+                Seen::NetIn {
+                    corrupted: true,
+                    verdict,
+                } => {
+                    self.stats.net.tokens_corrupted += 1;
+                    if matches!(verdict, Verdict::Consumed) {
+                        self.stats.corrupt_tokens_accepted += 1;
+                        self.log_error(format!("{node:?} accepted a corrupted token"));
+                    } else {
+                        self.stats.corrupt_tokens_dropped += 1;
+                    }
+                }
+                Seen::NetIn { verdict, .. } => {
+                    if restarted {
+                        self.stats.net_refused_after_restart += 1;
+                    } else {
+                        self.stats.net_errors += 1;
+                        self.log_error(format!("{node:?} refused network input: {verdict:?}"));
+                    }
+                }
+                Seen::HostIn { bytes, refused } => {
+                    let NodeId::Siu(host) = node else { continue };
+                    self.observer
+                        .on_siu_host_input(self.now_us, host, &bytes, refused.as_ref());
+                    if let Some(e) = refused {
+                        self.stats.host_refusals += 1;
+                        if e == isotach_siu::SiuError::NotStarted {
+                            self.stats.host_refusals_not_started += 1;
+                        }
+                        self.with_host(host, |h, ctx| h.on_refused(ctx, &bytes, &e));
+                    }
+                }
+                Seen::NetOut { to_tm, bytes } => {
+                    let NodeId::Siu(host) = node else { continue };
+                    let route = if to_tm { Route::Tm } else { Route::Host(host) };
+                    let tx = Transmit { route, bytes };
+                    self.observer.on_siu_transmit(self.now_us, host, &tx);
+                }
+            }
+        }
+    }
+
+    /// Packets SIU `host` has for its in-process host go on the fixed-latency host link.
+    fn hand_to_host(&mut self, host: HostId) {
+        let h = usize::from(host);
+        let absent: Vec<Vec<u8>> = self.sius[h]
+            .pump
+            .role_mut()
+            .inner
+            .take_absent_seen()
+            .collect();
+        for bytes in absent {
+            let at = self.sius[h].to_host.fixed_transit(self.now_us);
+            self.schedule(at, Event::HostAbsent { host, bytes });
+        }
+        while let Some(bytes) = self.sius[h].pump.local_recv() {
+            for bytes in self.tamper_host_bound(host, bytes) {
+                let at = self.sius[h].to_host.fixed_transit(self.now_us);
+                self.schedule(at, Event::HostPacket { host, bytes });
+            }
+        }
+    }
+
+    fn track_progress(&mut self, host: HostId) {
+        let h = usize::from(host);
+        let recv = self.sius[h].pump.role().inner.siu().recvclock();
+        if recv == self.recvclocks[h] {
+            return;
+        }
+        let was_min = self.recvclocks[h] == self.min_recvclock;
+        self.recvclocks[h] = recv;
+        if was_min || recv < self.min_recvclock {
+            let min = self.recvclocks.iter().copied().min().unwrap_or(0);
+            if min > self.min_recvclock || (min < self.min_recvclock && self.cfg.restarts.is_some())
+            {
+                // Progress; after a restart the clocks count from 1 again, which is progress
+                // too (a new generation runs).
+                self.progress_at_us = self.now_us;
+            }
+            self.min_recvclock = min;
+        }
+    }
+
+    /// One datagram on the faulty network: lost, duplicated, delayed (so reordered).
+    fn transmit(&mut self, from: NodeId, to: NodeAddr, bytes: Vec<u8>) {
+        let Some(dest) = node::node_at(to) else {
+            return;
+        };
+        let faults = &self.cfg.faults;
+        let rng = &mut self.net_rng;
+        self.stats.net.datagrams += 1;
+        if rng.chance(faults.loss) {
+            self.stats.net.retransmissions += 1;
+            return;
+        }
+        let base = *self
+            .latency
+            .entry((from, dest))
+            .or_insert_with(|| faults.latency_us.draw(rng));
+        let copies = if rng.chance(faults.dup) {
+            self.stats.net.duplicates_absorbed += 1;
+            2
+        } else {
+            1
+        };
+        let from_addr = node::addr(from);
+        let mut bytes = Some(bytes);
+        for copy in 0..copies {
+            let rng = &mut self.net_rng;
+            let faults = &self.cfg.faults;
+            let mut at = self.now_us + base + faults.jitter_us.draw(rng);
+            if rng.chance(faults.reorder) {
+                at += faults.reorder_delay_us.draw(rng);
+                self.stats.net.reordered += 1;
+            }
+            let bytes = if copy + 1 == copies {
+                bytes.take().expect("the last copy takes it")
+            } else {
+                bytes.clone().expect("copies before the last")
+            };
+            self.schedule(
+                at,
+                Event::Datagram {
+                    to: dest,
+                    from: from_addr,
+                    bytes,
+                },
+            );
+        }
+    }
 
     fn rearm(&mut self, node: NodeId) {
+        let now = self.now();
         let deadline = match node {
-            NodeId::Siu(h) => self.sius[usize::from(h)].siu.poll_timeout(),
-            NodeId::Tm(s) => self.tms[usize::from(s)].tm.poll_timeout(),
+            NodeId::Siu(h) => self.sius[usize::from(h)].pump.poll_timeout(now),
+            NodeId::Tm(s) => self.tms[usize::from(s)].pump.poll_timeout(now),
             NodeId::Host(_) => None,
-        };
-        let now = self.now_us;
+        }
+        .map(|t| t.0.div_ceil(NS_PER_US));
+        let now_us = self.now_us;
         let rt = self.runtime(node);
-        if rt.paused || rt.timer_armed_us == deadline {
+        if rt.paused || rt.down || rt.timer_armed_us == deadline {
             return;
         }
         rt.timer_armed_us = deadline;
         if let Some(d) = deadline {
             self.schedule(
-                d.max(now),
+                d.max(now_us),
                 Event::Timer {
                     node,
                     deadline_us: d,
                 },
             );
         }
-    }
-
-    /// Hands every packet an SIU produced to its link.
-    fn drain_siu(&mut self, host: HostId) {
-        let h = usize::from(host);
-        let now = self.now_us;
-        while let Some(tx) = self.sius[h].siu.poll_net() {
-            self.observer.on_siu_transmit(now, host, &tx);
-            let mut bytes = tx.bytes;
-            match tx.route {
-                Route::Tm => {
-                    let corrupted = self.maybe_corrupt(&mut bytes);
-                    let node = &mut self.sius[h];
-                    let at = node.to_tm.transit(
-                        now,
-                        &self.cfg.faults,
-                        &mut self.net_rng,
-                        &mut self.stats.net,
-                    );
-                    let event = Event::Tm {
-                        switch: self.topology.switch_of(host),
-                        link: node.tm_link,
-                        bytes,
-                        corrupted,
-                    };
-                    self.schedule(at, event);
-                }
-                Route::Host(dest) => {
-                    let faults = &self.cfg.faults;
-                    let rng = &mut self.net_rng;
-                    let ch = self
-                        .plain
-                        .entry((host, dest))
-                        .or_insert_with(|| Channel::new(faults, rng));
-                    let at = ch.transit(now, faults, rng, &mut self.stats.net);
-                    let event = Event::SiuNet {
-                        host: dest,
-                        bytes,
-                        corrupted: false,
-                    };
-                    self.schedule(at, event);
-                }
-            }
-        }
-        while let Some(bytes) = self.sius[h].siu.poll_host() {
-            for bytes in self.tamper_host_bound(host, bytes) {
-                let at = self.sius[h].to_host.fixed_transit(now);
-                self.schedule(at, Event::HostPacket { host, bytes });
-            }
-        }
-        self.rearm(NodeId::Siu(host));
-    }
-
-    /// Hands every packet a TM produced to its link.
-    fn drain_tm(&mut self, switch: SwitchId) {
-        let s = usize::from(switch);
-        let now = self.now_us;
-        while let Some((link, mut bytes)) = self.tms[s].tm.poll_transmit() {
-            let corrupted = self.maybe_corrupt(&mut bytes);
-            let (ch, dest) = &mut self.tms[s].out[link];
-            let at = ch.transit(
-                now,
-                &self.cfg.faults,
-                &mut self.net_rng,
-                &mut self.stats.net,
-            );
-            let event = match *dest {
-                LinkDest::Siu(host) => Event::SiuNet {
-                    host,
-                    bytes,
-                    corrupted,
-                },
-                LinkDest::Tm { switch, link } => Event::Tm {
-                    switch,
-                    link,
-                    bytes,
-                    corrupted,
-                },
-            };
-            self.schedule(at, event);
-        }
-        self.rearm(NodeId::Tm(switch));
-    }
-
-    /// With probability `token_corrupt`, flips a byte of a token.
-    fn maybe_corrupt(&mut self, bytes: &mut [u8]) -> bool {
-        let is_token = bytes.get(1) == Some(&(Kind::Token as u8));
-        if is_token && self.net_rng.chance(self.cfg.faults.token_corrupt) {
-            net::corrupt(bytes, &mut self.net_rng);
-            self.stats.net.tokens_corrupted += 1;
-            return true;
-        }
-        false
     }
 
     /// Applies [`Tamper`] to one host-bound packet; returns what goes on the link.
@@ -900,6 +1090,9 @@ impl<H: Host, O: Observer> Sim<H, O> {
             };
             f(&mut self.hosts[h], &mut ctx);
         }
+        if self.sius[h].attached && !self.hosts[h].attached() {
+            self.detach(host);
+        }
         for action in actions.drain(..) {
             match action {
                 HostAction::Send { at_us, bytes } => {
@@ -909,9 +1102,19 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 HostAction::Wake { at_us, token } => {
                     self.schedule(at_us, Event::HostWake { host, token });
                 }
-                HostAction::Attach => self.sius[h].siu.host_attached(),
+                HostAction::Attach => {
+                    self.attach(host);
+                    self.run_node(NodeId::Siu(host));
+                }
             }
         }
         self.actions = actions;
     }
+}
+
+/// The random stream of node `node`'s `incarnation` (token corruption at its input).
+fn node_rng(seed: u64, node: NodeId, incarnation: u64) -> SimRng {
+    let [kind, a, b] = node.tag();
+    let id = u64::from(kind) << 16 | u64::from(a) << 8 | u64::from(b);
+    SimRng::stream(seed, stream::NODE_BASE + (id << 20) + incarnation)
 }

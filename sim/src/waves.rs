@@ -15,7 +15,7 @@
 use crate::host::{Host, HostCtx};
 use crate::net::{FaultError, Faults, RangeUs};
 use crate::oracle::{OracleStats, PulseOracle};
-use crate::sim::{Pauses, RunEnd, Sim, SimConfig, SimError, Tamper};
+use crate::sim::{Pauses, Restarts, RunEnd, Sim, SimConfig, SimError, Tamper};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::{
     EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind, PlainMessage, Sref, SrefOp,
@@ -39,6 +39,8 @@ pub struct WavesOptions {
     pub faults: Faults,
     /// Pauses of TMs and SIUs.
     pub pauses: Option<Pauses>,
+    /// Crashes and restarts of TMs and SIUs.
+    pub restarts: Option<Restarts>,
     /// What the hosts send.
     pub load: WavesLoad,
     /// No pulse progress for this long ends the run as stalled (`None`: derived).
@@ -112,6 +114,7 @@ impl WavesOptions {
             pulses,
             faults: Faults::default(),
             pauses: None,
+            restarts: None,
             load: WavesLoad::default(),
             stall_us: None,
             tamper: Tamper::None,
@@ -292,6 +295,7 @@ pub fn run_with_progress(
         cluster: opts.cluster.clone(),
         faults: opts.faults.clone(),
         pauses: opts.pauses,
+        restarts: opts.restarts,
         tamper: opts.tamper,
     };
     let mut sim = Sim::new(cfg, hosts, PulseOracle::new(n_hosts))?;

@@ -1,0 +1,283 @@
+//! The simulated daemons: each TM and SIU is the daemons' own [`Pump`] (role plus links),
+//! wrapped so the simulator sees what a daemon only logs, and reachable at a memory address on
+//! the simulated datagram network.
+
+use crate::rng::SimRng;
+use isotach_am_proto::link::LossReason;
+use isotach_am_proto::link::{DEFAULT_TAG, Links};
+use isotach_am_proto::{Config as AmConfig, NodeAddr};
+use isotach_daemon::pump::{Pump, Role, Verdict};
+use isotach_daemon::siu::{PEER_APP, PEER_TM, SiuRole};
+use isotach_daemon::tm::TmRole;
+use isotach_proto::config::ClusterConfig;
+use isotach_proto::packet::Kind;
+use isotach_proto::topology::{Hop, HostId, SwitchId, Topology};
+use isotach_siu::{Mode, Siu, SiuConfig, SiuError};
+use isotach_tm::{TmConfig, TokenManager};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::NodeId;
+
+/// Largest datagram of the simulated network.
+pub(super) const DATAGRAM_MAX: usize = 65_507;
+/// Memory addresses: SIU `h` is `SIU_BASE + h`, TM `s` is `TM_BASE + s`.
+const SIU_BASE: u32 = 0x2000_0000;
+const TM_BASE: u32 = 0x4000_0000;
+/// The AM layer's longest retransmission timeout in the simulator.
+const RTO_MAX: Duration = Duration::from_millis(50);
+
+/// A node's address on the simulated network.
+pub(super) fn addr(node: NodeId) -> NodeAddr {
+    match node {
+        NodeId::Siu(h) => NodeAddr::Mem(SIU_BASE + u32::from(h)),
+        NodeId::Tm(s) => NodeAddr::Mem(TM_BASE + u32::from(s)),
+        NodeId::Host(_) => unreachable!("hosts talk to their SIU in-process"),
+    }
+}
+
+/// The node at an address (`None` for anything else).
+pub(super) fn node_at(a: NodeAddr) -> Option<NodeId> {
+    let NodeAddr::Mem(m) = a else { return None };
+    match m {
+        m if m >= TM_BASE => SwitchId::try_from(m - TM_BASE).ok().map(NodeId::Tm),
+        m if m >= SIU_BASE => HostId::try_from(m - SIU_BASE).ok().map(NodeId::Siu),
+        _ => None,
+    }
+}
+
+/// What the simulator learns from a wrapped role during one pump call.
+#[derive(Debug)]
+pub(super) enum Seen {
+    /// A network packet was offered to the state machine.
+    NetIn {
+        /// The simulator flipped a byte of this token first.
+        corrupted: bool,
+        verdict: Verdict,
+    },
+    /// A host packet was offered to the SIU.
+    HostIn {
+        bytes: Vec<u8>,
+        refused: Option<SiuError>,
+    },
+    /// The SIU put a packet on the network side.
+    NetOut { to_tm: bool, bytes: Vec<u8> },
+}
+
+/// A role as the simulator runs it: token corruption on network input (with probability
+/// `corrupt`; the receiver must refuse it), and a log of what happened.
+#[derive(Debug)]
+pub(super) struct Watched<R> {
+    pub(super) inner: R,
+    corrupt: f64,
+    rng: SimRng,
+    pub(super) seen: Vec<Seen>,
+    /// Log host input and network output (SIUs; the oracles watch them).
+    watch_siu: bool,
+}
+
+impl<R> Watched<R> {
+    fn new(inner: R, corrupt: f64, rng: SimRng, watch_siu: bool) -> Self {
+        Self {
+            inner,
+            corrupt,
+            rng,
+            seen: Vec::new(),
+            watch_siu,
+        }
+    }
+}
+
+/// Hooks a wrapped role offers beyond [`Role`].
+pub(super) trait Inspect {
+    /// Is `peer` the host (the SIU's application)?
+    fn is_host(&self, peer: usize) -> bool;
+    /// Why the last host packet was refused.
+    fn host_refusal(&mut self) -> Option<SiuError>;
+}
+
+impl Inspect for TmRole {
+    fn is_host(&self, _peer: usize) -> bool {
+        false
+    }
+    fn host_refusal(&mut self) -> Option<SiuError> {
+        None
+    }
+}
+
+impl Inspect for SiuRole {
+    fn is_host(&self, peer: usize) -> bool {
+        peer == PEER_APP
+    }
+    fn host_refusal(&mut self) -> Option<SiuError> {
+        self.take_host_refusal()
+    }
+}
+
+impl<R: Role + Inspect> Role for Watched<R> {
+    fn lanes(&self) -> usize {
+        self.inner.lanes()
+    }
+    fn lane(&self, peer: usize) -> usize {
+        self.inner.lane(peer)
+    }
+    fn out_lanes(&self) -> usize {
+        self.inner.out_lanes()
+    }
+
+    fn handle_packet(&mut self, now_us: u64, peer: usize, bytes: &[u8]) -> Verdict {
+        if self.inner.is_host(peer) {
+            let verdict = self.inner.handle_packet(now_us, peer, bytes);
+            if self.watch_siu && verdict != Verdict::Retry {
+                let refused = self.inner.host_refusal();
+                self.seen.push(Seen::HostIn {
+                    bytes: bytes.to_vec(),
+                    refused,
+                });
+            }
+            return verdict;
+        }
+        let is_token = bytes.get(1) == Some(&(Kind::Token as u8));
+        if is_token && self.rng.chance(self.corrupt) {
+            let mut bad = bytes.to_vec();
+            crate::net::corrupt(&mut bad, &mut self.rng);
+            let verdict = self.inner.handle_packet(now_us, peer, &bad);
+            if verdict != Verdict::Retry {
+                self.seen.push(Seen::NetIn {
+                    corrupted: true,
+                    verdict: verdict.clone(),
+                });
+            }
+            return verdict;
+        }
+        let verdict = self.inner.handle_packet(now_us, peer, bytes);
+        if matches!(verdict, Verdict::Refused(_)) {
+            self.seen.push(Seen::NetIn {
+                corrupted: false,
+                verdict: verdict.clone(),
+            });
+        }
+        verdict
+    }
+
+    fn handle_timeout(&mut self, now_us: u64) {
+        self.inner.handle_timeout(now_us);
+    }
+    fn poll_timeout(&self) -> Option<u64> {
+        self.inner.poll_timeout()
+    }
+
+    fn poll_output(&mut self, now_us: u64, lane: usize) -> Option<(usize, Vec<u8>)> {
+        let out = self.inner.poll_output(now_us, lane)?;
+        if self.watch_siu && !self.inner.is_host(out.0) {
+            self.seen.push(Seen::NetOut {
+                to_tm: out.0 == PEER_TM,
+                bytes: out.1.clone(),
+            });
+        }
+        Some(out)
+    }
+
+    fn redundant(&self, bytes: &[u8]) -> bool {
+        self.inner.redundant(bytes)
+    }
+    fn link_up(&mut self, now_us: u64, peer: usize) {
+        self.inner.link_up(now_us, peer);
+    }
+    fn link_lost(&mut self, now_us: u64, peer: usize, reason: LossReason, dropped: usize) {
+        self.inner.link_lost(now_us, peer, reason, dropped);
+    }
+    fn undelivered(&mut self, now_us: u64, peer: usize, bytes: Vec<u8>) {
+        self.inner.undelivered(now_us, peer, bytes);
+    }
+}
+
+/// The AM settings of the simulated links: the daemons' (`Links::am_config`) with the
+/// retransmission timeout of the simulated network.
+pub(super) fn am_config(rto_us: u64) -> AmConfig {
+    let rto = Duration::from_micros(rto_us);
+    AmConfig {
+        rto_initial: rto,
+        rto_min: rto,
+        rto_max: RTO_MAX.max(rto),
+        ..Links::am_config()
+    }
+}
+
+/// What building a node needs.
+pub(super) struct Build<'a> {
+    pub(super) cluster: &'a ClusterConfig,
+    pub(super) topology: &'a Arc<Topology>,
+    pub(super) am: &'a AmConfig,
+    pub(super) token_corrupt: f64,
+}
+
+/// A fresh token manager for switch `s`, incarnation `incarnation`.
+pub(super) fn tm_pump(
+    b: &Build<'_>,
+    s: SwitchId,
+    incarnation: u64,
+    rng: SimRng,
+) -> Pump<Watched<TmRole>> {
+    let tm = TokenManager::new(TmConfig {
+        switch: s,
+        topology: Arc::clone(b.topology),
+        timing: b.cluster.timing,
+        limits: b.cluster.limits,
+    });
+    let peers: Vec<NodeAddr> = tm
+        .links()
+        .map(|hop| match hop {
+            Hop::Host(h) => addr(NodeId::Siu(h)),
+            Hop::Switch(t) => addr(NodeId::Tm(t)),
+        })
+        .collect();
+    let links = Links::new(
+        b.am.clone(),
+        addr(NodeId::Tm(s)),
+        incarnation,
+        DATAGRAM_MAX,
+        &peers,
+        DEFAULT_TAG,
+    )
+    .expect("simulated link settings are valid");
+    let role = Watched::new(TmRole::new(tm), b.token_corrupt, rng, false);
+    Pump::new(role, links, b.cluster.limits.queue_packets_max)
+}
+
+/// A fresh SIU for host `h`, incarnation `incarnation`; its application is in-process.
+pub(super) fn siu_pump(
+    b: &Build<'_>,
+    h: HostId,
+    incarnation: u64,
+    rng: SimRng,
+) -> Pump<Watched<SiuRole>> {
+    let siu = Siu::new(SiuConfig {
+        host: h,
+        mode: Mode::Siu,
+        topology: Arc::clone(b.topology),
+        timing: b.cluster.timing,
+        limits: b.cluster.limits,
+        initiates_reset: h == 0,
+    });
+    // The daemon's layout (TM, application, other SIUs) without the in-process application.
+    let mut peers = vec![addr(NodeId::Tm(b.topology.switch_of(h)))];
+    peers.extend(
+        (0..b.topology.host_count())
+            .filter(|&o| o != usize::from(h))
+            .map(|o| addr(NodeId::Siu(o as HostId))),
+    );
+    let links = Links::new(
+        b.am.clone(),
+        addr(NodeId::Siu(h)),
+        incarnation,
+        DATAGRAM_MAX,
+        &peers,
+        DEFAULT_TAG,
+    )
+    .expect("simulated link settings are valid");
+    let mut siu = SiuRole::new(siu);
+    siu.observe_absent(true);
+    let role = Watched::new(siu, b.token_corrupt, rng, true);
+    Pump::with_local(role, links, b.cluster.limits.queue_packets_max, PEER_APP)
+}
