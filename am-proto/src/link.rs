@@ -404,10 +404,13 @@ impl State {
             }
             self.break_link(peer, LossReason::Returned(r.status));
         } else if r.handler == H_HELLO {
-            // Not there yet, or it refused us: try again after a pause, not at once.
+            // Unreachable: it never answered within the give-up time, or it restarted and
+            // refused a hello meant for its old incarnation: ask again at once. Refused
+            // (another tag, congestion): ask again after a pause, not once per round trip.
             let p = &mut self.peers[peer];
             p.hello_outstanding = false;
-            p.hello_timer = Some(now.plus(HELLO_RETRY));
+            p.hello_timer = (r.status != Status::Unreachable).then(|| now.plus(HELLO_RETRY));
+            self.mark_ready(peer);
             self.events.push_back(LinkEvent::HelloReturned {
                 peer,
                 status: r.status,

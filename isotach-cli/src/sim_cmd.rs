@@ -8,7 +8,7 @@ use isotach_proto::topology::{HOSTS_MAX, SWITCHES_MAX};
 use isotach_sim::philo::{self, PhiloOptions};
 use isotach_sim::sc::{self, AppFaults, ScOptions};
 use isotach_sim::waves::{self, WavesLoad, WavesOptions, WavesReport};
-use isotach_sim::{Faults, Pauses, RangeUs, Tamper};
+use isotach_sim::{Faults, Pauses, RangeUs, Restarts, Tamper};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -99,6 +99,17 @@ struct NetArgs {
     /// How long a pause lasts, µs (A..B).
     #[arg(long, default_value_t = RangeUs::new(100, 20_000), value_parser = parse_range)]
     pause_us: RangeUs,
+    /// Crash a random TM or SIU this many times (a fresh process with a new incarnation
+    /// takes its place after --restart-down-us; see docs/operations.md, "Peer loss and
+    /// restarts").
+    #[arg(long, default_value_t = 0)]
+    restarts: u32,
+    /// Virtual time between two crashes, µs.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    restart_every_us: u64,
+    /// How long a crashed TM or SIU stays down, µs (A..B).
+    #[arg(long, default_value_t = RangeUs::new(100, 5_000), value_parser = parse_range)]
+    restart_down_us: RangeUs,
     /// One-way base latency of each link direction, µs (A..B, drawn per direction).
     #[arg(long, visible_alias = "delay-us", default_value_t = Faults::default().latency_us, value_parser = parse_range)]
     latency_us: RangeUs,
@@ -135,6 +146,14 @@ impl NetArgs {
             token_corrupt: self.token_corrupt,
             host_latency_us: self.host_latency_us,
         }
+    }
+
+    fn restarts(&self) -> Option<Restarts> {
+        (self.restarts > 0).then_some(Restarts {
+            every_us: self.restart_every_us,
+            count: self.restarts,
+            down_us: self.restart_down_us,
+        })
     }
 
     fn pauses(&self) -> Option<Pauses> {
@@ -338,6 +357,7 @@ fn waves_options(a: &WavesArgs) -> anyhow::Result<WavesOptions> {
     let mut opts = WavesOptions::with_cluster(cluster, a.pulses, a.seed);
     opts.faults = a.net.faults();
     opts.pauses = a.net.pauses();
+    opts.restarts = a.net.restarts();
     opts.load = WavesLoad {
         messages_max: a.messages_max,
         burst: a.burst,
@@ -360,6 +380,7 @@ fn sc_cmd(a: &ScArgs) -> anyhow::Result<ExitCode> {
     opts.isochrons = a.isochrons;
     opts.faults = a.net.faults();
     opts.pauses = a.net.pauses();
+    opts.restarts = a.net.restarts();
     opts.think_us = a.think_us;
     opts.stall_us = a.stall_us;
     opts.apps = AppFaults {
@@ -436,6 +457,7 @@ fn philo_cmd(a: &PhiloArgs) -> anyhow::Result<ExitCode> {
     let mut opts = PhiloOptions::new(cluster, a.meals, a.seed);
     opts.faults = a.net.faults();
     opts.pauses = a.net.pauses();
+    opts.restarts = a.net.restarts();
     opts.think_us = a.think_us;
     opts.eat_us = a.eat_us;
     opts.stall_us = a.stall_us;
@@ -485,6 +507,18 @@ fn print_summary(r: &WavesReport) {
         "sim waves {verdict}: {} hosts, {} switches, seed {}",
         r.hosts, r.switches, r.seed
     );
+    if r.restarts > 0 || r.links_lost > 0 {
+        println!(
+            "  restarts {}  links lost {}  reset EOPs {}  discarded by restarts: messages {} stamps {} deliveries {} refused inputs {}",
+            r.restarts,
+            r.links_lost,
+            r.reset_eops,
+            r.discarded,
+            r.stale_stamps,
+            r.stale_deliveries,
+            r.refused_after_restart
+        );
+    }
     println!(
         "  pulses {}/{} completed={}  virtual {} us  wall {} ms  events {}",
         r.pulses, r.pulses_target, r.completed, r.virtual_time_us, r.wall_time_ms, r.events

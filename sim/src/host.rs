@@ -132,6 +132,18 @@ pub trait Observer {
         let _ = (now_us, host, bytes, refused);
     }
 
+    /// SIU `host` is in logical-time generation `generation` now. `fresh`: its host starts
+    /// afresh without a reset EOP — the SIU is a new process (the previous one crashed), or it
+    /// had not started logical time before this generation.
+    fn on_siu_generation(&mut self, now_us: u64, host: HostId, generation: u32, fresh: bool) {
+        let _ = (now_us, host, generation, fresh);
+    }
+
+    /// A daemon's link broke or a daemon crashed: the generation in force will be replaced.
+    fn on_loss(&mut self, now_us: u64) {
+        let _ = now_us;
+    }
+
     /// Host `host` received a packet from its SIU.
     fn on_host_packet(&mut self, now_us: u64, host: HostId, bytes: &[u8]) {
         let _ = (now_us, host, bytes);

@@ -15,8 +15,15 @@
 //!   indices of the first `min(count, 32)` of them in strictly increasing (source, sequum)
 //!   order (keys are unique: an isochron marker takes a sequum of its own).
 //!
-//! The oracle assumes one logical-time generation after start-up (no resets mid-run); a
-//! reset EOP is counted and clears the host's state.
+//! Across restarts of logical time (a TM or SIU crashed, or a link broke) the oracle follows
+//! generations: it learns each SIU's generation from the simulator
+//! ([`Observer::on_siu_generation`]), tags every stamp with its stamping SIU's generation, and
+//! checks each host's pulses within one generation: a reset EOP (or a restarted SIU process)
+//! starts the host's view afresh. What a restart may discard is exempt and counted apart:
+//! stamps of an older generation than the destination's view, and messages delivered after
+//! a reset that no SIU stamped in the host's current generation (isotach messages carry no
+//! generation, `docs/operations.md`, "Peer loss and restarts"). Before the first restart both
+//! are violations, as always.
 
 use crate::host::Observer;
 use isotach_proto::packet::{EopMarker, IsochronMarker, IsotachMessage, Kind, SORT_VECTOR_MAX};
@@ -35,16 +42,37 @@ type Key = (u16, u64);
 struct Arrival {
     key: Key,
     marker: bool,
+    /// A message of an older generation (after a restart): it counts in its pulse at the
+    /// host like any other, but nothing says it was stamped for this generation.
+    stale: bool,
 }
 
 #[derive(Debug, Default)]
 struct HostView {
+    /// The generation the host's pulses belong to.
+    generation: u32,
     /// TS of the latest EOP the host received.
     last_eop: Option<u64>,
     /// Open pulses: what arrived, in arrival order.
     arrivals: BTreeMap<u64, Vec<Arrival>>,
-    /// Messages stamped for this host, by TS, not yet checked.
-    expected: BTreeMap<u64, Vec<Key>>,
+    /// Messages stamped for this host, by (generation, TS), not yet checked.
+    expected: BTreeMap<(u32, u64), Vec<Key>>,
+}
+
+impl HostView {
+    /// Starts generation `g` afresh: stamps of older generations can no longer be checked.
+    fn reset(&mut self, g: u32) {
+        self.generation = g;
+        self.last_eop = None;
+        self.arrivals.clear();
+        self.expected = self.expected.split_off(&(g, 0));
+    }
+
+    /// Expected stamps of the current generation before pulse `t`.
+    fn expected_before(&self, t: u64) -> impl Iterator<Item = u64> + '_ {
+        let g = self.generation;
+        self.expected.range((g, 0)..(g, t)).map(|(&(_, p), _)| p)
+    }
 }
 
 /// Counters of the oracle.
@@ -68,12 +96,27 @@ pub struct OracleStats {
     pub eop_violations: u64,
     /// See the module documentation.
     pub order_violations: u64,
+    /// Stamps for a host whose view had moved to a newer generation (a restart discarded
+    /// them).
+    pub stale_stamps: u64,
+    /// Messages delivered after a restart that no SIU stamped in the host's generation.
+    pub stale_deliveries: u64,
+    /// Messages and pulses missing in a generation during which a link broke or a daemon
+    /// crashed (the restart that follows discards that generation).
+    pub discarded: u64,
 }
 
 /// The pulse oracle. Plug it into [`crate::Sim`] as the observer (or call it from one).
 #[derive(Debug)]
 pub struct PulseOracle {
     hosts: Vec<HostView>,
+    /// Each SIU's generation, as the simulator reported it.
+    siu_gen: Vec<u32>,
+    /// Logical time restarted at least once.
+    restarted: bool,
+    /// Generations in which a link broke or a daemon crashed: a restart will replace them,
+    /// and what their pulses lost is the restart's to discard.
+    doomed: std::collections::BTreeSet<u32>,
     stats: OracleStats,
     log: Vec<String>,
 }
@@ -83,6 +126,9 @@ impl PulseOracle {
     pub fn new(hosts: usize) -> Self {
         Self {
             hosts: (0..hosts).map(|_| HostView::default()).collect(),
+            siu_gen: vec![0; hosts],
+            restarted: false,
+            doomed: std::collections::BTreeSet::new(),
             stats: OracleStats::default(),
             log: Vec::new(),
         }
@@ -121,12 +167,17 @@ impl PulseOracle {
                 continue;
             };
             let mut missed: Vec<u64> = view.arrivals.range(..recv).map(|(&t, _)| t).collect();
-            missed.extend(view.expected.range(..recv).map(|(&t, _)| t));
+            missed.extend(view.expected_before(recv));
             missed.sort_unstable();
             missed.dedup();
+            let g = view.generation;
             for t in &missed {
                 view.arrivals.remove(t);
-                view.expected.remove(t);
+                view.expected.remove(&(g, *t));
+            }
+            if self.doomed.contains(&g) {
+                self.stats.discarded += missed.len() as u64;
+                continue;
             }
             for t in missed {
                 self.eop_violation(1, || {
@@ -136,15 +187,20 @@ impl PulseOracle {
         }
     }
 
-    fn stamped(&mut self, bytes: &[u8]) {
+    fn stamped(&mut self, src: usize, bytes: &[u8]) {
         let Ok(m) = IsotachMessage::decode(bytes) else {
             return;
         };
         self.stats.messages_stamped += 1;
+        let g = self.siu_gen.get(src).copied().unwrap_or(0);
         let Some(view) = self.hosts.get_mut(usize::from(m.dest)) else {
             return;
         };
-        if view.last_eop.is_some_and(|last| m.ts <= last) {
+        if g < view.generation {
+            self.stats.stale_stamps += 1;
+            return;
+        }
+        if g == view.generation && view.last_eop.is_some_and(|last| m.ts <= last) {
             let last = view.last_eop;
             self.eop_violation(1, || {
                 format!(
@@ -155,7 +211,7 @@ impl PulseOracle {
             return;
         }
         view.expected
-            .entry(m.ts)
+            .entry((g, m.ts))
             .or_default()
             .push((m.source, m.sequum));
     }
@@ -165,9 +221,24 @@ impl PulseOracle {
         let Some(view) = self.hosts.get_mut(h) else {
             return;
         };
+        let mut arrival = arrival;
+        if self.restarted
+            && !arrival.marker
+            && !view
+                .expected
+                .get(&(view.generation, ts))
+                .is_some_and(|e| e.contains(&arrival.key))
+        {
+            // Sent in an older generation and delivered in this one: a restart's leftover.
+            self.stats.stale_deliveries += 1;
+            arrival.stale = true;
+        }
         if let Some(last) = view.last_eop
             && ts <= last
         {
+            if arrival.stale {
+                return;
+            }
             let (src, seq) = arrival.key;
             self.eop_violation(1, || {
                 format!("host {h}: {what} {src}:{seq} with TS {ts} arrived after EOP {last}")
@@ -193,37 +264,61 @@ impl PulseOracle {
             return;
         }
         // Pulses before t that had packets or stamped messages but got no EOP.
-        let mut skipped: Vec<u64> = view.arrivals.range(..t).map(|(&p, _)| p).collect();
-        skipped.extend(view.expected.range(..t).map(|(&p, _)| p));
+        // (Pulses that only got an older generation's leftovers prove nothing.)
+        let mut skipped: Vec<u64> = view
+            .arrivals
+            .range(..t)
+            .filter(|(_, a)| a.iter().any(|a| !a.stale))
+            .map(|(&p, _)| p)
+            .collect();
+        let leftovers: Vec<u64> = view.arrivals.range(..t).map(|(&p, _)| p).collect();
+        skipped.extend(view.expected_before(t));
         skipped.sort_unstable();
         skipped.dedup();
-        for p in &skipped {
+        let g = view.generation;
+        for p in skipped.iter().chain(&leftovers) {
             view.arrivals.remove(p);
-            view.expected.remove(p);
+            view.expected.remove(&(g, *p));
         }
         let arrived = view.arrivals.remove(&t).unwrap_or_default();
-        let expected = view.expected.remove(&t).unwrap_or_default();
+        let expected = view.expected.remove(&(g, t)).unwrap_or_default();
         view.last_eop = Some(t);
         if eop.reset {
             self.stats.reset_eops += 1;
-            *view = HostView::default();
+            let now = self.siu_gen.get(h).copied().unwrap_or(0);
+            view.reset(now);
         }
+        let doomed = self.doomed.contains(&g);
         for p in skipped {
+            if doomed {
+                self.stats.discarded += 1;
+                continue;
+            }
             self.eop_violation(1, || {
                 format!(
                     "host {h}: pulse {p} had packets or stamped messages but no EOP before EOP {t}"
                 )
             });
         }
-        self.check_delivered(h, t, &arrived, expected);
+        // A reset EOP cuts its pulse short: what had not arrived yet, the restart discards
+        // (as it does everything of a generation in which a link broke).
+        let discarding = eop.reset || self.doomed.contains(&g);
+        self.check_delivered(h, t, &arrived, expected, discarding);
         self.check_order(h, eop, &arrived);
     }
 
     /// Every message stamped t for the host arrived before EOP t, and nothing else did.
-    fn check_delivered(&mut self, h: usize, t: u64, arrived: &[Arrival], mut expected: Vec<Key>) {
+    fn check_delivered(
+        &mut self,
+        h: usize,
+        t: u64,
+        arrived: &[Arrival],
+        mut expected: Vec<Key>,
+        discarding: bool,
+    ) {
         let mut got: Vec<Key> = arrived
             .iter()
-            .filter(|a| !a.marker)
+            .filter(|a| !a.marker && !a.stale)
             .map(|a| a.key)
             .collect();
         got.sort_unstable();
@@ -233,7 +328,9 @@ impl PulseOracle {
             .filter(|k| got.binary_search(k).is_err())
             .copied()
             .collect();
-        if !missing.is_empty() {
+        if !missing.is_empty() && discarding {
+            self.stats.discarded += missing.len() as u64;
+        } else if !missing.is_empty() {
             self.eop_violation(missing.len() as u64, || {
                 format!("host {h}: EOP {t} before message(s) {missing:?} stamped {t}")
             });
@@ -282,9 +379,29 @@ impl PulseOracle {
 }
 
 impl Observer for PulseOracle {
-    fn on_siu_transmit(&mut self, _now_us: u64, _host: HostId, tx: &Transmit) {
+    fn on_siu_transmit(&mut self, _now_us: u64, host: HostId, tx: &Transmit) {
         if tx.route == Route::Tm && tx.bytes.get(1) == Some(&(Kind::IsotachMessage as u8)) {
-            self.stamped(&tx.bytes);
+            self.stamped(usize::from(host), &tx.bytes);
+        }
+    }
+
+    fn on_loss(&mut self, _now_us: u64) {
+        self.doomed.extend(self.siu_gen.iter().copied());
+    }
+
+    fn on_siu_generation(&mut self, _now_us: u64, host: HostId, generation: u32, fresh: bool) {
+        let h = usize::from(host);
+        let (Some(g), Some(view)) = (self.siu_gen.get_mut(h), self.hosts.get_mut(h)) else {
+            return;
+        };
+        if *g != 0 || fresh {
+            self.restarted = true;
+        }
+        *g = generation;
+        if fresh {
+            // A new SIU process (its host's application starts over), or an SIU that had not
+            // started logical time before (no reset EOP will come): the view starts here.
+            view.reset(generation);
         }
     }
 
@@ -297,6 +414,7 @@ impl Observer for PulseOracle {
                     let a = Arrival {
                         key: (m.source, m.sequum),
                         marker: false,
+                        stale: false,
                     };
                     self.arrival(h, m.ts, a, "message");
                 }
@@ -307,6 +425,7 @@ impl Observer for PulseOracle {
                     let a = Arrival {
                         key: (m.source, m.sequum),
                         marker: true,
+                        stale: false,
                     };
                     self.arrival(h, m.ts, a, "isochron marker");
                 }

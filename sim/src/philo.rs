@@ -79,6 +79,14 @@ pub enum PhiloError {
     /// The simulator refused the configuration.
     #[error(transparent)]
     Sim(#[from] SimError),
+    /// TM/SIU restarts: shared memory does not survive a restart of logical time, and the
+    /// philosophers do not restart yet.
+    #[error(
+        "restarts of TMs and SIUs are not supported by `sim philo` yet: shared memory does \
+         not survive a restart of logical time (docs/operations.md, \"Peer loss and \
+         restarts\"); `sim waves` checks restarts"
+    )]
+    Restarts,
 }
 
 /// The result of a philo run: one JSON object. Keys are documented in `docs/sim.md`.
@@ -280,6 +288,9 @@ pub fn run(opts: &PhiloOptions) -> Result<PhiloReport, PhiloError> {
         return Err(PhiloError::TooFew);
     }
     opts.faults.validate()?;
+    if opts.restarts.is_some() {
+        return Err(PhiloError::Restarts);
+    }
     let wall = std::time::Instant::now();
     let shared = Arc::new(opts.clone());
     let map = Arc::new(forks(n));

@@ -92,6 +92,14 @@ pub enum ScError {
     /// The simulator refused the configuration.
     #[error(transparent)]
     Sim(#[from] SimError),
+    /// TM/SIU restarts: shared memory does not survive a restart of logical time, and the
+    /// workload does not restart its applications yet.
+    #[error(
+        "restarts of TMs and SIUs are not supported by `sim sc` yet: shared memory does not \
+         survive a restart of logical time (docs/operations.md, \"Peer loss and restarts\"); \
+         `sim waves` checks restarts"
+    )]
+    Restarts,
 }
 
 /// The result of all runs: one JSON object. Keys are documented in `docs/sim.md`.
@@ -383,6 +391,9 @@ pub fn run_with_progress(
     progress: &mut dyn FnMut(u64, &ScReport),
 ) -> Result<ScReport, ScError> {
     opts.faults.validate()?;
+    if opts.restarts.is_some() {
+        return Err(ScError::Restarts);
+    }
     let wall = std::time::Instant::now();
     let mut report = ScReport {
         seed: opts.seed,

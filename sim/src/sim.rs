@@ -243,6 +243,8 @@ struct Runtime {
     incarnation: u64,
     /// It, or a peer of the cluster, restarted (old packets may be refused from now on).
     restarted: bool,
+    /// Its links' `links_lost` as last seen.
+    links_lost_seen: u64,
 }
 
 #[derive(Debug)]
@@ -294,6 +296,10 @@ pub struct Sim<H: Host, O: Observer> {
     stats: SimStats,
     errors: Vec<String>,
     recvclocks: Vec<u64>,
+    /// Each SIU's generation as last reported to the observer.
+    generations: Vec<u32>,
+    /// Links lost so far, all daemons (a change is reported to the observer).
+    links_lost: u64,
     min_recvclock: u64,
     progress_at_us: u64,
     actions: Vec<HostAction>,
@@ -413,6 +419,8 @@ impl<H: Host, O: Observer> Sim<H, O> {
             stats: SimStats::default(),
             errors: Vec::new(),
             recvclocks: vec![0; n_hosts],
+            generations: vec![0; n_hosts],
+            links_lost: 0,
             min_recvclock: 0,
             progress_at_us: 0,
             actions: Vec::new(),
@@ -744,7 +752,9 @@ impl<H: Host, O: Observer> Sim<H, O> {
         rt.paused = false;
         rt.deferred.clear();
         rt.timer_armed_us = None;
+        rt.links_lost_seen = 0;
         self.stats.restarts += 1;
+        self.observer.on_loss(self.now_us);
         self.schedule(self.now_us + down_for, Event::Revive { node });
     }
 
@@ -779,6 +789,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
         rt.down = false;
         rt.incarnation = incarnation;
         if let NodeId::Siu(host) = node {
+            self.report_generation(host, true);
             // The application loses its SIU: it is told, and attaches to the new one.
             self.with_host(host, |h, ctx| h.on_siu_restart(ctx));
             if self.hosts[usize::from(host)].attached() {
@@ -855,6 +866,19 @@ impl<H: Host, O: Observer> Sim<H, O> {
             self.transmit(node, to, bytes);
         }
         self.outbox = outbox;
+        let lost = match node {
+            NodeId::Siu(h) => self.sius[usize::from(h)].pump.links().stats().links_lost,
+            NodeId::Tm(s) => self.tms[usize::from(s)].pump.links().stats().links_lost,
+            NodeId::Host(_) => 0,
+        };
+        if lost > self.runtime(node).links_lost_seen {
+            self.runtime(node).links_lost_seen = lost;
+            self.links_lost += 1;
+            self.observer.on_loss(self.now_us);
+        }
+        if let NodeId::Siu(h) = node {
+            self.report_generation(h, false);
+        }
         self.take_seen(node);
         if let NodeId::Siu(h) = node {
             self.hand_to_host(h);
@@ -906,11 +930,26 @@ impl<H: Host, O: Observer> Sim<H, O> {
                         self.with_host(host, |h, ctx| h.on_refused(ctx, &bytes, &e));
                     }
                 }
-                Seen::NetOut { to_tm, bytes } => {
+                Seen::NetOut {
+                    to_tm,
+                    bytes,
+                    generation,
+                } => {
                     let NodeId::Siu(host) = node else { continue };
+                    // The oracle tags the stamp with the generation it was made in, which may
+                    // be older than the SIU's now (queued before a restart).
+                    let now_gen = self.generations[usize::from(host)];
+                    if generation != now_gen {
+                        self.observer
+                            .on_siu_generation(self.now_us, host, generation, false);
+                    }
                     let route = if to_tm { Route::Tm } else { Route::Host(host) };
                     let tx = Transmit { route, bytes };
                     self.observer.on_siu_transmit(self.now_us, host, &tx);
+                    if generation != now_gen {
+                        self.observer
+                            .on_siu_generation(self.now_us, host, now_gen, false);
+                    }
                 }
             }
         }
@@ -934,6 +973,19 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 let at = self.sius[h].to_host.fixed_transit(self.now_us);
                 self.schedule(at, Event::HostPacket { host, bytes });
             }
+        }
+    }
+
+    /// Tells the observer when SIU `host`'s generation changed (or it is a new process).
+    fn report_generation(&mut self, host: HostId, fresh: bool) {
+        let h = usize::from(host);
+        let g = self.sius[h].pump.role().inner.siu().generation();
+        if fresh || g != self.generations[h] {
+            // Generation 0: not started; its first start sends the host no reset EOP.
+            let first_start = self.generations[h] == 0;
+            self.generations[h] = g;
+            self.observer
+                .on_siu_generation(self.now_us, host, g, fresh || first_start);
         }
     }
 

@@ -251,6 +251,22 @@ pub struct WavesReport {
     pub duplicates_absorbed: u64,
     /// Pauses of TMs and SIUs.
     pub pauses: u64,
+    /// TMs and SIUs crashed and restarted.
+    pub restarts: u64,
+    /// Reset EOP markers hosts received (a new generation of logical time).
+    pub reset_eops: u64,
+    /// Messages a restart discarded: stamped for a host already in a newer generation.
+    pub stale_stamps: u64,
+    /// Messages of an older generation delivered after a restart (no generation on the wire).
+    pub stale_deliveries: u64,
+    /// Messages and pulses missing from a generation a broken link or crash doomed.
+    pub discarded: u64,
+    /// Plain messages lost to broken links (restarts only).
+    pub plain_lost: u64,
+    /// Intact network input refused after a restart (old-generation packets).
+    pub refused_after_restart: u64,
+    /// Times a daemon's link broke (links of every TM and SIU).
+    pub links_lost: u64,
     /// Events the simulator processed.
     pub events: u64,
     /// FNV-1a 64 over every delivery (time, node, bytes), 16 hex digits.
@@ -385,6 +401,7 @@ fn report(
     for h in sim.hosts() {
         host.plain_sent += h.stats.plain_sent;
         host.plain_fifo_violations += h.stats.plain_fifo_violations;
+        host.plain_lost += h.stats.plain_lost;
         host.unexpected_refusals += h.stats.unexpected_refusals;
     }
     let unexpected_errors = st.net_errors + st.corrupt_tokens_accepted + host.unexpected_refusals;
@@ -425,6 +442,14 @@ fn report(
         reordered: st.net.reordered,
         duplicates_absorbed: st.net.duplicates_absorbed,
         pauses: st.pauses,
+        restarts: st.restarts,
+        reset_eops: o.reset_eops,
+        stale_stamps: o.stale_stamps,
+        stale_deliveries: o.stale_deliveries,
+        discarded: o.discarded,
+        plain_lost: host.plain_lost,
+        refused_after_restart: st.net_refused_after_restart,
+        links_lost: sim.link_stats().map(|l| l.links_lost).sum(),
         events: st.events,
         trace_hash: format!("{:016x}", sim.trace_hash()),
         virtual_time_us: sim.now_us(),
@@ -449,6 +474,7 @@ const PACKET_SPACING_US_MAX: u64 = 3;
 struct HostStats {
     plain_sent: u64,
     plain_fifo_violations: u64,
+    plain_lost: u64,
     unexpected_refusals: u64,
 }
 
@@ -477,6 +503,8 @@ pub struct WavesHost {
     refused_iso: Option<u32>,
     plain_next_to: Vec<u64>,
     plain_next_from: Vec<u64>,
+    /// Restarts are on: plain messages may be lost (not reordered).
+    gaps_allowed: bool,
     stats: HostStats,
 }
 
@@ -500,6 +528,7 @@ impl WavesHost {
             refused_iso: None,
             plain_next_to: vec![0; hosts],
             plain_next_from: vec![0; hosts],
+            gaps_allowed: opts.restarts.is_some(),
             stats: HostStats::default(),
         }
     }
@@ -612,7 +641,13 @@ impl WavesHost {
         let ok = PlainMessage::decode(bytes).ok().and_then(|p| {
             let seq = u64::from_be_bytes(p.payload.get(..8)?.try_into().ok()?);
             let next = self.plain_next_from.get_mut(usize::from(p.source))?;
-            let in_order = p.dest == self.id && seq == *next;
+            // A restart may lose plain messages queued on a broken link (a gap), never
+            // reorder or repeat them.
+            let gap = seq.saturating_sub(*next);
+            let in_order = p.dest == self.id && (seq == *next || (self.gaps_allowed && gap > 0));
+            if in_order {
+                self.stats.plain_lost += gap;
+            }
             *next = seq + 1;
             Some(in_order)
         });

@@ -110,3 +110,15 @@ fn a_transfer_that_skips_the_log_after_the_image_is_caught() {
         "{r:?}"
     );
 }
+
+#[test]
+fn tm_and_siu_restarts_are_refused_until_the_workload_restarts_its_applications() {
+    let mut o = options(4, 1, 1);
+    o.restarts = Some(isotach_sim::Restarts {
+        every_us: 5_000,
+        count: 1,
+        down_us: RangeUs::new(100, 200),
+    });
+    let e = sc::run(&o).expect_err("refused");
+    assert!(e.to_string().contains("sim waves"), "{e}");
+}

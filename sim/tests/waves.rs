@@ -168,3 +168,29 @@ fn seed_sweep_with_pauses_and_network_faults() {
         assert_clean(&run(&o));
     }
 }
+
+/// Crashes and restarts of TMs and SIUs on top of every network fault: each crash breaks
+/// links, a new generation starts, and the EOP rule holds in every generation; what a restart
+/// may discard is counted apart (see `docs/sim.md`).
+#[test]
+fn tm_and_siu_restarts_keep_the_eop_rule_in_every_generation() {
+    let mut restarts = 0;
+    for seed in 1..=6 {
+        let mut o = all_faults(options(8, 3, 300, seed));
+        o.restarts = Some(isotach_sim::Restarts {
+            every_us: 6_000,
+            count: 3,
+            down_us: RangeUs::new(100, 5_000),
+        });
+        let r = run(&o);
+        assert!(
+            r.ok && r.completed && r.eop_violations == 0 && r.order_violations == 0,
+            "seed {seed}: {r:#?}"
+        );
+        assert_eq!(r.unexpected_errors, 0, "{:?}", r.problems);
+        assert_eq!(r.plain_fifo_violations, 0, "lost, never reordered");
+        assert!(r.links_lost > 0 && r.reset_eops > 0, "seed {seed}: {r:#?}");
+        restarts += r.restarts;
+    }
+    assert!(restarts >= 12, "the crashes happened: {restarts}");
+}

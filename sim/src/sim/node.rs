@@ -14,6 +14,7 @@ use isotach_proto::packet::Kind;
 use isotach_proto::topology::{Hop, HostId, SwitchId, Topology};
 use isotach_siu::{Mode, Siu, SiuConfig, SiuError};
 use isotach_tm::{TmConfig, TokenManager};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,8 +61,12 @@ pub(super) enum Seen {
         bytes: Vec<u8>,
         refused: Option<SiuError>,
     },
-    /// The SIU put a packet on the network side.
-    NetOut { to_tm: bool, bytes: Vec<u8> },
+    /// The SIU put a packet on the network side, in this generation.
+    NetOut {
+        to_tm: bool,
+        bytes: Vec<u8>,
+        generation: u32,
+    },
 }
 
 /// A role as the simulator runs it: token corruption on network input (with probability
@@ -74,6 +79,9 @@ pub(super) struct Watched<R> {
     pub(super) seen: Vec<Seen>,
     /// Log host input and network output (SIUs; the oracles watch them).
     watch_siu: bool,
+    /// The generation each packet in the state machine's network queue was queued in
+    /// (a message stamped before a restart may leave after it).
+    queued_in: VecDeque<u32>,
 }
 
 impl<R> Watched<R> {
@@ -84,7 +92,22 @@ impl<R> Watched<R> {
             rng,
             seen: Vec::new(),
             watch_siu,
+            queued_in: VecDeque::new(),
         }
+    }
+}
+
+impl<R: Inspect> Watched<R> {
+    /// Runs `f` on the inner role, noting the generation of what it queued for the network.
+    fn track<T>(&mut self, f: impl FnOnce(&mut R) -> T) -> T {
+        let before = self.inner.net_queued();
+        let out = f(&mut self.inner);
+        let after = self.inner.net_queued();
+        let g = self.inner.generation();
+        for _ in before..after {
+            self.queued_in.push_back(g);
+        }
+        out
     }
 }
 
@@ -94,6 +117,10 @@ pub(super) trait Inspect {
     fn is_host(&self, peer: usize) -> bool;
     /// Why the last host packet was refused.
     fn host_refusal(&mut self) -> Option<SiuError>;
+    /// The logical-time generation now.
+    fn generation(&self) -> u32;
+    /// Packets in the state machine's network queue.
+    fn net_queued(&self) -> usize;
 }
 
 impl Inspect for TmRole {
@@ -103,6 +130,12 @@ impl Inspect for TmRole {
     fn host_refusal(&mut self) -> Option<SiuError> {
         None
     }
+    fn generation(&self) -> u32 {
+        self.tm().generation()
+    }
+    fn net_queued(&self) -> usize {
+        0
+    }
 }
 
 impl Inspect for SiuRole {
@@ -111,6 +144,12 @@ impl Inspect for SiuRole {
     }
     fn host_refusal(&mut self) -> Option<SiuError> {
         self.take_host_refusal()
+    }
+    fn generation(&self) -> u32 {
+        self.siu().generation()
+    }
+    fn net_queued(&self) -> usize {
+        self.siu().queue_depths().1
     }
 }
 
@@ -127,7 +166,7 @@ impl<R: Role + Inspect> Role for Watched<R> {
 
     fn handle_packet(&mut self, now_us: u64, peer: usize, bytes: &[u8]) -> Verdict {
         if self.inner.is_host(peer) {
-            let verdict = self.inner.handle_packet(now_us, peer, bytes);
+            let verdict = self.track(|r| r.handle_packet(now_us, peer, bytes));
             if self.watch_siu && verdict != Verdict::Retry {
                 let refused = self.inner.host_refusal();
                 self.seen.push(Seen::HostIn {
@@ -141,7 +180,7 @@ impl<R: Role + Inspect> Role for Watched<R> {
         if is_token && self.rng.chance(self.corrupt) {
             let mut bad = bytes.to_vec();
             crate::net::corrupt(&mut bad, &mut self.rng);
-            let verdict = self.inner.handle_packet(now_us, peer, &bad);
+            let verdict = self.track(|r| r.handle_packet(now_us, peer, &bad));
             if verdict != Verdict::Retry {
                 self.seen.push(Seen::NetIn {
                     corrupted: true,
@@ -150,7 +189,7 @@ impl<R: Role + Inspect> Role for Watched<R> {
             }
             return verdict;
         }
-        let verdict = self.inner.handle_packet(now_us, peer, bytes);
+        let verdict = self.track(|r| r.handle_packet(now_us, peer, bytes));
         if matches!(verdict, Verdict::Refused(_)) {
             self.seen.push(Seen::NetIn {
                 corrupted: false,
@@ -161,18 +200,32 @@ impl<R: Role + Inspect> Role for Watched<R> {
     }
 
     fn handle_timeout(&mut self, now_us: u64) {
-        self.inner.handle_timeout(now_us);
+        self.track(|r| r.handle_timeout(now_us));
     }
     fn poll_timeout(&self) -> Option<u64> {
         self.inner.poll_timeout()
     }
 
     fn poll_output(&mut self, now_us: u64, lane: usize) -> Option<(usize, Vec<u8>)> {
-        let out = self.inner.poll_output(now_us, lane)?;
+        let before = self.inner.net_queued();
+        let out = self.inner.poll_output(now_us, lane);
+        let after = self.inner.net_queued();
+        // Network output pops what it sends (and what it could not route); host output may
+        // queue answers for an absent host.
+        let mut generation = self.inner.generation();
+        for _ in after..before {
+            generation = self.queued_in.pop_front().unwrap_or(generation);
+        }
+        let g = self.inner.generation();
+        for _ in before..after {
+            self.queued_in.push_back(g);
+        }
+        let out = out?;
         if self.watch_siu && !self.inner.is_host(out.0) {
             self.seen.push(Seen::NetOut {
                 to_tm: out.0 == PEER_TM,
                 bytes: out.1.clone(),
+                generation,
             });
         }
         Some(out)
@@ -182,13 +235,13 @@ impl<R: Role + Inspect> Role for Watched<R> {
         self.inner.redundant(bytes)
     }
     fn link_up(&mut self, now_us: u64, peer: usize) {
-        self.inner.link_up(now_us, peer);
+        self.track(|r| r.link_up(now_us, peer));
     }
     fn link_lost(&mut self, now_us: u64, peer: usize, reason: LossReason, dropped: usize) {
-        self.inner.link_lost(now_us, peer, reason, dropped);
+        self.track(|r| r.link_lost(now_us, peer, reason, dropped));
     }
     fn undelivered(&mut self, now_us: u64, peer: usize, bytes: Vec<u8>) {
-        self.inner.undelivered(now_us, peer, bytes);
+        self.track(|r| r.undelivered(now_us, peer, bytes));
     }
 }
 
