@@ -13,10 +13,45 @@ pub use isotach_am_proto::link::{
     QUEUE_MAX_DEFAULT, WINDOW_MAX, WINDOW_MIN,
 };
 
-/// Most datagrams taken from the transport per [`PacketPort::poll`] round.
+/// Most datagrams taken from a transport per receive round.
 const RECV_BATCH: usize = 64;
-/// Most receive rounds per [`PacketPort::poll`] (a steady stream still returns).
-const POLL_ROUNDS_MAX: usize = 16;
+/// Most receive rounds per pass (a steady stream still lets the caller run).
+const RECV_ROUNDS_MAX: usize = 16;
+
+/// The link core for a process on `transport`: the daemons' AM settings, the transport's
+/// address, incarnation and datagram size.
+pub fn links_on<T: Transport>(
+    transport: &T,
+    peers: &[NodeAddr],
+    tag: Tag,
+) -> Result<Links, AmError> {
+    Links::new(
+        Links::am_config(),
+        transport.local_addr(),
+        transport.incarnation(),
+        transport.max_datagram(),
+        peers,
+        tag,
+    )
+}
+
+/// Takes what arrived on `transport` without blocking — up to [`RECV_ROUNDS_MAX`] rounds of
+/// [`RECV_BATCH`] datagrams, fewer when a round comes back short — handing each to `handle`.
+/// Reads no clock (the caller passes its pass's time along). Returns how many it took.
+pub fn take_arrivals<T: Transport>(
+    transport: &mut T,
+    mut handle: impl FnMut(NodeAddr, &[u8]),
+) -> Result<usize, AmError> {
+    let mut taken = 0;
+    for _ in 0..RECV_ROUNDS_MAX {
+        let n = transport.recv(RECV_BATCH, &mut handle)?;
+        taken += n;
+        if n < RECV_BATCH {
+            break;
+        }
+    }
+    Ok(taken)
+}
 
 /// A reliable FIFO packet service to a fixed set of peers over one transport: [`Links`] plus
 /// the I/O. Peer ids are indexes into the address list given to [`PacketPort::new`].
@@ -29,14 +64,7 @@ pub struct PacketPort<T: Transport> {
 impl<T: Transport> PacketPort<T> {
     /// A port over `transport` talking to `peers` (index = peer id), tagged `tag`.
     pub fn new(transport: T, peers: &[NodeAddr], tag: Tag) -> Result<Self, AmError> {
-        let links = Links::new(
-            Links::am_config(),
-            transport.local_addr(),
-            transport.incarnation(),
-            transport.max_datagram(),
-            peers,
-            tag,
-        )?;
+        let links = links_on(&transport, peers, tag)?;
         Ok(Self { transport, links })
     }
 
@@ -110,18 +138,11 @@ impl<T: Transport> PacketPort<T> {
     pub fn poll(&mut self) -> Result<usize, AmError> {
         let now = self.transport.now();
         self.links.handle_timeout(now);
-        let mut taken = 0;
-        for _ in 0..POLL_ROUNDS_MAX {
-            let links = &mut self.links;
-            let n = self.transport.recv(RECV_BATCH, &mut |from, bytes| {
-                links.handle_datagram(now, from, bytes)
-            })?;
-            taken += n;
-            self.transmit(now)?;
-            if n < RECV_BATCH {
-                break;
-            }
-        }
+        let links = &mut self.links;
+        let taken = take_arrivals(&mut self.transport, |from, bytes| {
+            links.handle_datagram(now, from, bytes)
+        })?;
+        self.transmit(now)?;
         Ok(taken)
     }
 

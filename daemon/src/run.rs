@@ -8,7 +8,8 @@ use crate::pump::{Pump, Role};
 use crate::siu::{LANE_HOST, LANE_NET, OUT_HOST, OUT_NET, SiuGauges, SiuPlan, SiuRole};
 use crate::telemetry::{PeriodMeter, RateMeter, Telemetry};
 use crate::tm::{TmPlan, TmRole};
-use isotach_am::link::{LinkStats, Links, PeerStatus};
+use isotach_am::link::{LinkStats, PeerStatus};
+use isotach_am::port::{links_on, take_arrivals};
 use isotach_am::{NodeAddr, Tag, Time, Transport};
 use isotach_siu::{Siu, SiuStats};
 use isotach_tm::{TmStats, TokenManager};
@@ -24,10 +25,6 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(5);
 /// Passes between explicit yields to the runtime (so the admin service runs under a steady
 /// stream; a yield per pass costs throughput).
 const YIELD_EVERY: u32 = 16;
-/// Most datagrams taken from the transport per receive round.
-const RECV_BATCH: usize = 64;
-/// Most receive rounds per pass (a steady stream still lets the pump run).
-const RECV_ROUNDS_MAX: usize = 16;
 
 /// Histogram of the duration of passes that handled datagrams (µs).
 pub const HIST_PASS: &str = "pass_us";
@@ -83,14 +80,7 @@ impl<R: Publish, T: Transport> Daemon<R, T> {
         tag: Tag,
         queue_max: usize,
     ) -> Result<Self, DaemonError> {
-        let links = Links::new(
-            Links::am_config(),
-            transport.local_addr(),
-            transport.incarnation(),
-            transport.max_datagram(),
-            peers,
-            tag,
-        )?;
+        let links = links_on(&transport, peers, tag)?;
         Ok(Self {
             pump: Pump::new(role, links, queue_max),
             transport,
@@ -152,17 +142,10 @@ impl<R: Publish, T: Transport> Daemon<R, T> {
     fn pass(&mut self) -> Result<Time, DaemonError> {
         let started = Instant::now();
         let now = self.transport.now();
-        let mut handled = 0;
-        for _ in 0..RECV_ROUNDS_MAX {
-            let pump = &mut self.pump;
-            let n = self.transport.recv(RECV_BATCH, &mut |from, bytes| {
-                pump.handle_datagram(now, from, bytes)
-            })?;
-            handled += n;
-            if n < RECV_BATCH {
-                break;
-            }
-        }
+        let pump = &mut self.pump;
+        let handled = take_arrivals(&mut self.transport, |from, bytes| {
+            pump.handle_datagram(now, from, bytes)
+        })?;
         self.pump.advance(now)?;
         while let Some((to, bytes)) = self.pump.poll_transmit(now) {
             self.transport.send(to, bytes)?;
