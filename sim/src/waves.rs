@@ -403,10 +403,12 @@ fn report(
         host.plain_fifo_violations += h.stats.plain_fifo_violations;
         host.plain_lost += h.stats.plain_lost;
         host.unexpected_refusals += h.stats.unexpected_refusals;
+        host.refused_after_restart += h.stats.refused_after_restart;
     }
     let unexpected_errors = st.net_errors + st.corrupt_tokens_accepted + host.unexpected_refusals;
     let mut problems: Vec<String> = sim.observer().violations().to_vec();
     problems.extend(sim.errors().iter().cloned());
+    problems.extend(sim.hosts().iter().flat_map(|h| h.problems.iter().cloned()));
     let ok = completed
         && o.eop_violations == 0
         && o.order_violations == 0
@@ -448,7 +450,7 @@ fn report(
         stale_deliveries: o.stale_deliveries,
         discarded: o.discarded,
         plain_lost: host.plain_lost,
-        refused_after_restart: st.net_refused_after_restart,
+        refused_after_restart: st.net_refused_after_restart + host.refused_after_restart,
         links_lost: sim.link_stats().map(|l| l.links_lost).sum(),
         events: st.events,
         trace_hash: format!("{:016x}", sim.trace_hash()),
@@ -476,7 +478,11 @@ struct HostStats {
     plain_fifo_violations: u64,
     plain_lost: u64,
     unexpected_refusals: u64,
+    refused_after_restart: u64,
 }
+
+/// Most problem descriptions one host keeps.
+const PROBLEMS_MAX: usize = 8;
 
 /// A host of the waves workload.
 #[derive(Debug)]
@@ -503,8 +509,10 @@ pub struct WavesHost {
     refused_iso: Option<u32>,
     plain_next_to: Vec<u64>,
     plain_next_from: Vec<u64>,
-    /// Restarts are on: plain messages may be lost (not reordered).
+    /// Restarts are on: plain messages may be lost (not reordered), isochrons cut short.
     gaps_allowed: bool,
+    /// Unexpected refusals, described.
+    problems: Vec<String>,
     stats: HostStats,
 }
 
@@ -529,6 +537,7 @@ impl WavesHost {
             plain_next_to: vec![0; hosts],
             plain_next_from: vec![0; hosts],
             gaps_allowed: opts.restarts.is_some(),
+            problems: Vec::new(),
             stats: HostStats::default(),
         }
     }
@@ -734,7 +743,7 @@ impl Host for WavesHost {
 
     fn on_refused(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8], error: &SiuError) {
         let kind = bytes.get(1).map(|&b| Kind::from_byte(b));
-        match (kind, error) {
+        match (kind.clone(), error) {
             (Some(Ok(Kind::StartOfIsochron)), SiuError::NotStarted) => {
                 // Logical time has not reached this SIU yet: try again later.
                 self.refused_iso = StartOfIsochron::decode(bytes).ok().map(|s| s.iso_id);
@@ -748,7 +757,19 @@ impl Host for WavesHost {
             {
                 self.refused_iso = None;
             }
-            _ => self.stats.unexpected_refusals += 1,
+            (_, SiuError::NoIsochron | SiuError::IsochronOpen { .. }) if self.gaps_allowed => {
+                // The SIU restarted logical time in the middle of this host's isochron: the
+                // rest of it is refused (the restart discards it).
+                self.stats.refused_after_restart += 1;
+            }
+            _ => {
+                self.stats.unexpected_refusals += 1;
+                if self.problems.len() < PROBLEMS_MAX {
+                    let what = kind.map_or("an undecodable packet".into(), |k| format!("{k:?}"));
+                    self.problems
+                        .push(format!("host {}: the SIU refused {what}: {error}", self.id));
+                }
+            }
         }
     }
 }
