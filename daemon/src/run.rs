@@ -118,7 +118,22 @@ impl<R: Publish, T: Transport> Daemon<R, T> {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut passes = 0u32;
         loop {
-            let now = self.pass()?;
+            let (now, taken) = self.pass()?;
+            passes = passes.wrapping_add(1);
+            if passes.is_multiple_of(YIELD_EVERY) {
+                // Let other tasks (the admin service) run, and notice a shutdown, even under
+                // a steady stream.
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    () = tokio::task::yield_now() => {}
+                }
+            }
+            if taken > 0 {
+                // Under load more is likely waiting already: take it without a round trip
+                // through the runtime's reactor (a wake-up per pass costs a context switch).
+                continue;
+            }
             let wait_max = now.plus(WAIT_MAX);
             let deadline = self
                 .pump
@@ -129,17 +144,14 @@ impl<R: Publish, T: Transport> Daemon<R, T> {
                 () = &mut shutdown => break,
                 r = self.transport.wait_async(Some(deadline)) => { r?; }
             }
-            passes = passes.wrapping_add(1);
-            if passes.is_multiple_of(YIELD_EVERY) {
-                tokio::task::yield_now().await;
-            }
         }
         R::log_stop(&self.pump);
         Ok(self.pump.into_role())
     }
 
-    /// One pass: arrivals in, the pump, output out, measurements. Never blocks.
-    fn pass(&mut self) -> Result<Time, DaemonError> {
+    /// One pass: arrivals in, the pump, output out, measurements. Never blocks. Returns the
+    /// pass's time and the datagrams it took.
+    fn pass(&mut self) -> Result<(Time, usize), DaemonError> {
         let started = Instant::now();
         let now = self.transport.now();
         let pump = &mut self.pump;
@@ -166,7 +178,7 @@ impl<R: Publish, T: Transport> Daemon<R, T> {
             self.snapshot
                 .send_replace(R::snapshot(&self.pump, uptime_us, rate));
         }
-        Ok(now)
+        Ok((now, handled))
     }
 }
 
