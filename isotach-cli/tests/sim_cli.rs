@@ -213,3 +213,52 @@ fn sim_sc_and_philo_print_their_reports_and_exit_0() {
     let out = isotach(&["sim", "philo", "--philosophers", "1"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn sim_waves_crashes_and_restarts_daemons_and_sc_refuses_restarts() {
+    let out = isotach(&[
+        "sim",
+        "waves",
+        "--hosts",
+        "6",
+        "--switches",
+        "2",
+        "--pulses",
+        "200",
+        "--seed",
+        "3",
+        "--restarts",
+        "2",
+        "--restart-every-us",
+        "4000",
+        "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = json(&out);
+    assert_eq!(r["ok"], true);
+    assert_eq!(r["restarts"], 2);
+    assert!(r["links_lost"].as_u64().is_some_and(|n| n > 0), "{r}");
+    assert!(r["reset_eops"].as_u64().is_some_and(|n| n > 0), "{r}");
+    let out = isotach(&[
+        "sim",
+        "sc",
+        "--hosts",
+        "4",
+        "--switches",
+        "1",
+        "--seeds",
+        "1",
+        "--isochrons",
+        "10",
+        "--restarts",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not supported by `sim sc` yet"), "{err}");
+}
