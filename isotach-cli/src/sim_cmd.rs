@@ -216,6 +216,10 @@ struct WavesArgs {
     /// Largest send delta a host asks for.
     #[arg(long, default_value_t = WavesLoad::default().send_delta_max)]
     send_delta_max: u32,
+    /// Probability a host also enters a random barrier with an isochron (the oracle checks no
+    /// host sees a barrier complete before every host entered it).
+    #[arg(long, default_value_t = WavesLoad::default().barrier, value_parser = parse_probability)]
+    barrier: f64,
     /// Virtual time without pulse progress that ends the run as stalled, µs (default: derived
     /// from the token timer and pauses, at least one second).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
@@ -365,6 +369,7 @@ fn waves_options(a: &WavesArgs) -> anyhow::Result<WavesOptions> {
         outstanding_max: a.outstanding_max,
         think_us: a.think_us,
         send_delta_max: a.send_delta_max,
+        barrier: a.barrier,
     };
     opts.stall_us = a.stall_us;
     opts.tamper = a.tamper.unwrap_or_default();

@@ -15,6 +15,11 @@
 //!   indices of the first `min(count, 32)` of them in strictly increasing (source, sequum)
 //!   order (keys are unique: an isochron marker takes a sequum of its own).
 //!
+//! * **barrier violations**: a host sees the k-th completion of barrier b (an EOP with the
+//!   barrier's bit) before every host entered b k times (the SIU took k barrier markers for b
+//!   from each host). Checked until the first restart or broken link (barrier state restarts
+//!   with a generation).
+//!
 //! Across restarts of logical time (a TM or SIU crashed, or a link broke) the oracle follows
 //! generations: it learns each SIU's generation from the simulator
 //! ([`Observer::on_siu_generation`]), tags every stamp with its stamping SIU's generation, and
@@ -26,7 +31,9 @@
 //! are violations, as always.
 
 use crate::host::Observer;
-use isotach_proto::packet::{EopMarker, IsochronMarker, IsotachMessage, Kind, SORT_VECTOR_MAX};
+use isotach_proto::packet::{
+    BARRIERS, BarrierSignalMarker, EopMarker, IsochronMarker, IsotachMessage, Kind, SORT_VECTOR_MAX,
+};
 use isotach_proto::topology::HostId;
 use isotach_siu::{Route, Transmit};
 use std::collections::BTreeMap;
@@ -104,6 +111,10 @@ pub struct OracleStats {
     /// Messages and pulses missing in a generation during which a link broke or a daemon
     /// crashed (the restart that follows discards that generation).
     pub discarded: u64,
+    /// Barrier completions hosts saw and the oracle checked.
+    pub barrier_completions: u64,
+    /// See the module documentation.
+    pub barrier_violations: u64,
 }
 
 /// The pulse oracle. Plug it into [`crate::Sim`] as the observer (or call it from one).
@@ -117,6 +128,10 @@ pub struct PulseOracle {
     /// Generations in which a link broke or a daemon crashed: a restart will replace them,
     /// and what their pulses lost is the restart's to discard.
     doomed: std::collections::BTreeSet<u32>,
+    /// Per host and barrier: barrier markers its SIU took.
+    entered: Vec<[u64; BARRIERS]>,
+    /// Per host and barrier: completions it saw.
+    completed: Vec<[u64; BARRIERS]>,
     stats: OracleStats,
     log: Vec<String>,
 }
@@ -129,6 +144,8 @@ impl PulseOracle {
             siu_gen: vec![0; hosts],
             restarted: false,
             doomed: std::collections::BTreeSet::new(),
+            entered: vec![[0; BARRIERS]; hosts],
+            completed: vec![[0; BARRIERS]; hosts],
             stats: OracleStats::default(),
             log: Vec::new(),
         }
@@ -248,8 +265,39 @@ impl PulseOracle {
         view.arrivals.entry(ts).or_default().push(arrival);
     }
 
+    /// Host `h` saw barriers `bits` complete: every host must have entered each as often.
+    fn barriers_completed(&mut self, h: usize, bits: u8) {
+        if self.restarted || !self.doomed.is_empty() {
+            return;
+        }
+        for b in (0..BARRIERS).filter(|b| bits & (1 << b) != 0) {
+            let Some(k) = self.completed.get_mut(h).map(|c| {
+                c[b] += 1;
+                c[b]
+            }) else {
+                return;
+            };
+            self.stats.barrier_completions += 1;
+            let late: Vec<(usize, u64)> = (0..self.entered.len())
+                .filter(|&g| self.entered[g][b] < k)
+                .map(|g| (g, self.entered[g][b]))
+                .collect();
+            if !late.is_empty() {
+                self.stats.barrier_violations += 1;
+                if self.log.len() < LOG_MAX {
+                    self.log.push(format!(
+                        "barrier: host {h} saw completion {k} of barrier {b} before (host, entries) {late:?} entered"
+                    ));
+                }
+            }
+        }
+    }
+
     fn eop(&mut self, h: usize, eop: &EopMarker) {
         self.stats.eops += 1;
+        if eop.barrier != 0 {
+            self.barriers_completed(h, eop.barrier);
+        }
         if eop.count as usize > SORT_VECTOR_MAX {
             self.stats.eops_over_32 += 1;
         }
@@ -385,6 +433,26 @@ impl Observer for PulseOracle {
         }
     }
 
+    fn on_siu_host_input(
+        &mut self,
+        _now_us: u64,
+        host: HostId,
+        bytes: &[u8],
+        refused: Option<&isotach_siu::SiuError>,
+    ) {
+        if refused.is_none()
+            && bytes.get(1) == Some(&(Kind::BarrierSignalMarker as u8))
+            && let Ok(m) = BarrierSignalMarker::decode(bytes)
+            && let Some(e) = self.entered.get_mut(usize::from(host))
+        {
+            for (b, n) in e.iter_mut().enumerate() {
+                if m.barrier & (1 << b) != 0 {
+                    *n += 1;
+                }
+            }
+        }
+    }
+
     fn on_loss(&mut self, _now_us: u64) {
         self.doomed.extend(self.siu_gen.iter().copied());
     }
@@ -394,7 +462,8 @@ impl Observer for PulseOracle {
         let (Some(g), Some(view)) = (self.siu_gen.get_mut(h), self.hosts.get_mut(h)) else {
             return;
         };
-        if *g != 0 || fresh {
+        if *g != 0 {
+            // A generation after the first, or a new process replacing a started one.
             self.restarted = true;
         }
         *g = generation;
@@ -527,5 +596,50 @@ mod tests {
         send(&mut o, &e);
         o.finish(&[9]);
         assert_eq!(o.stats().eop_violations, 3, "pulse 8 never closed");
+    }
+
+    fn barrier_marker(bits: u8) -> Vec<u8> {
+        let mut v = Vec::new();
+        BarrierSignalMarker {
+            barrier: bits,
+            barrier_count: 1,
+            signals: 0,
+            reset: false,
+        }
+        .encode(&mut v);
+        v
+    }
+
+    fn barrier_eop(ts: u64, bits: u8) -> Vec<u8> {
+        let e = EopMarker {
+            ts,
+            barrier: bits,
+            ..EopMarker::default()
+        };
+        let mut v = Vec::new();
+        e.encode(&mut v);
+        v
+    }
+
+    #[test]
+    fn a_barrier_seen_complete_before_every_host_entered_is_caught() {
+        let mut o = PulseOracle::new(3);
+        for h in 0..3 {
+            o.on_siu_generation(0, h, 1, true);
+        }
+        o.on_siu_host_input(0, 0, &barrier_marker(0b01), None);
+        o.on_siu_host_input(0, 1, &barrier_marker(0b01), None);
+        // Host 2's marker was refused: it did not enter.
+        let refused = isotach_siu::SiuError::NotStarted;
+        o.on_siu_host_input(0, 2, &barrier_marker(0b01), Some(&refused));
+        o.on_host_packet(0, 0, &barrier_eop(3, 0b01));
+        assert_eq!(o.stats().barrier_violations, 1, "{:?}", o.violations());
+        o.on_siu_host_input(0, 2, &barrier_marker(0b01), None);
+        o.on_host_packet(0, 1, &barrier_eop(4, 0b01));
+        assert_eq!(o.stats().barrier_violations, 1, "everyone entered once");
+        // A second completion of barrier 0 needs second entries.
+        o.on_host_packet(0, 1, &barrier_eop(5, 0b01));
+        assert_eq!(o.stats().barrier_violations, 2);
+        assert_eq!(o.stats().barrier_completions, 3);
     }
 }

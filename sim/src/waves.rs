@@ -18,8 +18,8 @@ use crate::oracle::{OracleStats, PulseOracle};
 use crate::sim::{Pauses, Restarts, RunEnd, Sim, SimConfig, SimError, Tamper};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::{
-    EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind, PlainMessage, Sref, SrefOp,
-    StartOfIsochron, Width,
+    BARRIERS, BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind,
+    PlainMessage, Sref, SrefOp, StartOfIsochron, Width,
 };
 use isotach_proto::topology::{HostId, TopologyError};
 use isotach_siu::SiuError;
@@ -64,6 +64,9 @@ pub struct WavesLoad {
     pub think_us: RangeUs,
     /// Largest send delta a host asks for.
     pub send_delta_max: u32,
+    /// Probability a host also enters a barrier (one it is not in already, chosen at random)
+    /// when it sends an isochron.
+    pub barrier: f64,
 }
 
 impl Default for WavesLoad {
@@ -75,6 +78,7 @@ impl Default for WavesLoad {
             outstanding_max: 2,
             think_us: RangeUs::new(0, 200),
             send_delta_max: 2,
+            barrier: 0.0,
         }
     }
 }
@@ -147,8 +151,11 @@ impl WavesOptions {
         if load.outstanding_max == 0 {
             return bad("outstanding-max must be at least 1");
         }
-        if !(0.0..1.0).contains(&load.burst) || !(0.0..1.0).contains(&load.plain) {
-            return bad("burst and plain must be probabilities in [0, 1)");
+        if !(0.0..1.0).contains(&load.burst)
+            || !(0.0..1.0).contains(&load.plain)
+            || !(0.0..1.0).contains(&load.barrier)
+        {
+            return bad("burst, plain and barrier must be probabilities in [0, 1)");
         }
         if load.think_us.lo > load.think_us.hi {
             return bad("think-us range is empty");
@@ -263,6 +270,12 @@ pub struct WavesReport {
     pub discarded: u64,
     /// Plain messages lost to broken links (restarts only).
     pub plain_lost: u64,
+    /// Barrier markers hosts sent (`--barrier`).
+    pub barriers_entered: u64,
+    /// Barrier completions hosts saw and the oracle checked.
+    pub barrier_completions: u64,
+    /// A host saw barrier b complete for the k-th time before every host entered it k times.
+    pub barrier_violations: u64,
     /// Intact network input refused after a restart (old-generation packets).
     pub refused_after_restart: u64,
     /// Times a daemon's link broke (links of every TM and SIU).
@@ -402,6 +415,7 @@ fn report(
         host.plain_sent += h.stats.plain_sent;
         host.plain_fifo_violations += h.stats.plain_fifo_violations;
         host.plain_lost += h.stats.plain_lost;
+        host.barriers_entered += h.stats.barriers_entered;
         host.unexpected_refusals += h.stats.unexpected_refusals;
         host.refused_after_restart += h.stats.refused_after_restart;
     }
@@ -412,6 +426,7 @@ fn report(
     let ok = completed
         && o.eop_violations == 0
         && o.order_violations == 0
+        && o.barrier_violations == 0
         && unexpected_errors == 0
         && host.plain_fifo_violations == 0;
     WavesReport {
@@ -450,6 +465,9 @@ fn report(
         stale_deliveries: o.stale_deliveries,
         discarded: o.discarded,
         plain_lost: host.plain_lost,
+        barriers_entered: host.barriers_entered,
+        barrier_completions: o.barrier_completions,
+        barrier_violations: o.barrier_violations,
         refused_after_restart: st.net_refused_after_restart + host.refused_after_restart,
         links_lost: sim.link_stats().map(|l| l.links_lost).sum(),
         events: st.events,
@@ -477,6 +495,7 @@ struct HostStats {
     plain_sent: u64,
     plain_fifo_violations: u64,
     plain_lost: u64,
+    barriers_entered: u64,
     unexpected_refusals: u64,
     refused_after_restart: u64,
 }
@@ -511,6 +530,10 @@ pub struct WavesHost {
     plain_next_from: Vec<u64>,
     /// Restarts are on: plain messages may be lost (not reordered), isochrons cut short.
     gaps_allowed: bool,
+    /// Probability of entering a barrier with an isochron.
+    barrier: f64,
+    /// Barriers this host entered and has not seen complete.
+    in_barrier: u8,
     /// Unexpected refusals, described.
     problems: Vec<String>,
     stats: HostStats,
@@ -537,6 +560,8 @@ impl WavesHost {
             plain_next_to: vec![0; hosts],
             plain_next_from: vec![0; hosts],
             gaps_allowed: opts.restarts.is_some(),
+            barrier: opts.load.barrier,
+            in_barrier: 0,
             problems: Vec::new(),
             stats: HostStats::default(),
         }
@@ -646,6 +671,28 @@ impl WavesHost {
         self.stats.plain_sent += 1;
     }
 
+    /// Enters a barrier this host is not in (barrier markers go between isochrons).
+    fn enter_barrier(&mut self, ctx: &mut HostCtx<'_>) {
+        let free: Vec<u8> = (0..BARRIERS as u8)
+            .filter(|b| self.in_barrier & (1 << b) == 0)
+            .collect();
+        let Some(&b) = free.get(ctx.rng().below(free.len().max(1) as u64) as usize) else {
+            return;
+        };
+        let marker = BarrierSignalMarker {
+            barrier: 1 << b,
+            barrier_count: 1,
+            signals: 0,
+            reset: false,
+        };
+        let mut bytes = Vec::new();
+        marker.encode(&mut bytes);
+        // The host→SIU link keeps send order: the marker follows the isochron just sent.
+        ctx.send(bytes);
+        self.in_barrier |= 1 << b;
+        self.stats.barriers_entered += 1;
+    }
+
     fn plain_received(&mut self, bytes: &[u8]) {
         let ok = PlainMessage::decode(bytes).ok().and_then(|p| {
             let seq = u64::from_be_bytes(p.payload.get(..8)?.try_into().ok()?);
@@ -719,6 +766,11 @@ impl Host for WavesHost {
             Some(Ok(Kind::EopMarker)) => {
                 if let Ok(e) = EopMarker::decode(bytes) {
                     self.awaiting_eop.retain(|&ts| ts > e.ts);
+                    self.in_barrier &= !e.barrier;
+                    if e.reset {
+                        // A new generation: barriers in progress are gone.
+                        self.in_barrier = 0;
+                    }
                 }
             }
             Some(Ok(Kind::Plain)) => self.plain_received(bytes),
@@ -736,6 +788,9 @@ impl Host for WavesHost {
             self.send_isochron(ctx);
             if ctx.rng().chance(self.plain) {
                 self.send_plain(ctx);
+            }
+            if self.barrier > 0.0 && ctx.rng().chance(self.barrier) {
+                self.enter_barrier(ctx);
             }
         }
         self.plan(ctx);

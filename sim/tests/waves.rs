@@ -194,3 +194,20 @@ fn tm_and_siu_restarts_keep_the_eop_rule_in_every_generation() {
     }
     assert!(restarts >= 12, "the crashes happened: {restarts}");
 }
+
+/// Hosts enter barriers at random under every network fault: no host sees a barrier complete
+/// before every host entered it as often.
+#[test]
+fn barriers_never_complete_before_every_host_entered() {
+    for seed in 1..=4 {
+        let mut o = all_faults(options(6, 2, 300, seed));
+        o.load.barrier = 0.2;
+        let r = run(&o);
+        assert_clean(&r);
+        assert_eq!(r.barrier_violations, 0, "{:?}", r.problems);
+        assert!(
+            r.barriers_entered > 0 && r.barrier_completions > 0,
+            "seed {seed}: {r:#?}"
+        );
+    }
+}
