@@ -5,6 +5,9 @@
 use isotach_proto::packet::SORT_VECTOR_MAX;
 use std::collections::VecDeque;
 
+// An arrival index in the sort vector is one byte.
+const _: () = assert!(SORT_VECTOR_MAX <= u8::MAX as usize + 1);
+
 /// One packet of a pulse as the sort needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
@@ -87,6 +90,7 @@ impl PulseLog {
             self.slots.resize_with(offset + 1, PulseSlot::default);
         }
         self.slots[offset].record(source, sequum);
+        debug_assert!(self.slots.len() <= self.window);
         Placement::Counted
     }
 

@@ -1,0 +1,163 @@
+//! Input dispatch: decides which handler a host or network packet goes to, and whether the
+//! output queues have room for everything it can produce — checked before anything is
+//! consumed, so a refusal with back-pressure leaves the SIU unchanged. Non-isotach traffic is
+//! passed through here at once, FIFO, never waiting on logical time (requirements 20, 22), and
+//! needs room only on the side it goes to.
+
+use super::Siu;
+use crate::{Mode, Route, Side, SiuError, Transmit};
+use isotach_proto::packet::{
+    self, BarrierSignalMarker, EndOfIsochron, Kind, PlainMessage, StartOfIsochron, Token,
+};
+
+/// Network-bound packets one isotach packet from the host can yield: one message, a token
+/// forward (host mode), or after an end-of-isochron the tokens requirement 26 held back.
+const HOST_INPUT_NET_PACKETS_MAX: usize = 2;
+/// Host-bound packets one isotach packet from the host can yield: an isochron marker.
+const HOST_INPUT_HOST_PACKETS_MAX: usize = 1;
+/// Network-bound packets one isotach packet from the network can yield: the next token.
+const NET_INPUT_NET_PACKETS_MAX: usize = 1;
+/// Host-bound packets one isotach packet from the network can yield: a message, or an EOP
+/// and (on a reset) one more EOP.
+const NET_INPUT_HOST_PACKETS_MAX: usize = 2;
+
+impl Siu {
+    /// Handles one packet from the host.
+    pub fn handle_host(&mut self, now_us: u64, bytes: &[u8]) -> Result<(), SiuError> {
+        let r = self.host_input(now_us, bytes);
+        if r.is_err() {
+            self.stats.errors += 1;
+        }
+        r
+    }
+
+    /// Handles one packet from the network side.
+    pub fn handle_net(&mut self, now_us: u64, bytes: &[u8]) -> Result<(), SiuError> {
+        let r = self.net_input(now_us, bytes);
+        if r.is_err() {
+            self.stats.errors += 1;
+        }
+        r
+    }
+
+    /// Refuses with back-pressure unless the `side`-bound queue can take `needed` more packets.
+    pub(super) fn room(&self, side: Side, needed: usize) -> Result<(), SiuError> {
+        let limit = self.cfg.limits.queue_packets_max;
+        let len = match side {
+            Side::Host => self.to_host.len(),
+            Side::Net => self.to_net.len(),
+        };
+        if len + needed > limit {
+            return Err(SiuError::Backpressure { side, limit });
+        }
+        Ok(())
+    }
+
+    fn host_input(&mut self, now_us: u64, bytes: &[u8]) -> Result<(), SiuError> {
+        let decode = |e| SiuError::Decode {
+            side: Side::Host,
+            error: e,
+        };
+        let kind = packet::peek_kind(bytes).map_err(decode)?;
+        // Non-isotach traffic needs room only where it goes: a full host-bound queue must not
+        // hold it up (requirement 20).
+        if kind == Kind::Plain {
+            self.room(Side::Net, 1)?;
+            return self.plain_from_host(bytes);
+        }
+        // Check room for everything an isotach packet can yield first, so a refusal consumes
+        // nothing.
+        self.room(Side::Net, HOST_INPUT_NET_PACKETS_MAX)?;
+        self.room(Side::Host, HOST_INPUT_HOST_PACKETS_MAX)?;
+        if kind == Kind::Token {
+            if self.cfg.mode != Mode::Host {
+                return Err(SiuError::WrongMode {
+                    kind,
+                    mode: self.cfg.mode,
+                });
+            }
+            return self.token_from_host(now_us, bytes);
+        }
+        if !self.started {
+            packet::Packet::decode(bytes).map_err(decode)?;
+            return Err(SiuError::NotStarted);
+        }
+        match kind {
+            Kind::StartOfIsochron => {
+                let soi = StartOfIsochron::decode(bytes).map_err(decode)?;
+                self.start_isochron(now_us, soi)
+            }
+            Kind::IsotachMessage => self.message_from_host(bytes),
+            Kind::EndOfIsochron => {
+                let eoi = EndOfIsochron::decode(bytes).map_err(decode)?;
+                self.end_isochron(now_us, eoi)
+            }
+            Kind::BarrierSignalMarker => {
+                let m = BarrierSignalMarker::decode(bytes).map_err(decode)?;
+                self.barrier_signal_marker(now_us, m)
+            }
+            Kind::IsochronMarker | Kind::EopMarker | Kind::Token | Kind::Plain => {
+                packet::Packet::decode(bytes).map_err(decode)?;
+                Err(SiuError::UnexpectedKind {
+                    side: Side::Host,
+                    kind,
+                })
+            }
+        }
+    }
+
+    fn net_input(&mut self, now_us: u64, bytes: &[u8]) -> Result<(), SiuError> {
+        let decode = |e| SiuError::Decode {
+            side: Side::Net,
+            error: e,
+        };
+        let kind = match packet::peek_kind(bytes) {
+            Ok(k) => k,
+            Err(e) => return Err(decode(e)),
+        };
+        // Non-isotach traffic needs room only on the host side (requirement 20).
+        if kind == Kind::Plain {
+            self.room(Side::Host, 1)?;
+            PlainMessage::decode(bytes).map_err(decode)?;
+            self.stats.plain_to_host += 1;
+            self.to_host.push_back(bytes.to_vec());
+            return Ok(());
+        }
+        self.room(Side::Net, NET_INPUT_NET_PACKETS_MAX)?;
+        self.room(Side::Host, NET_INPUT_HOST_PACKETS_MAX)?;
+        match kind {
+            Kind::Token => match Token::decode(bytes) {
+                Ok(t) => self.token_from_net(now_us, t, bytes),
+                Err(e) => {
+                    self.stats.tokens_bad += 1;
+                    Err(decode(e))
+                }
+            },
+            Kind::IsotachMessage => self.message_from_net(bytes),
+            _ => {
+                packet::Packet::decode(bytes).map_err(decode)?;
+                Err(SiuError::UnexpectedKind {
+                    side: Side::Net,
+                    kind,
+                })
+            }
+        }
+    }
+
+    /// A non-isotach packet from the host goes straight to its destination host.
+    fn plain_from_host(&mut self, bytes: &[u8]) -> Result<(), SiuError> {
+        let m = PlainMessage::decode(bytes).map_err(|e| SiuError::Decode {
+            side: Side::Host,
+            error: e,
+        })?;
+        if usize::from(m.dest) >= self.cfg.topology.host_count() {
+            return Err(SiuError::NoSuchHost(m.dest));
+        }
+        self.stats.plain_to_net += 1;
+        self.to_net.push_back(Transmit {
+            route: Route::Host(m.dest),
+            bytes: bytes.to_vec(),
+        });
+        Ok(())
+    }
+}
