@@ -26,7 +26,7 @@ use isotach_proto::packet::{
     BARRIER_MASK, IsotachMessage, MSG_PAYLOAD_MAX, Packet, Sref, SrefOp, Width,
 };
 use isotach_proto::topology::{HostId, SwitchId};
-use isotach_tests::{ByteGenerator, TokenBits, TokenBouncer, XorShift};
+use isotach_tools::{ByteGenerator, TokenBits, TokenBouncer, XorShift};
 use serde_json::{Value, json};
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
