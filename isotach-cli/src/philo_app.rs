@@ -8,6 +8,7 @@
 
 use isotach_proto::packet::Width;
 use isotach_proto::topology::HostId;
+use isotach_rng::Rng;
 use isotach_smm::{Addr, MemoryMap, SiuLink, Smm, WaitError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,15 +49,16 @@ pub(crate) struct PhiloOutcome {
     pub(crate) latencies_us: Vec<u64>,
 }
 
-/// A tiny xorshift for think/eat/back-off times (not security relevant).
-struct Jitter(u64);
+/// Seed of the think/eat/back-off times; each philosopher draws its own stream of it.
+const JITTER_SEED: u64 = 0;
+
+/// Think/eat/back-off times (not security relevant).
+struct Jitter(Rng);
 
 impl Jitter {
-    fn below_us(&mut self, hi: u64) -> Duration {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        Duration::from_micros(self.0 % (hi + 1))
+    /// A duration of `0..=hi_us` microseconds.
+    fn below_us(&mut self, hi_us: u64) -> Duration {
+        Duration::from_micros(self.0.range_inclusive(0, hi_us))
     }
 }
 
@@ -81,7 +83,7 @@ pub(crate) fn run_philosopher<L: SiuLink>(
     let (me, n) = (p.me, p.n);
     let lf = Addr::new(me as u32, 0);
     let rf = Addr::new(((me + n - 1) % n) as u32, 0);
-    let mut rng = Jitter(0x9E37_79B9_7F4A_7C15 ^ (me as u64 + 1).wrapping_mul(0x2545_F491));
+    let mut rng = Jitter(Rng::stream(JITTER_SEED, me as u64));
     let mut out = PhiloOutcome::default();
     let err = |what: &str, e: &dyn std::fmt::Display| format!("philosopher {me}: {what}: {e}");
     smm.barrier(0, 1, left(p.deadline))

@@ -12,6 +12,7 @@
 //!     --config cluster.toml --host alpha --transfers 200
 //! ```
 
+use isotach_rng::Rng;
 use isotach_smm::{Addr, ConnectOptions, Smm, SmmError, WaitError, Width};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -90,10 +91,10 @@ fn snapshot<L: isotach_smm::SiuLink>(smm: &mut Smm<L>, a: &Args) -> Result<u64, 
 fn transfer<L: isotach_smm::SiuLink>(
     smm: &mut Smm<L>,
     a: &Args,
-    rng: &mut u64,
+    rng: &mut Rng,
 ) -> Result<(), WaitError> {
-    let from = (next(rng) % u64::from(a.accounts)) as u32;
-    let to = (from + 1 + (next(rng) % u64::from(a.accounts - 1)) as u32) % a.accounts;
+    let from = rng.below(u64::from(a.accounts)) as u32;
+    let to = (from + 1 + rng.below(u64::from(a.accounts - 1)) as u32) % a.accounts;
     let (x, y) = (account(from), account(to));
     // Read and reserve both accounts in one isochron: nobody reads them until we assign.
     let mut iso = smm.node().isochron();
@@ -105,21 +106,13 @@ fn transfer<L: isotach_smm::SiuLink>(
     let amount = if vx == 0 {
         0
     } else {
-        1 + next(rng) % vx.min(10)
+        1 + rng.below(vx.min(10))
     };
     let mut iso = smm.node().isochron();
     iso.assign(x, Width::W64, vx - amount)?;
     iso.assign(y, Width::W64, vy + amount)?;
     iso.end()?;
     Ok(())
-}
-
-/// xorshift64: the transfers' random choices (not security relevant).
-fn next(s: &mut u64) -> u64 {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    *s
 }
 
 fn run(a: &Args) -> Result<String, String> {
@@ -147,7 +140,8 @@ fn run(a: &Args) -> Result<String, String> {
         .map_err(|e| step("opening barrier", e))?;
     let expected = OPENING_BALANCE * u64::from(a.accounts);
     let mut totals = vec![snapshot(&mut smm, a).map_err(|e| step("snapshot", e))?];
-    let mut rng = a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (u64::from(me) + 1);
+    // The transfers' random choices (not security relevant): one stream per host.
+    let mut rng = Rng::stream(a.seed, u64::from(me));
     for t in 1..=a.transfers {
         transfer(&mut smm, a, &mut rng).map_err(|e| step("transfer", e))?;
         if t % SNAPSHOT_EVERY == 0 {
