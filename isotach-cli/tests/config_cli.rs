@@ -379,6 +379,37 @@ fn zero_timeout_names_the_key_line() {
 }
 
 #[test]
+fn out_of_bounds_values_exit_2_naming_key_value_and_range() {
+    let dir = TempDir::new();
+    // Too large: refused, not clamped; the error points at the value.
+    let c = dir.write(
+        "c.toml",
+        &format!("{GOOD}\n[limits]\npulses-ahead-max = 1000000\n"),
+    );
+    let line = std::fs::read_to_string(&c).unwrap().lines().count();
+    let e = refused(&["check-config", &c, "--json"], &c, line);
+    let want = format!(
+        "{c}:{line}:20: limits.pulses-ahead-max: 1000000 is out of range: allowed 5..={}",
+        isotach_proto::config::PULSES_AHEAD_MAX_MAX
+    );
+    assert!(e.contains(&want), "want {want}, got {e}");
+    // Too small for this topology (largest logical distance 2): the range says why.
+    std::fs::write(&c, format!("{GOOD}\n[limits]\npulses-ahead-max = 4\n")).unwrap();
+    let e = refused(&["check-config", &c], &c, line);
+    assert!(
+        e.contains("4 is out of range: allowed 5..=") && e.contains("largest logical distance, 2"),
+        "{e}"
+    );
+    // Timing too: a timeout of an hour.
+    let c = dir.write("t.toml", &GOOD.replace("2000", "3600000000"));
+    let e = refused(&["check-config", &c], &c, 2);
+    assert!(
+        e.contains("timing.token-timeout-us: 3600000000 is out of range: allowed 100..=10000000"),
+        "{e}"
+    );
+}
+
+#[test]
 fn bad_map_line_names_the_map_file_and_line() {
     let dir = TempDir::new();
     let c = dir.write("c.toml", GOOD);

@@ -1,7 +1,9 @@
 //! The cluster configuration (TOML): switches, hosts, trunks, protocol timing and limits.
 //!
-//! Keys are kebab-case and unknown keys are refused. Every error names the file, the line and
-//! column, and the key. The daemons read the addresses (`[[switch]] listen`, `[[host]] siu` and
+//! Keys are kebab-case and unknown keys are refused. Every number must lie within its bounds
+//! ([`BOUNDS`], tightened by the topology for some keys: [`check_bounds`]); a value outside
+//! them is refused, never clamped. Every error names the file, the line and column, and the
+//! key. The daemons read the addresses (`[[switch]] listen`, `[[host]] siu` and
 //! `app`, and the optional `admin`), the transport (`[transport] kind`, `tag`, and for QUIC the
 //! `ca` file and the `certs` directory) and the SMM map file (`map`); the simulator builds the
 //! same [`ClusterConfig`] in memory without them. Files named by the config are not read here:
@@ -14,6 +16,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 use toml::Spanned;
+
+/// Where a value is in the config text (bytes).
+type Span = std::ops::Range<usize>;
 
 /// Protocol timing shared by token managers and SIUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -60,6 +65,210 @@ impl Default for Limits {
             isochron_open_us_max: 1_000_000,
         }
     }
+}
+
+// Bounds. Every number a config file can give has a lower and an upper bound, checked when the
+// file is read: a value outside them is refused with an error naming the key, the value and the
+// allowed range, never clamped or raised. The upper bounds lie far above anything a deployment
+// needs; they are there so that a slip of the keyboard (three zeros too many) is an error, not a
+// cluster that stalls for an hour, allocates gigabytes or overflows a deadline. Some keys have
+// a tighter lower bound that depends on the topology (see [`check_bounds`]). Pulse rates quoted
+// below are the ~2 500 pulses/s of a loopback cluster (`docs/bench.md`).
+
+/// `[timing] token-timeout-us`, lower bound: below 0.1 ms the timer fires before a token has
+/// crossed even a loopback link (or the node has been scheduled), so an idle cluster would
+/// send little but repeats.
+pub const TOKEN_TIMEOUT_US_MIN: u64 = 100;
+/// `[timing] token-timeout-us`, upper bound (10 s): the AM layer gives up on a request after
+/// 10 s without an answer and the link breaks (a new generation recovers it), so a longer
+/// timer never gets to repair a lost token; it only stalls logical time for longer.
+pub const TOKEN_TIMEOUT_US_MAX: u64 = 10_000_000;
+/// `[timing] epoch-pulses`, lower bound: an epoch has two pulses at least; it must also exceed
+/// the largest logical distance, so signals reach every TM before the epoch's last wave.
+pub const EPOCH_PULSES_MIN: u32 = 2;
+/// `[timing] epoch-pulses`, upper bound: signals raised in an epoch are delivered at its last
+/// pulse, and 65 536 pulses are already ~26 s of logical time: a signal that late is useless.
+pub const EPOCH_PULSES_MAX: u32 = 65_536;
+/// `[limits] channels`, lower bound: every isochron names a channel.
+pub const CHANNELS_MIN: u8 = 1;
+/// `[limits] channels`, upper bound: the wire's channel field is one byte (a channel costs an
+/// SIU 16 bytes, so nothing smaller is needed).
+pub const CHANNELS_MAX: u8 = u8::MAX;
+/// `[limits] isochron-messages-max`, lower bound: an isochron carries a message at least.
+pub const ISOCHRON_MESSAGES_MAX_MIN: u32 = 1;
+/// `[limits] isochron-messages-max`, upper bound (2^20): every message of an isochron carries
+/// one TS and is delivered in one pulse; a million messages (1 GiB at 1 KiB each) in one pulse
+/// is far beyond any application's atomic step.
+pub const ISOCHRON_MESSAGES_MAX_MAX: u32 = 1 << 20;
+/// `[limits] pulses-ahead-max`, lower bound: more than twice the smallest logical distance (1).
+/// Checked against the topology it must exceed twice the largest logical distance: an
+/// isochron's TS is at least `distance` ahead of its sender's sendclock, and its receivers'
+/// recvclocks may be up to `distance` behind that sendclock (`SiuError::BeyondWindow`).
+pub const PULSES_AHEAD_MAX_MIN: u32 = 3;
+/// `[limits] pulses-ahead-max`, upper bound: an SIU keeps a slot per open pulse, and a message
+/// 65 536 pulses (~26 s of logical time) ahead comes from a broken sender.
+pub const PULSES_AHEAD_MAX_MAX: u32 = 65_536;
+/// `[limits] queue-packets-max`, lower bound: one input may put two packets on an SIU's queue.
+/// Checked against the topology it must be at least twice the links of the busiest TM: a TM
+/// takes input only with room for a reset wave and a token wave on every link.
+pub const QUEUE_PACKETS_MAX_MIN: usize = 2;
+/// `[limits] queue-packets-max`, upper bound (2^20): a link queues this many fragments of up to
+/// 1 KiB towards a slow or lost peer, 1 GiB each; beyond that back-pressure, not memory, must
+/// absorb the slowness.
+pub const QUEUE_PACKETS_MAX_MAX: usize = 1 << 20;
+/// `[limits] isochron-open-us-max`, lower bound (1 ms): shorter would close isochrons while a
+/// host that was merely descheduled is still sending them.
+pub const ISOCHRON_OPEN_US_MAX_MIN: u64 = 1_000;
+/// `[limits] isochron-open-us-max`, upper bound (60 s): an open isochron holds the wave
+/// (requirement 26), so it stalls logical time for the whole cluster for up to this long.
+pub const ISOCHRON_OPEN_US_MAX_MAX: u64 = 60_000_000;
+/// `[transport] tag`, lower bound: 0 matches no message.
+pub const TAG_MIN: u64 = 1;
+/// `[transport] tag`, upper bound: `u64::MAX` matches every tag.
+pub const TAG_MAX: u64 = u64::MAX - 1;
+
+/// A number of the config: its dotted key and its range (inclusive), whatever the topology.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    /// The dotted key, e.g. `limits.pulses-ahead-max`.
+    pub key: &'static str,
+    /// The smallest value allowed.
+    pub min: u64,
+    /// The largest value allowed.
+    pub max: u64,
+}
+
+/// The bounds of every number in `[timing]`, `[limits]` and `[transport]`.
+pub const BOUNDS: [Bound; 8] = [
+    Bound {
+        key: "timing.token-timeout-us",
+        min: TOKEN_TIMEOUT_US_MIN,
+        max: TOKEN_TIMEOUT_US_MAX,
+    },
+    Bound {
+        key: "timing.epoch-pulses",
+        min: EPOCH_PULSES_MIN as u64,
+        max: EPOCH_PULSES_MAX as u64,
+    },
+    Bound {
+        key: "limits.channels",
+        min: CHANNELS_MIN as u64,
+        max: CHANNELS_MAX as u64,
+    },
+    Bound {
+        key: "limits.isochron-messages-max",
+        min: ISOCHRON_MESSAGES_MAX_MIN as u64,
+        max: ISOCHRON_MESSAGES_MAX_MAX as u64,
+    },
+    Bound {
+        key: "limits.pulses-ahead-max",
+        min: PULSES_AHEAD_MAX_MIN as u64,
+        max: PULSES_AHEAD_MAX_MAX as u64,
+    },
+    Bound {
+        key: "limits.queue-packets-max",
+        min: QUEUE_PACKETS_MAX_MIN as u64,
+        max: QUEUE_PACKETS_MAX_MAX as u64,
+    },
+    Bound {
+        key: "limits.isochron-open-us-max",
+        min: ISOCHRON_OPEN_US_MAX_MIN,
+        max: ISOCHRON_OPEN_US_MAX_MAX,
+    },
+    Bound {
+        key: "transport.tag",
+        min: TAG_MIN,
+        max: TAG_MAX,
+    },
+];
+
+/// The bound of `key` in [`BOUNDS`].
+fn bound(key: &str) -> Bound {
+    *BOUNDS
+        .iter()
+        .find(|b| b.key == key)
+        .expect("every bounded key is in BOUNDS")
+}
+
+/// Why `value` of `key` is refused, when it is outside `min..=max` (`why`: what sets a bound
+/// other than the key's own, e.g. the topology).
+fn out_of_range(value: impl std::fmt::Display, min: u64, max: u64, why: &str) -> String {
+    let why = if why.is_empty() {
+        String::new()
+    } else {
+        format!(" ({why})")
+    };
+    format!("{value} is out of range: allowed {min}..={max}{why}")
+}
+
+/// The range `key` must lie in for `topology`: its [`Bound`], with the lower bound raised where
+/// the topology needs more (and then why, else `""`).
+fn range_for(key: &str, topology: &Topology) -> (u64, u64, String) {
+    let b = bound(key);
+    let reach = u64::from(topology.max_distance());
+    let (floor, why) = match key {
+        "timing.epoch-pulses" => (
+            reach + 1,
+            format!("more than the largest logical distance, {reach}, so signals can be delivered"),
+        ),
+        "limits.pulses-ahead-max" => (
+            2 * reach + 1,
+            format!(
+                "more than twice the largest logical distance, {reach}, so an isochron to the \
+                 farthest host fits in its receivers' windows"
+            ),
+        ),
+        "limits.queue-packets-max" => {
+            let links = (0..topology.switch_count())
+                .map(|s| {
+                    let s = s as SwitchId;
+                    topology.hosts_at(s).count() + topology.switch_neighbours(s).len()
+                })
+                .max()
+                .unwrap_or(0) as u64;
+            (
+                2 * links,
+                format!(
+                    "at least twice the links of the busiest TM, {links}: a TM takes input only \
+                     with room for a reset wave and a token wave on every link"
+                ),
+            )
+        }
+        _ => (0, String::new()),
+    };
+    if floor > b.min {
+        (floor, b.max, why)
+    } else {
+        (b.min, b.max, String::new())
+    }
+}
+
+/// Checks timing and limits built in memory (the loader checks them as it reads a file): every
+/// value within its [`Bound`], and within the tighter lower bounds the topology sets:
+/// `epoch-pulses` above the largest logical distance D, `pulses-ahead-max` above 2·D,
+/// `queue-packets-max` at least twice the links of the busiest TM. `Err` gives the dotted key
+/// and what is wrong.
+pub fn check_bounds(
+    timing: &Timing,
+    limits: &Limits,
+    topology: &Topology,
+) -> Result<(), (&'static str, String)> {
+    let values = [
+        timing.token_timeout_us,
+        u64::from(timing.epoch_pulses),
+        u64::from(limits.channels),
+        u64::from(limits.isochron_messages_max),
+        u64::from(limits.pulses_ahead_max),
+        limits.queue_packets_max as u64,
+        limits.isochron_open_us_max,
+    ];
+    for (b, v) in BOUNDS.iter().zip(values) {
+        let (min, max, why) = range_for(b.key, topology);
+        if !(min..=max).contains(&v) {
+            return Err((b.key, out_of_range(v, min, max, &why)));
+        }
+    }
+    Ok(())
 }
 
 /// Which transport carries the SIU↔TM, TM↔TM and SMM↔SIU links.
@@ -166,6 +375,34 @@ struct TrunkEntry {
     between: Spanned<[String; 2]>,
 }
 
+/// `[timing]` as written: each number with where it is, checked against its bounds before it
+/// is narrowed to its type (so `-1` or `300` for a `u8` get the same range error as any other
+/// out-of-bounds value).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawTiming {
+    #[serde(default)]
+    token_timeout_us: Option<Spanned<i64>>,
+    #[serde(default)]
+    epoch_pulses: Option<Spanned<i64>>,
+}
+
+/// `[limits]` as written (see [`RawTiming`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawLimits {
+    #[serde(default)]
+    channels: Option<Spanned<i64>>,
+    #[serde(default)]
+    isochron_messages_max: Option<Spanned<i64>>,
+    #[serde(default)]
+    pulses_ahead_max: Option<Spanned<i64>>,
+    #[serde(default)]
+    queue_packets_max: Option<Spanned<i64>>,
+    #[serde(default)]
+    isochron_open_us_max: Option<Spanned<i64>>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct RawConfig {
@@ -174,9 +411,9 @@ struct RawConfig {
     #[serde(default)]
     transport: RawTransport,
     #[serde(default)]
-    timing: Timing,
+    timing: RawTiming,
     #[serde(default)]
-    limits: Limits,
+    limits: RawLimits,
     #[serde(default, rename = "switch")]
     switches: Vec<SwitchEntry>,
     #[serde(default, rename = "host")]
@@ -407,7 +644,7 @@ impl ClusterConfig {
         text: &str,
         file: &str,
     ) -> Result<(Self, Vec<ConfigWarning>), ConfigError> {
-        let err = |span: Option<std::ops::Range<usize>>, key: &str, message: String| {
+        let err = |span: Option<Span>, key: &str, message: String| {
             let (line, column) = span.map_or((1, 1), |s| line_column(text, s.start));
             ConfigError {
                 file: file.to_string(),
@@ -515,10 +752,12 @@ impl ClusterConfig {
             Some(m) => Some(PathBuf::from(m.get_ref())),
             None => None,
         };
-        check_values(&raw).map_err(|(key, msg)| err(None, key, msg))?;
         let topology = Topology::new(raw.switches.len(), host_switch, trunks)
             .map_err(|e| err(None, "-", e.to_string()))?;
-        check_epoch(&raw.timing, &topology).map_err(|(key, msg)| err(None, key, msg))?;
+        let (timing, limits) =
+            timing_limits(&raw, &topology).map_err(|(span, key, msg)| err(Some(span), key, msg))?;
+        check_bounds(&timing, &limits, &topology)
+            .map_err(|(key, msg)| err(span_of(&raw, key), key, msg))?;
         let config = Self {
             switch_names: raw
                 .switches
@@ -527,8 +766,8 @@ impl ClusterConfig {
                 .collect(),
             host_names: raw.hosts.iter().map(|h| h.name.get_ref().clone()).collect(),
             topology,
-            timing: raw.timing,
-            limits: raw.limits,
+            timing,
+            limits,
             switch_listen,
             host_siu,
             host_app,
@@ -567,7 +806,7 @@ fn check_unique_addrs(
     switch_listen: &[Option<SocketAddr>],
     host_siu: &[Option<SocketAddr>],
     host_app: &[Option<SocketAddr>],
-) -> Result<(), (std::ops::Range<usize>, &'static str, String)> {
+) -> Result<(), (Span, &'static str, String)> {
     let mut seen: HashMap<SocketAddr, ()> = HashMap::new();
     let switches = raw.switches.iter().zip(switch_listen);
     let entries = switches
@@ -598,7 +837,7 @@ fn check_unique_admin(
     raw: &RawConfig,
     switch_admin: &[Option<SocketAddr>],
     host_admin: &[Option<SocketAddr>],
-) -> Result<(), (std::ops::Range<usize>, &'static str, String)> {
+) -> Result<(), (Span, &'static str, String)> {
     let mut seen: HashMap<SocketAddr, ()> = HashMap::new();
     let entries = raw
         .switches
@@ -623,7 +862,9 @@ fn check_unique_admin(
 /// between digits allowed).
 fn parse_tag(v: &TagValue) -> Result<u64, String> {
     let n = match v {
-        TagValue::Int(i) => u64::try_from(*i).map_err(|_| format!("{i} is negative"))?,
+        TagValue::Int(i) => {
+            u64::try_from(*i).map_err(|_| out_of_range(i, TAG_MIN, TAG_MAX, "negative"))?
+        }
         TagValue::Str(s) => {
             let t = s.trim().replace('_', "");
             let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
@@ -636,16 +877,19 @@ fn parse_tag(v: &TagValue) -> Result<u64, String> {
         }
     };
     match n {
-        0 => Err("0 matches no message; pick another tag".into()),
-        u64::MAX => Err("0xffffffffffffffff matches every tag; pick another".into()),
-        n => Ok(n),
+        TAG_MIN..=TAG_MAX => Ok(n),
+        0 => Err(out_of_range(n, TAG_MIN, TAG_MAX, "0 matches no message")),
+        _ => Err(out_of_range(
+            format_args!("{n:#x}"),
+            TAG_MIN,
+            TAG_MAX,
+            "0xffffffffffffffff matches every tag",
+        )),
     }
 }
 
 /// The `[transport]` table, checked.
-fn transport(
-    raw: &RawTransport,
-) -> Result<TransportConfig, (std::ops::Range<usize>, &'static str, String)> {
+fn transport(raw: &RawTransport) -> Result<TransportConfig, (Span, &'static str, String)> {
     let tag = match &raw.tag {
         None => DEFAULT_TAG,
         Some(t) => parse_tag(t.get_ref()).map_err(|m| (t.span(), "transport.tag", m))?,
@@ -669,35 +913,83 @@ fn transport(
     })
 }
 
-fn check_values(raw: &RawConfig) -> Result<(), (&'static str, String)> {
-    if raw.timing.token_timeout_us == 0 {
-        return Err(("timing.token-timeout-us", "must be at least 1".into()));
+/// The numbers of `[timing]` and `[limits]` as written, each within its range for `topology`
+/// (see [`check_bounds`]; defaults for those not given, which [`check_bounds`] then checks).
+/// `Err` gives where the value is, its key and what is wrong.
+fn timing_limits(
+    raw: &RawConfig,
+    topology: &Topology,
+) -> Result<(Timing, Limits), (Span, &'static str, String)> {
+    let get = |v: &Option<Spanned<i64>>, key: &'static str, default: u64| {
+        let Some(v) = v else { return Ok(default) };
+        let (min, max, why) = range_for(key, topology);
+        u64::try_from(*v.get_ref())
+            .ok()
+            .filter(|n| (min..=max).contains(n))
+            .ok_or_else(|| (v.span(), key, out_of_range(v.get_ref(), min, max, &why)))
+    };
+    // Every bound fits its field's type.
+    fn narrow<T: TryFrom<u64>>(n: u64) -> T {
+        T::try_from(n).unwrap_or_else(|_| unreachable!("bounds fit their types"))
     }
-    if raw.timing.epoch_pulses < 2 {
-        return Err(("timing.epoch-pulses", "must be at least 2".into()));
-    }
-    if raw.limits.channels == 0 {
-        return Err(("limits.channels", "must be at least 1".into()));
-    }
-    if raw.limits.isochron_messages_max == 0 || raw.limits.queue_packets_max == 0 {
-        return Err(("limits", "every limit must be at least 1".into()));
-    }
-    Ok(())
+    let (t, l, dt, dl) = (
+        &raw.timing,
+        &raw.limits,
+        Timing::default(),
+        Limits::default(),
+    );
+    let timing = Timing {
+        token_timeout_us: get(
+            &t.token_timeout_us,
+            "timing.token-timeout-us",
+            dt.token_timeout_us,
+        )?,
+        epoch_pulses: narrow(get(
+            &t.epoch_pulses,
+            "timing.epoch-pulses",
+            dt.epoch_pulses.into(),
+        )?),
+    };
+    let limits = Limits {
+        channels: narrow(get(&l.channels, "limits.channels", dl.channels.into())?),
+        isochron_messages_max: narrow(get(
+            &l.isochron_messages_max,
+            "limits.isochron-messages-max",
+            dl.isochron_messages_max.into(),
+        )?),
+        pulses_ahead_max: narrow(get(
+            &l.pulses_ahead_max,
+            "limits.pulses-ahead-max",
+            dl.pulses_ahead_max.into(),
+        )?),
+        queue_packets_max: narrow(get(
+            &l.queue_packets_max,
+            "limits.queue-packets-max",
+            dl.queue_packets_max as u64,
+        )?),
+        isochron_open_us_max: get(
+            &l.isochron_open_us_max,
+            "limits.isochron-open-us-max",
+            dl.isochron_open_us_max,
+        )?,
+    };
+    Ok((timing, limits))
 }
 
-/// Signals raised in an epoch must reach every token manager before its last wave, which
-/// takes up to the largest logical distance in waves: the epoch must be longer than that.
-fn check_epoch(timing: &Timing, topology: &Topology) -> Result<(), (&'static str, String)> {
-    let reach = u32::from(topology.max_distance());
-    if timing.epoch_pulses <= reach {
-        return Err((
-            "timing.epoch-pulses",
-            format!(
-                "must exceed the largest logical distance ({reach}) so signals can be delivered"
-            ),
-        ));
-    }
-    Ok(())
+/// Where `key` (of `[timing]` or `[limits]`) is written, if it is.
+fn span_of(raw: &RawConfig, key: &str) -> Option<Span> {
+    let (t, l) = (&raw.timing, &raw.limits);
+    let v = match key {
+        "timing.token-timeout-us" => &t.token_timeout_us,
+        "timing.epoch-pulses" => &t.epoch_pulses,
+        "limits.channels" => &l.channels,
+        "limits.isochron-messages-max" => &l.isochron_messages_max,
+        "limits.pulses-ahead-max" => &l.pulses_ahead_max,
+        "limits.queue-packets-max" => &l.queue_packets_max,
+        "limits.isochron-open-us-max" => &l.isochron_open_us_max,
+        _ => return None,
+    };
+    v.as_ref().map(Spanned::span)
 }
 
 /// 1-based line and column of byte `offset` in `text`.
@@ -1104,6 +1396,154 @@ switch = "tm0"
             "{first}"
         );
         assert!(w[2].message.contains("no authentication"), "{}", w[2]);
+    }
+
+    /// One switch, one host: the largest logical distance is 1 and the TM has one link, so the
+    /// topology sets no bound tighter than [`BOUNDS`].
+    const TINY: &str = "[[switch]]\nname = \"tm0\"\n[[host]]\nname = \"h\"\nswitch = \"tm0\"\n";
+
+    /// `key = value` in its table, on line 2, before [`TINY`].
+    fn with(key: &str, value: &str) -> String {
+        let (table, name) = key.split_once('.').unwrap();
+        format!("[{table}]\n{name} = {value}\n{TINY}")
+    }
+
+    #[test]
+    fn every_bound_admits_its_range_and_refuses_one_beyond_naming_key_value_and_range() {
+        assert_eq!(
+            BOUNDS.map(|b| b.key),
+            [
+                "timing.token-timeout-us",
+                "timing.epoch-pulses",
+                "limits.channels",
+                "limits.isochron-messages-max",
+                "limits.pulses-ahead-max",
+                "limits.queue-packets-max",
+                "limits.isochron-open-us-max",
+                "transport.tag",
+            ]
+        );
+        for b in BOUNDS {
+            assert!(b.min >= 1 && b.min < b.max, "{b:?}");
+            // Tags beyond i64 are written as strings.
+            let lit = |v: u64| match i64::try_from(v) {
+                Ok(v) if b.key != "transport.tag" => v.to_string(),
+                _ => format!("\"{v}\""),
+            };
+            for v in [b.min, b.max] {
+                let c = ClusterConfig::parse(&with(b.key, &lit(v)), "b.toml")
+                    .unwrap_or_else(|e| panic!("{}: {v}: {e}", b.key));
+                let got = match b.key {
+                    "timing.token-timeout-us" => c.timing.token_timeout_us,
+                    "timing.epoch-pulses" => u64::from(c.timing.epoch_pulses),
+                    "limits.channels" => u64::from(c.limits.channels),
+                    "limits.isochron-messages-max" => u64::from(c.limits.isochron_messages_max),
+                    "limits.pulses-ahead-max" => u64::from(c.limits.pulses_ahead_max),
+                    "limits.queue-packets-max" => c.limits.queue_packets_max as u64,
+                    "limits.isochron-open-us-max" => c.limits.isochron_open_us_max,
+                    _ => c.transport.tag,
+                };
+                assert_eq!(got, v, "{} taken as written", b.key);
+            }
+            for v in [b.min - 1, b.max + 1] {
+                let e = ClusterConfig::parse(&with(b.key, &lit(v)), "b.toml").unwrap_err();
+                // The value, after `name = `.
+                let column = b.key.split_once('.').unwrap().1.len() + 4;
+                assert_eq!(
+                    (e.line, e.column, e.key.as_str()),
+                    (2, column, b.key),
+                    "{e}"
+                );
+                let (value, range) = (v.to_string(), format!("allowed {}..={}", b.min, b.max));
+                let hex = format!("{v:#x}");
+                assert!(
+                    (e.message.contains(&value) || e.message.contains(&hex))
+                        && e.message.contains(&range),
+                    "{e}"
+                );
+                assert!(e.to_string().starts_with("b.toml:2:"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn negative_and_huge_values_get_the_range_error_too() {
+        for (key, v) in [
+            ("limits.channels", "-1"),
+            ("limits.channels", "300"),
+            ("limits.queue-packets-max", "9223372036854775807"),
+            ("timing.token-timeout-us", "-5000"),
+            ("transport.tag", "-1"),
+        ] {
+            let e = ClusterConfig::parse(&with(key, v), "b.toml").unwrap_err();
+            assert_eq!((e.line, e.key.as_str()), (2, key), "{e}");
+            assert!(
+                e.message.contains(v) && e.message.contains("is out of range: allowed"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_topology_tightens_the_lower_bounds() {
+        // GOOD: the largest logical distance is 2; each TM has one host and one trunk.
+        for (key, refused, admitted, why) in [
+            ("timing.epoch-pulses", 2, 3, "largest logical distance, 2"),
+            (
+                "limits.pulses-ahead-max",
+                4,
+                5,
+                "twice the largest logical distance, 2",
+            ),
+            (
+                "limits.queue-packets-max",
+                3,
+                4,
+                "links of the busiest TM, 2",
+            ),
+        ] {
+            let (table, name) = key.split_once('.').unwrap();
+            let text = |v: u32| format!("{GOOD}[{table}]\n{name} = {v}\n");
+            let text = |v| {
+                // GOOD already has a [timing] table.
+                if table == "timing" {
+                    GOOD.replace("token-timeout-us = 2000", &format!("{name} = {v}"))
+                } else {
+                    text(v)
+                }
+            };
+            let e = ClusterConfig::parse(&text(refused), "c.toml").unwrap_err();
+            assert_eq!(e.key, key, "{e}");
+            let b = bound(key);
+            let range = format!("allowed {admitted}..={}", b.max);
+            assert!(
+                e.message
+                    .starts_with(&format!("{refused} is out of range: {range} (")),
+                "{e}"
+            );
+            assert!(e.message.contains(why), "{e}");
+            // The error points at the value when it is written.
+            let line = text(refused)
+                .lines()
+                .position(|l| l.starts_with(name))
+                .unwrap()
+                + 1;
+            assert_eq!(e.line, line, "{e}");
+            ClusterConfig::parse(&text(admitted), "c.toml").unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+
+    #[test]
+    fn defaults_are_within_bounds() {
+        let c = ClusterConfig::generated(8, 4).unwrap();
+        check_bounds(&c.timing, &c.limits, &c.topology).unwrap();
+        assert!((TAG_MIN..=TAG_MAX).contains(&DEFAULT_TAG));
+        let l = Limits {
+            pulses_ahead_max: 0,
+            ..Limits::default()
+        };
+        let (key, msg) = check_bounds(&c.timing, &l, &c.topology).unwrap_err();
+        assert_eq!(key, "limits.pulses-ahead-max", "{msg}");
     }
 
     #[test]
