@@ -5,7 +5,7 @@
 mod common;
 
 use common::{
-    BIN, GUARD, Procs, free_addrs, free_tcp, logs, scratch, spawn, status, status_until,
+    BIN, GUARD, Procs, Watchdog, free_addrs, free_tcp, logs, scratch, spawn, status, status_until,
     two_host_config, wait_guarded,
 };
 use std::process::Command;
@@ -58,12 +58,20 @@ fn status_shows_clocks_advancing_and_shutdown_stops_the_daemons() {
         procs.0.push(spawn(&dir, label, &args));
     }
     let until = Instant::now() + GUARD;
+    let mut watch = Watchdog::new(
+        &dir,
+        &[
+            ("tm0", &adm_tm),
+            ("siu-alpha", &adm_alpha),
+            ("siu-beta", &adm_beta),
+        ],
+    );
     for (admin, role, name) in [
         (&adm_tm, "tm", "tm0"),
         (&adm_alpha, "siu", "alpha"),
         (&adm_beta, "siu", "beta"),
     ] {
-        let first = status_until(&dir, admin, until, |v| v["started"] == true && clock(v) > 0);
+        let first = watch.status_until(admin, until, |v| v["started"] == true && clock(v) > 0);
         assert_eq!(first["role"], role, "{first}");
         assert_eq!(first["name"], name, "{first}");
         for key in ["generation", "uptime_ms", "waves", "sendclock", "recvclock"] {
@@ -75,7 +83,7 @@ fn status_shows_clocks_advancing_and_shutdown_stops_the_daemons() {
             "{first}"
         );
         let c1 = clock(&first);
-        let second = status_until(&dir, admin, until, |v| clock(v) > c1);
+        let second = watch.status_until(admin, until, |v| clock(v) > c1);
         assert!(clock(&second) > c1);
     }
     // The table form, once.

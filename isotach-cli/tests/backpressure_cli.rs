@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{GUARD, Procs, free_addrs, free_tcp, scratch, spawn, status_until};
+use common::{GUARD, Procs, Watchdog, free_addrs, free_tcp, scratch, spawn};
 use isotach_proto::packet::StartOfIsochron;
 use isotach_tests::ByteGenerator;
 use std::fmt::Write as _;
@@ -99,21 +99,23 @@ fn a_missing_application_is_counted_not_queued_and_logical_time_goes_on() {
         procs.0.push(spawn(&dir, label, &args));
     }
     let until = Instant::now() + GUARD;
+    // Logical time must go on throughout: the watchdog fails the test within seconds if not.
+    let mut watch = Watchdog::new(&dir, &[("siu-alpha", &adm_alpha), ("siu-beta", &adm_beta)]);
     // Alpha's application is missing: every write for it is dropped and counted, nothing is
     // queued for it, and logical time does not wait for it.
-    let dropped = status_until(&dir, &adm_alpha, until, |v| {
+    let dropped = watch.status_until(&adm_alpha, until, |v| {
         v["counters"]["absent_dropped"].as_u64() >= Some(u64::from(ISOCHRONS))
     });
     let generation = dropped["generation"].as_u64().unwrap();
     let at = dropped["recvclock"].as_u64().unwrap();
     for _ in 0..20 {
-        let v = status_until(&dir, &adm_alpha, until, |v| !app_peer(v).is_null());
+        let v = watch.status_until(&adm_alpha, until, |v| !app_peer(v).is_null());
         assert_eq!(app_peer(&v)["up"], false, "{v}");
         assert!(app_peer(&v)["queued"].as_u64().unwrap() <= QUEUE_MAX, "{v}");
         assert_eq!(v["counters"]["port.fragments_dropped"], 0, "{v}");
         assert!(v["queues"]["to_host"].as_u64().unwrap() <= QUEUE_MAX, "{v}");
     }
-    let later = status_until(&dir, &adm_alpha, until, |v| {
+    let later = watch.status_until(&adm_alpha, until, |v| {
         v["recvclock"].as_u64().unwrap() > at + 1000
     });
     assert_eq!(later["generation"].as_u64(), Some(generation), "{later}");
@@ -125,12 +127,12 @@ fn a_missing_application_is_counted_not_queued_and_logical_time_goes_on() {
             "tool", "recv", "--config", cfg, "--host", "alpha", "--no-eop",
         ],
     ));
-    let after = status_until(&dir, &adm_alpha, until, |v| {
+    let after = watch.status_until(&adm_alpha, until, |v| {
         app_peer(v)["up"] == true && v["recvclock"].as_u64().unwrap() > at + 2000
     });
     assert_eq!(after["generation"].as_u64(), Some(generation), "{after}");
     assert_eq!(after["counters"]["port.fragments_dropped"], 0, "{after}");
-    let beta = status_until(&dir, &adm_beta, until, |v| {
+    let beta = watch.status_until(&adm_beta, until, |v| {
         v["recvclock"].as_u64().unwrap() > at + 2000
     });
     assert_eq!(beta["generation"].as_u64(), Some(generation), "{beta}");

@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{BIN, GUARD, Procs, free_addrs, logs, make_pki, scratch, spawn, wait_guarded};
+use common::{
+    BIN, GUARD, Procs, Watchdog, free_addrs, free_tcp, logs, make_pki, scratch, spawn, wait_guarded,
+};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -63,21 +65,31 @@ fn cluster(dir: &Path, a: &[String], transport: &str) -> PathBuf {
     cfg
 }
 
-fn start_daemons(dir: &Path, cfg: &str) -> Procs {
+/// Starts the TM and the SIUs, each with an admin service, and a watchdog over them.
+fn start_daemons(dir: &Path, cfg: &str) -> (Procs, Watchdog) {
     let mut procs = Procs::default();
+    let mut admins = Vec::new();
+    let admin = free_tcp();
     procs.0.push(spawn(
         dir,
         "tm0",
-        &["tm", "--config", cfg, "--name", "tm0", "--no-admin"],
+        &["tm", "--config", cfg, "--name", "tm0", "--admin", &admin],
     ));
+    admins.push(("tm0".to_string(), admin));
     for h in HOSTS {
+        let (label, admin) = (format!("siu-{h}"), free_tcp());
         procs.0.push(spawn(
             dir,
-            &format!("siu-{h}"),
-            &["siu", "--config", cfg, "--host", h, "--no-admin"],
+            &label,
+            &["siu", "--config", cfg, "--host", h, "--admin", &admin],
         ));
+        admins.push((label, admin));
     }
-    procs
+    let admins: Vec<(&str, &str)> = admins
+        .iter()
+        .map(|(l, a)| (l.as_str(), a.as_str()))
+        .collect();
+    (procs, Watchdog::new(dir, &admins))
 }
 
 /// Starts the bank application of `host`: stdout in `DIR/LABEL.out`, stderr in `.log`.
@@ -94,8 +106,9 @@ fn bank(dir: &Path, label: &str, cfg: &str, host: &str, transfers: &str) -> Chil
         .unwrap()
 }
 
-/// Runs the four applications `RERUNS` times against the same daemons and checks each run.
-fn reruns(dir: &Path, cfg: &str) {
+/// Runs the four applications `RERUNS` times against the same daemons and checks each run;
+/// `watch` fails it within seconds should logical time stop.
+fn reruns(dir: &Path, cfg: &str, watch: &mut Watchdog) {
     let until = Instant::now() + GUARD;
     for run in 0..RERUNS {
         let mut apps: Vec<Child> = HOSTS
@@ -104,7 +117,7 @@ fn reruns(dir: &Path, cfg: &str) {
             .collect();
         let mut copies: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         for (h, app) in HOSTS.iter().zip(&mut apps) {
-            let status = wait_guarded(app, until);
+            let status = watch.wait(app, until);
             let out = std::fs::read_to_string(dir.join(format!("run{run}-{h}.out"))).unwrap();
             assert!(
                 status.is_some_and(|s| s.success()),
@@ -140,8 +153,8 @@ fn applications_rerun_against_running_udp_daemons_lose_nothing() {
     let dir = scratch("bank-udp");
     let cfg = cluster(&dir, &free_addrs(9), "kind = \"udp\"");
     let cfg = cfg.to_str().unwrap();
-    let _daemons = start_daemons(&dir, cfg);
-    reruns(&dir, cfg);
+    let (_daemons, mut watch) = start_daemons(&dir, cfg);
+    reruns(&dir, cfg, &mut watch);
 }
 
 #[test]
@@ -156,8 +169,8 @@ fn applications_rerun_against_running_quic_daemons_lose_nothing() {
         "kind = \"quic\"\nca = \"pki/ca.pem\"\ncerts = \"pki\"",
     );
     let cfg = cfg.to_str().unwrap();
-    let _daemons = start_daemons(&dir, cfg);
-    reruns(&dir, cfg);
+    let (_daemons, mut watch) = start_daemons(&dir, cfg);
+    reruns(&dir, cfg, &mut watch);
 }
 
 #[test]
@@ -187,7 +200,7 @@ fn an_siu_restarted_under_running_applications_reports_restarted() {
     let dir = scratch("bank-restart");
     let cfg = cluster(&dir, &free_addrs(9), "kind = \"udp\"");
     let cfg = cfg.to_str().unwrap();
-    let mut daemons = start_daemons(&dir, cfg);
+    let (mut daemons, _) = start_daemons(&dir, cfg);
     let mut apps: Vec<Child> = HOSTS
         .iter()
         .map(|h| bank(&dir, &format!("long-{h}"), cfg, h, "100000000"))

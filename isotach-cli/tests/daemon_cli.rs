@@ -5,7 +5,8 @@
 mod common;
 
 use common::{
-    BIN, GUARD, Procs, free_addrs, logs, scratch, sigterm, spawn, two_host_config, wait_guarded,
+    BIN, GUARD, Procs, Watchdog, free_addrs, free_tcp, logs, scratch, sigterm, spawn,
+    two_host_config, wait_guarded,
 };
 use std::process::{Command, Output};
 use std::time::Instant;
@@ -59,25 +60,48 @@ fn daemons_and_two_philosopher_processes_on_loopback() {
     std::fs::write(&cfg, config).unwrap();
     let cfg = cfg.to_str().unwrap();
     let mut procs = Procs(Vec::new());
+    let (adm_tm, adm_alpha, adm_beta) = (free_tcp(), free_tcp(), free_tcp());
     // Start in an awkward order: applications and the non-initiating SIU first.
     for (label, args) in [
         (
             "philo-beta",
             vec!["philo", "--config", cfg, "--host", "beta", "--meals", "5"],
         ),
-        ("siu-beta", vec!["siu", "--config", cfg, "--host", "beta"]),
+        (
+            "siu-beta",
+            vec![
+                "siu", "--config", cfg, "--host", "beta", "--admin", &adm_beta,
+            ],
+        ),
         (
             "philo-alpha",
             vec!["philo", "--config", cfg, "--host", "alpha", "--meals", "5"],
         ),
-        ("siu-alpha", vec!["siu", "--config", cfg, "--host", "alpha"]),
-        ("tm0", vec!["tm", "--config", cfg, "--name", "tm0"]),
+        (
+            "siu-alpha",
+            vec![
+                "siu", "--config", cfg, "--host", "alpha", "--admin", &adm_alpha,
+            ],
+        ),
+        (
+            "tm0",
+            vec!["tm", "--config", cfg, "--name", "tm0", "--admin", &adm_tm],
+        ),
     ] {
         procs.0.push(spawn(&dir, label, &args));
     }
+    // The philosophers finish; should logical time stop first, the watchdog says where.
+    let mut watch = Watchdog::new(
+        &dir,
+        &[
+            ("tm0", &adm_tm),
+            ("siu-alpha", &adm_alpha),
+            ("siu-beta", &adm_beta),
+        ],
+    );
     let until = Instant::now() + GUARD;
     for i in [0, 2] {
-        let status = wait_guarded(&mut procs.0[i].1, until);
+        let status = watch.wait(&mut procs.0[i].1, until);
         assert!(
             status.is_some_and(|s| s.success()),
             "{} ended with {status:?}\n{}",

@@ -5,16 +5,19 @@
 //!
 //! The hosts' applications are `isotach tool recv` sinks, so nothing here depends on the SMM
 //! surviving a restart (it does not: see the operations guide). No timed assertions: every
-//! deadline is a liveness guard; every process is killed when the test ends.
+//! deadline is a liveness guard; every process is killed when the test ends. While logical
+//! time is expected to advance a [`Watchdog`] watches the three daemons and fails the test
+//! within seconds, naming the daemon that stopped, rather than at the guard.
 
 mod common;
 
 use common::{
-    GUARD, Procs, free_addrs, free_tcp, logs, make_pki, scratch, spawn, status, status_until,
+    GUARD, Procs, STALL, Watchdog, free_addrs, free_tcp, logs, make_pki, scratch, spawn, status,
+    status_until,
 };
 use std::path::Path;
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The daemons of a one-switch, two-host cluster plus their admin addresses.
 struct Cluster {
@@ -24,6 +27,8 @@ struct Cluster {
     admin_alpha: String,
     admin_beta: String,
     procs: Procs,
+    /// Watches the TM and both SIUs.
+    watch: Watchdog,
 }
 
 /// Where `Cluster::procs` keeps each process.
@@ -67,13 +72,23 @@ fn start(name: &str, kind: Kind) -> Cluster {
         );
     }
     std::fs::write(&cfg, text).unwrap();
+    let (admin_tm, admin_alpha, admin_beta) = (free_tcp(), free_tcp(), free_tcp());
+    let watch = Watchdog::new(
+        &dir,
+        &[
+            ("tm0", &admin_tm),
+            ("siu-alpha", &admin_alpha),
+            ("siu-beta", &admin_beta),
+        ],
+    );
     let mut c = Cluster {
         cfg: cfg.to_str().unwrap().to_string(),
         dir,
-        admin_tm: free_tcp(),
-        admin_alpha: free_tcp(),
-        admin_beta: free_tcp(),
+        admin_tm,
+        admin_alpha,
+        admin_beta,
         procs: Procs(Vec::new()),
+        watch,
     };
     let tm = spawn(&c.dir, "tm0", &tm_args(&c));
     let alpha = spawn(&c.dir, "siu-alpha", &siu_args(&c, "alpha", &c.admin_alpha));
@@ -97,19 +112,22 @@ fn u(v: &serde_json::Value, key: &str) -> u64 {
 }
 
 /// Waits until both SIUs run logical time in a generation newer than `after`, the same one,
-/// with their clocks advancing in it; returns that generation.
-fn resumed_after(c: &Cluster, after: u64, until: Instant) -> u64 {
+/// with their clocks advancing in it; returns that generation. The watchdog checks the
+/// daemons meanwhile.
+fn resumed_after(c: &mut Cluster, after: u64, until: Instant) -> u64 {
     let newer = |v: &serde_json::Value| {
         v["started"] == true && u(v, "generation") > after && u(v, "recvclock") > 0
     };
-    let a = status_until(&c.dir, &c.admin_alpha, until, newer);
-    let b = status_until(&c.dir, &c.admin_beta, until, newer);
+    let a = c.watch.status_until(&c.admin_alpha, until, newer);
+    let b = c.watch.status_until(&c.admin_beta, until, newer);
     let g = u(&a, "generation").max(u(&b, "generation"));
     for admin in [&c.admin_alpha, &c.admin_beta] {
-        let v = status_until(&c.dir, admin, until, |v| u(v, "generation") >= g);
+        let v = c
+            .watch
+            .status_until(admin, until, |v| u(v, "generation") >= g);
         let clock = u(&v, "recvclock");
         let gen_now = u(&v, "generation");
-        status_until(&c.dir, admin, until, |v| {
+        c.watch.status_until(admin, until, |v| {
             u(v, "generation") > gen_now || u(v, "recvclock") > clock
         });
     }
@@ -124,6 +142,7 @@ fn signal(c: &Cluster, which: usize, sig: &str) {
 
 /// Kills process `which` (SIGKILL: no goodbye) and starts it again with `args`.
 fn kill_and_restart(c: &mut Cluster, which: usize, args: &[&str]) {
+    c.watch.restarting();
     signal(c, which, "-KILL");
     let _ = c.procs.0[which].1.wait();
     let label = format!("{}-again", c.procs.0[which].0);
@@ -139,14 +158,14 @@ fn logs_mention(dir: &Path, what: &str) -> bool {
 fn a_restarted_token_manager_or_siu_resumes_logical_time_in_a_new_generation() {
     let mut c = start("restart", Kind::Udp);
     let until = Instant::now() + GUARD;
-    let g1 = resumed_after(&c, 0, until);
+    let g1 = resumed_after(&mut c, 0, until);
 
     // The token manager dies and comes back.
     let args: Vec<String> = tm_args(&c).iter().map(|s| s.to_string()).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     kill_and_restart(&mut c, TM, &args);
-    let g2 = resumed_after(&c, g1, until);
-    let tm = status_until(&c.dir, &c.admin_tm, until, |v| {
+    let g2 = resumed_after(&mut c, g1, until);
+    let tm = c.watch.status_until(&c.admin_tm, until, |v| {
         v["started"] == true && u(v, "generation") >= g2 && u(v, "waves") > 0
     });
     assert_eq!(tm["role"], "tm");
@@ -163,7 +182,7 @@ fn a_restarted_token_manager_or_siu_resumes_logical_time_in_a_new_generation() {
         SIU_BETA,
         &["siu", "--config", &cfg, "--host", "beta", "--admin", &admin],
     );
-    let g3 = resumed_after(&c, g2, until);
+    let g3 = resumed_after(&mut c, g2, until);
     let alpha = status(&c.admin_alpha, &[]).expect("alpha kept running");
     assert!(u(&alpha, "generation") >= g3);
     assert!(
@@ -175,9 +194,11 @@ fn a_restarted_token_manager_or_siu_resumes_logical_time_in_a_new_generation() {
 
 #[test]
 fn a_frozen_token_manager_is_lost_then_resumes_in_a_new_generation() {
-    let c = start("freeze", Kind::Udp);
+    let mut c = start("freeze", Kind::Udp);
     let until = Instant::now() + GUARD;
-    let g1 = resumed_after(&c, 0, until);
+    let g1 = resumed_after(&mut c, 0, until);
+    // Logical time stops on purpose until the SIUs give the TM up: not watched meanwhile.
+    c.watch.restarting();
     signal(&c, TM, "-STOP");
     // The SIUs keep running and, after the AM give-up time, show the token manager down. The
     // stop is repeated while waiting: the kernel resumes the stopped members of a process group
@@ -194,10 +215,11 @@ fn a_frozen_token_manager_is_lost_then_resumes_in_a_new_generation() {
         assert!(u(&v["counters"], "port.links_lost") >= 1, "{v}");
     }
     signal(&c, TM, "-CONT");
-    let g2 = resumed_after(&c, g1, until);
+    c.watch.restarting();
+    let g2 = resumed_after(&mut c, g1, until);
     assert!(g2 > g1);
     for admin in [&c.admin_alpha, &c.admin_beta] {
-        let v = status_until(&c.dir, admin, until, |v| {
+        let v = c.watch.status_until(admin, until, |v| {
             v["peers"].as_array().is_some_and(|p| {
                 p.iter()
                     .all(|p| p["name"] != "token manager" || p["up"] == true)
@@ -211,14 +233,14 @@ fn a_frozen_token_manager_is_lost_then_resumes_in_a_new_generation() {
 fn over_quic_a_restarted_token_manager_is_reached_again_and_logical_time_resumes() {
     let mut c = start("restart-quic", Kind::Quic);
     let until = Instant::now() + GUARD;
-    let g1 = resumed_after(&c, 0, until);
+    let g1 = resumed_after(&mut c, 0, until);
     // The new TM process has a new QUIC endpoint at the same address: the SIUs must drop
     // their connection to the dead one and use the one it opens.
     let args: Vec<String> = tm_args(&c).iter().map(|s| s.to_string()).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     kill_and_restart(&mut c, TM, &args);
-    let g2 = resumed_after(&c, g1, until);
-    let tm = status_until(&c.dir, &c.admin_tm, until, |v| {
+    let g2 = resumed_after(&mut c, g1, until);
+    let tm = c.watch.status_until(&c.admin_tm, until, |v| {
         v["started"] == true && u(v, "generation") >= g2 && u(v, "waves") > 0
     });
     assert_eq!(tm["role"], "tm");
@@ -234,4 +256,44 @@ fn over_quic_a_restarted_token_manager_is_reached_again_and_logical_time_resumes
             assert!(v["counters"][key].is_u64(), "{key} in {v}");
         }
     }
+}
+
+#[test]
+fn the_watchdog_names_a_frozen_token_manager_within_seconds() {
+    let mut c = start("watchdog", Kind::Udp);
+    let until = Instant::now() + GUARD;
+    c.watch.until_running(until);
+    signal(&c, TM, "-STOP");
+    let stopped = Instant::now();
+    let diagnostic = loop {
+        // Repeated: see the frozen token manager test.
+        signal(&c, TM, "-STOP");
+        if let Err(e) = c.watch.try_check() {
+            break e;
+        }
+        assert!(
+            Instant::now() < until,
+            "the watchdog never fired\n{}",
+            logs(&c.dir)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let took = stopped.elapsed();
+    signal(&c, TM, "-CONT");
+    eprintln!("the watchdog fired {took:?} after the stop:\n{diagnostic}");
+    // Within the stall limit plus a poll round (a liveness bound, generous for a loaded
+    // machine: the guard would take minutes).
+    assert!(
+        took < STALL + Duration::from_secs(10),
+        "{took:?}\n{diagnostic}"
+    );
+    assert!(
+        diagnostic.starts_with("logical time stopped: no progress at tm0")
+            && diagnostic.contains("not answering status: tm0"),
+        "{diagnostic}"
+    );
+    // The SIUs' last status is in it, and the daemons' log tails.
+    assert!(diagnostic.contains("--- siu-alpha (admin"), "{diagnostic}");
+    assert!(diagnostic.contains("recvclock"), "{diagnostic}");
+    assert!(diagnostic.contains("tm0.log (last"), "{diagnostic}");
 }

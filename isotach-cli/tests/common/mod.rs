@@ -255,3 +255,302 @@ pub(crate) fn hosts_config(hosts: &[&str], a: &[String], transport: &str) -> Str
     }
     t
 }
+
+/// How long a running cluster's logical time may stand still before a [`Watchdog`] fails the
+/// test. A healthy loopback cluster advances thousands of pulses a second, also on a loaded
+/// 2-core machine; no test here pauses logical time on purpose while it is watched.
+pub(crate) const STALL: Duration = Duration::from_secs(5);
+/// How long a watched daemon may take to start logical time (or to resume it in a new
+/// generation after [`Watchdog::restarting`]): process start, links up (AM retransmits a hello
+/// to a peer that was not up yet after up to 1 s), QUIC handshakes.
+pub(crate) const STARTUP: Duration = Duration::from_secs(30);
+/// How often a [`Watchdog`] asks every daemon for its status.
+const WATCH_EVERY: Duration = Duration::from_millis(300);
+/// A daemon whose last status reply is older than this has stopped answering.
+const SILENT: Duration = Duration::from_millis(2500);
+
+/// One daemon a [`Watchdog`] watches.
+#[derive(Debug)]
+struct Watched {
+    label: String,
+    admin: String,
+    /// `(generation, waves, sendclock, recvclock)` when it last changed.
+    clocks: Option<(u64, u64, u64, u64)>,
+    /// When the clocks last changed (or when watching began or restarted).
+    since: Instant,
+    /// Whether they ever changed since watching began or restarted.
+    moved: bool,
+    /// The last status reply, and when it came.
+    last: Option<(serde_json::Value, Instant)>,
+}
+
+/// Watches that logical time advances at every daemon of a test, through `isotach status
+/// --json` of their admin services, and fails the test within [`STALL`] of it stopping —
+/// instead of at the test's long liveness guard — naming the daemon(s) that stopped, with
+/// their last status and the tail of every log in the test's directory.
+///
+/// Progress is any change of a daemon's generation, waves, sendclock or recvclock. Until a
+/// daemon's clocks first move it has [`STARTUP`] instead; a running daemon that stops
+/// answering for [`STALL`] is stuck too. Call [`Watchdog::check`] (or wait
+/// with [`Watchdog::status_until`] / [`Watchdog::wait`], which check as they poll) only while
+/// logical time is expected to advance, and [`Watchdog::restarting`] when the test stops it
+/// on purpose (a daemon killed or frozen) and expects it to resume.
+#[derive(Debug)]
+pub(crate) struct Watchdog {
+    dir: PathBuf,
+    daemons: Vec<Watched>,
+    stall: Duration,
+    polled: Option<Instant>,
+}
+
+impl Watchdog {
+    /// Watches the daemons `(label, admin address)`; logs are read from `dir`.
+    pub(crate) fn new(dir: &Path, daemons: &[(&str, &str)]) -> Self {
+        let now = Instant::now();
+        Self {
+            dir: dir.to_path_buf(),
+            daemons: daemons
+                .iter()
+                .map(|(label, admin)| Watched {
+                    label: label.to_string(),
+                    admin: admin.to_string(),
+                    clocks: None,
+                    since: now,
+                    moved: false,
+                    last: None,
+                })
+                .collect(),
+            stall: STALL,
+            polled: None,
+        }
+    }
+
+    /// Fails after `stall` without progress instead of [`STALL`].
+    pub(crate) fn with_stall(mut self, stall: Duration) -> Self {
+        self.stall = stall;
+        self
+    }
+
+    /// Logical time stops on purpose now (a daemon is killed, restarted or frozen) and is
+    /// expected to resume: every daemon gets [`STARTUP`] again.
+    pub(crate) fn restarting(&mut self) {
+        let now = Instant::now();
+        for d in &mut self.daemons {
+            d.since = now;
+            d.moved = false;
+        }
+    }
+
+    /// Asks every daemon for its status (at most every 300 ms) and panics with a diagnostic
+    /// when one has not progressed for too long; `Err` instead of the panic from
+    /// [`Watchdog::try_check`].
+    pub(crate) fn check(&mut self) {
+        if let Err(e) = self.try_check() {
+            panic!("{e}");
+        }
+    }
+
+    /// [`Watchdog::check`], returning the diagnostic.
+    pub(crate) fn try_check(&mut self) -> Result<(), String> {
+        let now = Instant::now();
+        if self.polled.is_some_and(|t| now < t + WATCH_EVERY) {
+            return Ok(());
+        }
+        self.polled = Some(now);
+        for d in &mut self.daemons {
+            let Some(v) = status(&d.admin, &["--timeout-s", "1"]) else {
+                continue;
+            };
+            let at = Instant::now();
+            let n = |k: &str| v[k].as_u64().unwrap_or(0);
+            let clocks = (n("generation"), n("waves"), n("sendclock"), n("recvclock"));
+            if d.clocks.is_some_and(|c| c != clocks) {
+                d.moved = true;
+                d.since = at;
+            }
+            d.clocks = Some(clocks);
+            d.last = Some((v, at));
+        }
+        let now = Instant::now();
+        // Stuck: no progress for the stall limit (the startup limit before the first), or,
+        // once running, no answer for the stall limit.
+        let stuck: Vec<&Watched> = self
+            .daemons
+            .iter()
+            .filter(|d| {
+                if !d.moved {
+                    return now - d.since > STARTUP;
+                }
+                let answered = d
+                    .last
+                    .as_ref()
+                    .map_or(d.since, |(_, at)| (*at).max(d.since));
+                now - d.since > self.stall || now - answered > self.stall
+            })
+            .collect();
+        if stuck.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&str> = stuck.iter().map(|d| d.label.as_str()).collect();
+        // A daemon that stopped answering is the likely culprit: the others wait for it.
+        let silent: Vec<&str> = self
+            .daemons
+            .iter()
+            .filter(|d| d.last.as_ref().is_none_or(|(_, at)| now - *at > SILENT))
+            .map(|d| d.label.as_str())
+            .collect();
+        let mut msg = format!(
+            "logical time stopped: no progress at {} (stall limit {:?}, startup limit {:?}); \
+             not answering status: {}\n",
+            names.join(", "),
+            self.stall,
+            STARTUP,
+            if silent.is_empty() {
+                "none".to_string()
+            } else {
+                silent.join(", ")
+            }
+        );
+        for d in &self.daemons {
+            msg.push_str(&d.describe(now));
+        }
+        msg.push_str(&log_tails(&self.dir, 25));
+        Err(msg)
+    }
+
+    /// Waits until logical time has been seen advancing at every watched daemon (checking, so
+    /// a daemon that never starts fails at [`STARTUP`]); panics with the logs at `until`.
+    pub(crate) fn until_running(&mut self, until: Instant) {
+        while !self.daemons.iter().all(|d| d.moved) {
+            self.check();
+            assert!(
+                Instant::now() < until,
+                "logical time never ran everywhere\n{}",
+                logs(&self.dir)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// [`status_until`], checking the watched daemons' progress as it polls.
+    pub(crate) fn status_until(
+        &mut self,
+        admin: &str,
+        until: Instant,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let mut last = None;
+        loop {
+            if let Some(v) = status(admin, &[]) {
+                if done(&v) {
+                    return v;
+                }
+                last = Some(v);
+            }
+            self.check();
+            assert!(
+                Instant::now() < until,
+                "status of {admin} never satisfied the condition; last reply: {}\n{}",
+                last.as_ref()
+                    .map_or_else(|| "none".to_string(), ToString::to_string),
+                logs(&self.dir)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// [`wait_guarded`] (an application finishing, say), checking the watched daemons'
+    /// progress as it waits.
+    pub(crate) fn wait(&mut self, c: &mut Child, until: Instant) -> Option<ExitStatus> {
+        while Instant::now() < until {
+            if let Some(s) = c.try_wait().unwrap() {
+                return Some(s);
+            }
+            self.check();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Watched {
+    /// One paragraph on this daemon for a diagnostic.
+    fn describe(&self, now: Instant) -> String {
+        let still = now - self.since;
+        let mut s = format!(
+            "--- {} (admin {}): {} for {:.1} s\n",
+            self.label,
+            self.admin,
+            if self.moved {
+                "no progress"
+            } else {
+                "not started (or not resumed)"
+            },
+            still.as_secs_f64()
+        );
+        match &self.last {
+            None => s.push_str("    never answered status\n"),
+            Some((v, at)) => {
+                let age = (now - *at).as_secs_f64();
+                if now - *at > SILENT {
+                    s.push_str(&format!(
+                        "    no answer for {age:.1} s (stopped, hung or gone?); last status:\n"
+                    ));
+                }
+                let peers: Vec<String> = v["peers"]
+                    .as_array()
+                    .map(|ps| {
+                        ps.iter()
+                            .map(|p| {
+                                format!(
+                                    "{} {} (queued {})",
+                                    p["name"].as_str().unwrap_or("?"),
+                                    if p["up"] == true { "up" } else { "DOWN" },
+                                    p["queued"]
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                s.push_str(&format!(
+                    "    role {} started {} generation {} waves {} sendclock {} recvclock {} \
+                     outstanding isochrons {}\n    queues {}\n    peers: {}\n",
+                    v["role"],
+                    v["started"],
+                    v["generation"],
+                    v["waves"],
+                    v["sendclock"],
+                    v["recvclock"],
+                    v["outstanding_isochrons"],
+                    v["queues"],
+                    peers.join("; ")
+                ));
+            }
+        }
+        s
+    }
+}
+
+/// The last `n` lines of every `.log` file of the directory, for diagnostics.
+pub(crate) fn log_tails(dir: &Path, n: usize) -> String {
+    let mut all = String::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    for p in files {
+        if p.extension().is_some_and(|x| x == "log") {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(n)..];
+            all.push_str(&format!(
+                "--- {} (last {} of {} lines)\n{}\n",
+                p.display(),
+                tail.len(),
+                lines.len(),
+                tail.join("\n")
+            ));
+        }
+    }
+    all
+}
