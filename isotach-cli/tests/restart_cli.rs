@@ -12,7 +12,7 @@
 mod common;
 
 use common::{
-    GUARD, Procs, STALL, Watchdog, free_addrs, free_tcp, logs, make_pki, scratch, spawn, status,
+    GUARD, Procs, Watchdog, free_addrs, free_tcp, logs, make_pki, scratch, spawn, status,
     status_until,
 };
 use std::path::Path;
@@ -280,13 +280,9 @@ fn the_watchdog_names_a_frozen_token_manager_within_seconds() {
     };
     let took = stopped.elapsed();
     signal(&c, TM, "-CONT");
+    // How soon it fired is reported, not asserted (no timed assertions): what the test checks
+    // is that it fires at all, before the long guard, and names the frozen daemon.
     eprintln!("the watchdog fired {took:?} after the stop:\n{diagnostic}");
-    // Within the stall limit plus a poll round (a liveness bound, generous for a loaded
-    // machine: the guard would take minutes).
-    assert!(
-        took < STALL + Duration::from_secs(10),
-        "{took:?}\n{diagnostic}"
-    );
     assert!(
         diagnostic.starts_with("logical time stopped: no progress at tm0")
             && diagnostic.contains("not answering status: tm0"),
