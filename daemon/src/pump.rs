@@ -9,6 +9,7 @@
 
 use isotach_am_proto::link::{LinkEvent, Links, LossReason, Offered};
 use isotach_am_proto::{AmError, NodeAddr, Time};
+use isotach_proto::config::{QUEUE_PACKETS_MAX_MAX, QUEUE_PACKETS_MAX_MIN};
 use std::collections::VecDeque;
 
 /// Nanoseconds per microsecond (links keep AM time in ns, the state machines in µs).
@@ -105,9 +106,14 @@ pub struct Pump<R: Role> {
 
 impl<R: Role> Pump<R> {
     /// A pump for `role` over `links`; each lane holds at most `held_max` packets (the
-    /// config's `queue-packets-max`, which also bounds the links' queues).
+    /// config's `queue-packets-max`, which also bounds the links' queues; the config loader
+    /// and `check_bounds` keep it within [`QUEUE_PACKETS_MAX_MIN`]..=[`QUEUE_PACKETS_MAX_MAX`]).
     pub fn new(role: R, mut links: Links, held_max: usize) -> Self {
-        let held_max = held_max.max(1);
+        assert!(
+            (QUEUE_PACKETS_MAX_MIN..=QUEUE_PACKETS_MAX_MAX).contains(&held_max),
+            "queue-packets-max is {held_max}, outside \
+             {QUEUE_PACKETS_MAX_MIN}..={QUEUE_PACKETS_MAX_MAX}"
+        );
         links.set_queue_max(held_max);
         let (lanes, out_lanes) = (role.lanes(), role.out_lanes());
         assert!(

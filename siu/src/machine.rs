@@ -26,6 +26,7 @@ use self::barriers::Barrier;
 use self::isochrons::OpenIsochron;
 use crate::pulse::PulseLog;
 use crate::{Mode, SiuConfig, SiuStats, Transmit};
+use isotach_proto::config::CHANNELS_MIN;
 use isotach_proto::packet::BARRIERS;
 use isotach_proto::topology::{HostId, Topology};
 use isotach_proto::wave::LastTwo;
@@ -79,7 +80,14 @@ impl Siu {
         );
         let port = Topology::host_port(cfg.host);
         let tm_port = Topology::switch_port(cfg.topology.switch_of(cfg.host));
-        let channels = usize::from(cfg.limits.channels.max(1));
+        // The config loader (and `check_bounds`) refuse fewer: every isochron names a channel,
+        // and `latest_ts` keeps a row per channel.
+        assert!(
+            cfg.limits.channels >= CHANNELS_MIN,
+            "limits.channels is {}, below {CHANNELS_MIN}",
+            cfg.limits.channels
+        );
+        let channels = usize::from(cfg.limits.channels);
         let pulses = PulseLog::new(cfg.limits.pulses_ahead_max);
         Self {
             port,

@@ -2,6 +2,7 @@
 //! markers) the SIU handed the host with each TS, and the first [`SORT_VECTOR_MAX`] of them for
 //! the sort vector.
 
+use isotach_proto::config::{PULSES_AHEAD_MAX_MAX, PULSES_AHEAD_MAX_MIN};
 use isotach_proto::packet::SORT_VECTOR_MAX;
 use std::collections::VecDeque;
 
@@ -69,10 +70,18 @@ pub(crate) struct PulseLog {
 }
 
 impl PulseLog {
+    /// A log of `window` open pulses (`limits.pulses-ahead-max`, which the config loader and
+    /// `check_bounds` keep within bounds: at least the current pulse and the two a message can
+    /// be ahead of it, and few enough that a slot per pulse is cheap).
     pub(crate) fn new(window: u32) -> Self {
+        assert!(
+            (PULSES_AHEAD_MAX_MIN..=PULSES_AHEAD_MAX_MAX).contains(&window),
+            "limits.pulses-ahead-max is {window}, outside \
+             {PULSES_AHEAD_MAX_MIN}..={PULSES_AHEAD_MAX_MAX}"
+        );
         Self {
             base: 0,
-            window: window.max(1) as usize,
+            window: window as usize,
             slots: VecDeque::new(),
         }
     }
