@@ -17,7 +17,7 @@ pub mod siu;
 pub mod telemetry;
 pub mod tm;
 
-pub use pump::{Pump, PumpStats, Role, Verdict};
+pub use pump::{Pump, PumpStats, Refusal, Role, Verdict};
 
 /// Why a daemon could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]

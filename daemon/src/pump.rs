@@ -10,6 +10,8 @@
 use isotach_am_proto::link::{LinkEvent, Links, LossReason, Offered};
 use isotach_am_proto::{AmError, NodeAddr, Time};
 use isotach_proto::config::{QUEUE_PACKETS_MAX_MAX, QUEUE_PACKETS_MAX_MIN};
+use isotach_siu::SiuError;
+use isotach_tm::TmError;
 use std::collections::VecDeque;
 
 /// Nanoseconds per microsecond (links keep AM time in ns, the state machines in µs).
@@ -28,7 +30,19 @@ pub enum Verdict {
     /// lane, and offer it again later.
     Retry,
     /// Refused for good (counted by the state machine); the reason is for the log.
-    Refused(String),
+    Refused(Refusal),
+}
+
+/// Why a role refused an input for good: the state machine's own error value, formatted only
+/// when it is logged (refusing an input allocates nothing).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The token manager's reason.
+    #[error(transparent)]
+    Tm(#[from] TmError),
+    /// The SIU's reason.
+    #[error(transparent)]
+    Siu(#[from] SiuError),
 }
 
 /// A TM or SIU as the pump sees it: its state machine plus the daemon's rules for its peers.

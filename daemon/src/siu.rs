@@ -329,9 +329,8 @@ impl Role for SiuRole {
                 Err(SiuError::NotStarted | SiuError::Backpressure { .. }) => Verdict::Retry,
                 Err(e) => {
                     tracing::warn!(host = self.siu.host(), %e, "host packet refused");
-                    let why = e.to_string();
-                    self.last_host_refusal = Some(e);
-                    Verdict::Refused(why)
+                    self.last_host_refusal = Some(e.clone());
+                    Verdict::Refused(e.into())
                 }
             };
         }
@@ -341,7 +340,7 @@ impl Role for SiuRole {
         match self.siu.handle_net(now_us, bytes) {
             Ok(()) => Verdict::Consumed,
             Err(SiuError::Backpressure { .. }) => Verdict::Retry,
-            Err(e) => Verdict::Refused(e.to_string()),
+            Err(e) => Verdict::Refused(e.into()),
         }
     }
 

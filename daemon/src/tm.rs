@@ -117,7 +117,7 @@ impl Role for TmRole {
         match self.tm.handle_input(now_us, peer, bytes) {
             Ok(()) => Verdict::Consumed,
             Err(TmError::Backpressure(_)) => Verdict::Retry,
-            Err(e) => Verdict::Refused(e.to_string()),
+            Err(e) => Verdict::Refused(e.into()),
         }
     }
 
