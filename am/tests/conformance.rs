@@ -1460,7 +1460,9 @@ fn conf_quic_unknown_peer_refused() {
     let id = isotach_am::backend::quic::make_node_identity(&other, "rogue").unwrap();
     let q = isotach_am::backend::quic::QuicConfig::new("127.0.0.1:0".parse().unwrap(), id);
     let mut rogue = Bundle::new(
-        isotach_am::backend::quic::QuicTransport::bind(q).unwrap(),
+        isotach_am::backend::fault::Faulty::new(
+            isotach_am::backend::quic::QuicTransport::bind(q).unwrap(),
+        ),
         short_deadline(udp_cfg()),
     )
     .unwrap();

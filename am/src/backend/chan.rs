@@ -20,12 +20,12 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use super::{sleep_until_real, wall_incarnation};
 use crate::AmError;
-use crate::rng::Rng;
 use crate::transport::Transport;
 use crate::{NodeAddr, Time};
 
@@ -115,18 +115,15 @@ impl ChanNet {
         Self::with_inbox(CHAN_INBOX)
     }
 
-    /// A network whose inboxes hold `capacity` datagrams (at least 1).
+    /// A network whose inboxes hold `capacity` datagrams (at least 1: panics on 0).
     pub fn with_inbox(capacity: usize) -> Self {
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(1, |d| d.as_micros() as u64)
-            .max(1);
+        assert!(capacity > 0, "a ChanNet inbox holds at least one datagram");
         Self {
             net: Arc::new(Net {
                 origin: Instant::now(),
-                capacity: capacity.max(1),
+                capacity,
                 nodes: RwLock::new(Vec::new()),
-                next_inc: AtomicU64::new(wall),
+                next_inc: AtomicU64::new(wall_incarnation()),
                 counters: Counters::default(),
             }),
         }
@@ -176,7 +173,6 @@ impl ChanNet {
             slot,
             inc: self.net.next_inc.fetch_add(1, Ordering::Relaxed),
             batch: VecDeque::new(),
-            faults: None,
         }
     }
 
@@ -202,16 +198,9 @@ pub struct ChanTransport {
     inc: u64,
     /// Datagrams taken out of the inbox and not yet handed to a sink.
     batch: VecDeque<(u32, Vec<u8>)>,
-    faults: Option<(Rng, f64, f64)>,
 }
 
 impl ChanTransport {
-    /// Test hook: drop each sent datagram with probability `loss`, send it twice with
-    /// probability `dup` (0 and 0 turn the hook off).
-    pub fn set_faults(&mut self, seed: u64, loss: f64, dup: f64) {
-        self.faults = (loss > 0.0 || dup > 0.0).then(|| (Rng::new(seed), loss, dup));
-    }
-
     /// Datagrams waiting for this node.
     pub fn queued(&self) -> usize {
         self.batch.len() + self.slot.lock().len()
@@ -274,21 +263,7 @@ impl Transport for ChanTransport {
             self.net.counters.no_node.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         };
-        let copies = match &mut self.faults {
-            None => 1,
-            Some((rng, loss, dup)) => {
-                if rng.chance(*loss) {
-                    0
-                } else if rng.chance(*dup) {
-                    2
-                } else {
-                    1
-                }
-            }
-        };
-        for _ in 0..copies {
-            self.deliver(to, datagram);
-        }
+        self.deliver(to, datagram);
         Ok(())
     }
     fn recv(
@@ -346,10 +321,7 @@ impl Transport for ChanTransport {
         }
     }
     fn sleep_until(&mut self, t: Time) {
-        let now = self.now();
-        if t > now {
-            std::thread::sleep(t.since(now));
-        }
+        sleep_until_real(self.now(), t);
     }
     async fn wait_async(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
         let until = deadline.map(|t| tokio::time::Instant::from_std(self.instant(t)));

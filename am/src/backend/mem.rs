@@ -10,6 +10,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use super::fault;
 use crate::AmError;
 use crate::rng::Rng;
 use crate::transport::Transport;
@@ -20,7 +21,8 @@ pub const MEM_INBOX: usize = 8192;
 /// Largest datagram on the in-memory network.
 pub const MEM_MAX_DATAGRAM: usize = 1500;
 
-/// What the network does to each datagram.
+/// What the network does to each datagram. Loss and duplication are drawn as every
+/// backend's are ([`fault::copies`]); delay and reordering are this network's own.
 #[derive(Clone, Debug)]
 pub struct FaultModel {
     /// Probability a datagram is lost.
@@ -129,15 +131,15 @@ impl Net {
             && self.nodes[from as usize].up
             && !self.cut.contains(&(from, to))
             && !self.cut.contains(&(to, from));
-        if !reachable || self.rng.chance(self.faults.loss) {
+        let copies = if reachable {
+            fault::copies(&mut self.rng, self.faults.loss, self.faults.dup)
+        } else {
+            0
+        };
+        if copies == 0 {
             self.dropped += 1;
             return;
         }
-        let copies = if self.rng.chance(self.faults.dup) {
-            2
-        } else {
-            1
-        };
         for _ in 0..copies {
             let lo = self.faults.delay_min.as_nanos() as u64;
             let hi = self.faults.delay_max.as_nanos() as u64;

@@ -23,7 +23,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
@@ -31,8 +31,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
 use tokio::sync::mpsc;
 
+use super::{sleep_until_real, wall_incarnation};
 use crate::AmError;
-use crate::rng::Rng;
 use crate::transport::Transport;
 use crate::{NodeAddr, Time};
 
@@ -182,16 +182,11 @@ pub struct QuicConfig {
     pub initial_mtu: u16,
     /// QUIC idle timeout: a silent peer's connection is closed after this.
     pub idle_timeout: Duration,
-    /// Test hook: probability that a sent datagram is dropped.
-    pub loss: f64,
-    /// Test hook: probability that a sent datagram is sent twice.
-    pub dup: f64,
-    /// Seed of the fault hooks.
-    pub fault_seed: u64,
 }
 
 impl QuicConfig {
-    /// Defaults for `bind` and `identity`.
+    /// Defaults for `bind` and `identity`. (Fault injection for tests: wrap the transport in
+    /// [`crate::backend::fault::Faulty`].)
     pub fn new(bind: SocketAddr, identity: QuicIdentity) -> Self {
         Self {
             bind,
@@ -199,9 +194,6 @@ impl QuicConfig {
             max_datagram: 1350,
             initial_mtu: 1452,
             idle_timeout: Duration::from_secs(30),
-            loss: 0.0,
-            dup: 0.0,
-            fault_seed: 0,
         }
     }
 }
@@ -325,7 +317,6 @@ pub struct QuicTransport {
     origin: Instant,
     inc: u64,
     max_datagram: usize,
-    faults: Option<(Rng, f64, f64)>,
     stats: QuicStats,
 }
 
@@ -508,12 +499,6 @@ impl QuicTransport {
                 }
             });
         }
-        let inc = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(1, |d| d.as_micros() as u64)
-            .max(1);
-        let faults = (cfg.loss > 0.0 || cfg.dup > 0.0)
-            .then(|| (Rng::new(cfg.fault_seed), cfg.loss, cfg.dup));
         Ok(Self {
             rt: Some(rt),
             endpoint,
@@ -523,9 +508,8 @@ impl QuicTransport {
             stash: None,
             local,
             origin: Instant::now(),
-            inc,
+            inc: wall_incarnation(),
             max_datagram: cfg.max_datagram,
-            faults,
             stats: QuicStats::default(),
         })
     }
@@ -651,21 +635,7 @@ impl Transport for QuicTransport {
     }
     fn send(&mut self, to: NodeAddr, datagram: &[u8]) -> Result<(), AmError> {
         let NodeAddr::Ip(to) = to else { return Ok(()) };
-        let copies = match &mut self.faults {
-            None => 1,
-            Some((rng, loss, dup)) => {
-                if rng.chance(*loss) {
-                    0
-                } else if rng.chance(*dup) {
-                    2
-                } else {
-                    1
-                }
-            }
-        };
-        for _ in 0..copies {
-            self.send_one(to, Bytes::copy_from_slice(datagram));
-        }
+        self.send_one(to, Bytes::copy_from_slice(datagram));
         Ok(())
     }
     fn recv(
@@ -727,10 +697,7 @@ impl Transport for QuicTransport {
         Ok(self.stash.is_some())
     }
     fn sleep_until(&mut self, t: Time) {
-        let now = self.now();
-        if t > now {
-            std::thread::sleep(t.since(now));
-        }
+        sleep_until_real(self.now(), t);
     }
     async fn wait_async(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
         if self.try_stash() {

@@ -25,7 +25,7 @@
 use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket as StdUdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -37,8 +37,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::runtime::Handle;
 
+use super::{sleep_until_real, wall_incarnation};
 use crate::AmError;
-use crate::rng::Rng;
 use crate::transport::Transport;
 use crate::{NodeAddr, Time};
 
@@ -71,16 +71,11 @@ pub struct UdpConfig {
     /// Send equal-size datagrams to one destination in one GSO `sendmsg` (if the kernel
     /// supports `UDP_SEGMENT`; default on).
     pub gso: bool,
-    /// Test hook: probability that a sent datagram is dropped.
-    pub loss: f64,
-    /// Test hook: probability that a sent datagram is sent twice.
-    pub dup: f64,
-    /// Seed of the fault hooks.
-    pub fault_seed: u64,
 }
 
 impl UdpConfig {
-    /// Defaults for `bind`: 1472-byte datagrams, 4 MiB socket buffers, GSO, no faults.
+    /// Defaults for `bind`: 1472-byte datagrams, 4 MiB socket buffers, GSO. (Fault
+    /// injection for tests: wrap the transport in [`crate::backend::fault::Faulty`].)
     pub fn new(bind: SocketAddr) -> Self {
         Self {
             bind,
@@ -88,9 +83,6 @@ impl UdpConfig {
             recv_buffer_bytes: 4 << 20,
             send_buffer_bytes: 4 << 20,
             gso: true,
-            loss: 0.0,
-            dup: 0.0,
-            fault_seed: 0,
         }
     }
 }
@@ -142,6 +134,8 @@ impl Rx {
         }
         self.addr = addr;
         self.len = len;
+        // Not a clamp of a setting: an empty datagram has `stride` 0 (its length), and the
+        // division below and the receive loop need a step of at least one byte.
         self.stride = stride.max(1);
         self.off = 0;
         Ok(len.div_ceil(self.stride))
@@ -168,8 +162,6 @@ pub struct UdpStats {
     pub send_errors: u64,
     /// Datagrams received.
     pub received: u64,
-    /// Datagrams dropped by the fault hooks.
-    pub fault_dropped: u64,
 }
 
 /// A UDP socket driving one bundle.
@@ -193,7 +185,6 @@ pub struct UdpTransport {
     gso_cur: usize,
     /// The socket's current `SO_RCVTIMEO` (`None` = never set; `Some(None)` = infinite).
     rcvtimeo: Option<Option<Duration>>,
-    faults: Option<(Rng, f64, f64)>,
     stats: UdpStats,
 }
 
@@ -257,12 +248,6 @@ impl UdpTransport {
         };
         sock.set_nonblocking(false)?;
         let local = sock.local_addr()?;
-        let inc = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(1, |d| d.as_micros() as u64)
-            .max(1);
-        let faults = (cfg.loss > 0.0 || cfg.dup > 0.0)
-            .then(|| (Rng::new(cfg.fault_seed), cfg.loss, cfg.dup));
         Ok(Self {
             sock,
             tokio_sock,
@@ -285,12 +270,11 @@ impl UdpTransport {
             local,
             origin: Instant::now(),
             origin_ns: mono_ns().unwrap_or(0),
-            inc,
+            inc: wall_incarnation(),
             max_datagram: cfg.max_datagram,
             gso_max,
             gso_cur: 0,
             rcvtimeo: None,
-            faults,
             stats: UdpStats::default(),
         })
     }
@@ -308,11 +292,6 @@ impl UdpTransport {
     /// Whether sends use GSO (`UDP_SEGMENT`).
     pub fn gso(&self) -> bool {
         self.gso_max > 1
-    }
-
-    /// Change the fault hooks (tests).
-    pub fn set_faults(&mut self, seed: u64, loss: f64, dup: f64) {
-        self.faults = (loss > 0.0 || dup > 0.0).then(|| (Rng::new(seed), loss, dup));
     }
 
     fn set_gso(&mut self, seg: usize) -> bool {
@@ -390,6 +369,7 @@ impl UdpTransport {
             Err(Errno::EIO | Errno::EINVAL) if n > 1 || self.gso_cur != 0 => {
                 // No GSO on this path (e.g. no checksum offload): one datagram per call.
                 self.disable_gso();
+                // `seg` is 0 for a batch of empty datagrams; `chunks` needs at least 1.
                 for c in self.tx.buf.chunks(seg.max(1)) {
                     match sendto(self.sock.as_raw_fd(), c, &dest, MsgFlags::MSG_DONTWAIT) {
                         Ok(_) => self.stats.sent += 1,
@@ -494,24 +474,7 @@ impl Transport for UdpTransport {
     }
     fn send(&mut self, to: NodeAddr, datagram: &[u8]) -> Result<(), AmError> {
         let NodeAddr::Ip(to) = to else { return Ok(()) };
-        let copies = match &mut self.faults {
-            None => 1,
-            Some((rng, loss, dup)) => {
-                if rng.chance(*loss) {
-                    0
-                } else if rng.chance(*dup) {
-                    2
-                } else {
-                    1
-                }
-            }
-        };
-        if copies == 0 {
-            self.stats.fault_dropped += 1;
-        }
-        for _ in 0..copies {
-            self.push(to, datagram);
-        }
+        self.push(to, datagram);
         Ok(())
     }
     fn flush(&mut self) -> Result<(), AmError> {
@@ -597,10 +560,7 @@ impl Transport for UdpTransport {
     }
     fn sleep_until(&mut self, t: Time) {
         self.send_batch();
-        let now = self.now();
-        if t > now {
-            std::thread::sleep(t.since(now));
-        }
+        sleep_until_real(self.now(), t);
     }
     async fn wait_async(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
         self.send_batch();

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use isotach_am::backend::chan::{ChanNet, ChanTransport};
+use isotach_am::backend::fault::Faulty;
 use isotach_am::backend::mem::{FaultModel, MemNet, MemTransport};
 use isotach_am::backend::quic::{
     QuicConfig, QuicIdentity, QuicTransport, make_ca, make_node_identity,
@@ -59,31 +60,19 @@ pub fn udp_cfg() -> Config {
     }
 }
 
-pub fn udp(n: usize, cfg: &Config, loss: f64, dup: f64, seed: u64) -> H<UdpTransport> {
+/// `n` real-time nodes made by `make(i)`, each dropping a sent datagram with probability
+/// `loss` and sending it twice with probability `dup` (node `i` seeded `seed + i`).
+fn faulty<T: Transport>(
+    n: usize,
+    cfg: &Config,
+    loss: f64,
+    dup: f64,
+    seed: u64,
+    mut make: impl FnMut(usize) -> T,
+) -> H<Faulty<T>> {
     let nodes = (0..n)
         .map(|i| {
-            let mut c = UdpConfig::new("127.0.0.1:0".parse().unwrap());
-            c.loss = loss;
-            c.dup = dup;
-            c.fault_seed = seed.wrapping_add(i as u64);
-            Bundle::new(UdpTransport::with_config(c).unwrap(), cfg.clone()).unwrap()
-        })
-        .collect();
-    H {
-        nodes,
-        net: None,
-        seed,
-        returned: Vec::new(),
-    }
-}
-
-/// `n` nodes of one in-process real-time network; `loss`/`dup` are the send fault hooks.
-pub fn chan(n: usize, cfg: &Config, loss: f64, dup: f64, seed: u64) -> H<ChanTransport> {
-    let net = ChanNet::new();
-    let nodes = (0..n)
-        .map(|i| {
-            let mut t = net.node();
-            t.set_faults(seed.wrapping_add(i as u64), loss, dup);
+            let t = Faulty::with_faults(make(i), seed.wrapping_add(i as u64), loss, dup);
             Bundle::new(t, cfg.clone()).unwrap()
         })
         .collect();
@@ -95,6 +84,18 @@ pub fn chan(n: usize, cfg: &Config, loss: f64, dup: f64, seed: u64) -> H<ChanTra
     }
 }
 
+pub fn udp(n: usize, cfg: &Config, loss: f64, dup: f64, seed: u64) -> H<Faulty<UdpTransport>> {
+    faulty(n, cfg, loss, dup, seed, |_| {
+        UdpTransport::with_config(UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap()
+    })
+}
+
+/// `n` nodes of one in-process real-time network.
+pub fn chan(n: usize, cfg: &Config, loss: f64, dup: f64, seed: u64) -> H<Faulty<ChanTransport>> {
+    let net = ChanNet::new();
+    faulty(n, cfg, loss, dup, seed, |_| net.node())
+}
+
 pub struct Pki {
     pub ca: isotach_am::backend::quic::CertAuthority,
 }
@@ -103,24 +104,12 @@ pub fn quic_identity(ca: &isotach_am::backend::quic::CertAuthority, name: &str) 
     make_node_identity(ca, name).unwrap()
 }
 
-pub fn quic(n: usize, cfg: &Config, loss: f64, dup: f64, seed: u64) -> H<QuicTransport> {
+pub fn quic(n: usize, cfg: &Config, loss: f64, dup: f64, seed: u64) -> H<Faulty<QuicTransport>> {
     let ca = make_ca("isotach test CA").unwrap();
-    let nodes = (0..n)
-        .map(|i| {
-            let id = quic_identity(&ca, &format!("node{i}"));
-            let mut q = QuicConfig::new("127.0.0.1:0".parse().unwrap(), id);
-            q.loss = loss;
-            q.dup = dup;
-            q.fault_seed = seed.wrapping_add(i as u64);
-            Bundle::new(QuicTransport::bind(q).unwrap(), cfg.clone()).unwrap()
-        })
-        .collect();
-    H {
-        nodes,
-        net: None,
-        seed,
-        returned: Vec::new(),
-    }
+    faulty(n, cfg, loss, dup, seed, |i| {
+        let id = quic_identity(&ca, &format!("node{i}"));
+        QuicTransport::bind(QuicConfig::new("127.0.0.1:0".parse().unwrap(), id)).unwrap()
+    })
 }
 
 impl<T: Transport> H<T> {
