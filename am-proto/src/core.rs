@@ -20,6 +20,36 @@ use crate::types::{
     MAX_TRANSLATIONS, NodeAddr, Opcode, Status, Tag, Time, TransIdx,
 };
 
+/// What a handler is told about a message from `node` to endpoint `ep`: its description
+/// ([`MsgInfo`]) and its data (`medium`: a medium message's bytes). `m` is a reply's
+/// [`Header`] or a request's stored copy ([`OutMsg`]): the same fields, so one definition.
+macro_rules! handed {
+    ($m:expr, $args:expr, $node:expr, $ep:expr, $request:expr, $medium:expr) => {{
+        let m = &$m;
+        let info = MsgInfo {
+            source: EndpointName {
+                node: $node,
+                ep: EpId(m.src_ep),
+            },
+            ep: $ep,
+            handler: HandlerId(m.handler),
+            tag: Tag(m.tag),
+            opcode: m.class.opcode($request),
+            args: $args,
+            nargs: m.nargs,
+        };
+        let data = match m.class {
+            Class::Short | Class::Get => Data::None,
+            Class::Medium => Data::Medium($medium),
+            Class::Xfer => Data::Xfer {
+                offset: m.dest_offset as usize,
+                len: m.total_len as usize,
+            },
+        };
+        (info, data)
+    }};
+}
+
 /// Protocol parameters. Every limit has a default; see `docs/am.md`.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -147,10 +177,15 @@ struct Reasm {
 
 impl Reasm {
     fn start(&mut self, total: u32, chunk: u32) {
+        debug_assert!(
+            chunk as usize >= frame::MIN_CHUNK,
+            "bulk chunk {chunk} below MIN_CHUNK: the decoder refuses such frames"
+        );
         self.active = true;
         self.total = total;
-        self.chunk = chunk.max(1);
-        self.nfrags = total.div_ceil(self.chunk).max(1);
+        self.chunk = chunk;
+        // An empty transfer still travels as one (empty) fragment.
+        self.nfrags = total.div_ceil(chunk).max(1);
         self.got = 0;
         self.bits.clear();
         self.bits.resize(self.nfrags.div_ceil(64) as usize, 0);
@@ -333,6 +368,39 @@ pub struct SendReq<'a> {
     pub src_offset: u32,
     /// Get: bytes to read.
     pub len: u32,
+}
+
+impl<'a> SendReq<'a> {
+    /// A short request: `args` only (the other classes start from this one with struct
+    /// update syntax).
+    pub fn short(ep: EpId, idx: TransIdx, handler: HandlerId, args: &'a [u64]) -> Self {
+        Self {
+            ep,
+            idx,
+            class: Class::Short,
+            handler,
+            args,
+            payload: &[],
+            dest_offset: 0,
+            src_offset: 0,
+            len: 0,
+        }
+    }
+
+    /// A medium request: `args` and `payload` (at most `MAX_MEDIUM_BYTES`).
+    pub fn medium(
+        ep: EpId,
+        idx: TransIdx,
+        handler: HandlerId,
+        payload: &'a [u8],
+        args: &'a [u64],
+    ) -> Self {
+        Self {
+            class: Class::Medium,
+            payload,
+            ..Self::short(ep, idx, handler, args)
+        }
+    }
 }
 
 fn seg_check(seg_len: usize, offset: u32, len: u32) -> Result<(), Status> {
@@ -769,11 +837,7 @@ impl Core {
                     return None;
                 }
                 let mut h = msg_header(Kind::Request, &s.msg);
-                h.slot = slot;
-                h.seq = seq;
-                h.epoch = p.epoch;
-                h.src_inc = self.inc;
-                h.dst_inc = p.known_inc;
+                h.route(slot, seq, p.epoch, (self.inc, p.known_inc));
                 let more = self.encode_msg(h, peer, slot, frag, true);
                 if more {
                     self.cur = Some(Tx::Req {
@@ -809,11 +873,7 @@ impl Core {
                 h.status = status;
                 h.src_ep = rs.req.dst_ep;
                 h.dst_ep = rs.req.src_ep;
-                h.slot = slot;
-                h.seq = seq;
-                h.epoch = p.r_epoch;
-                h.src_inc = self.inc;
-                h.dst_inc = p.r_inc;
+                h.route(slot, seq, p.r_epoch, (self.inc, p.r_inc));
                 if kind == Kind::Reply {
                     if self.encode_msg(h, peer, slot, frag, false) {
                         self.cur = Some(Tx::Resp {
@@ -838,11 +898,7 @@ impl Core {
                 h.status = Some(s.nack_status);
                 h.src_ep = s.msg.src_ep;
                 h.dst_ep = s.msg.dst_ep;
-                h.slot = slot;
-                h.seq = seq;
-                h.epoch = p.epoch;
-                h.src_inc = self.inc;
-                h.dst_inc = p.known_inc;
+                h.route(slot, seq, p.epoch, (self.inc, p.known_inc));
                 frame::encode(&h, &[], &[], &mut self.scratch);
                 Some(p.addr)
             }
@@ -1036,11 +1092,7 @@ impl Core {
         h.status = status;
         h.src_ep = f.dst_ep;
         h.dst_ep = f.src_ep;
-        h.slot = f.slot;
-        h.seq = f.seq;
-        h.epoch = f.epoch;
-        h.src_inc = self.inc;
-        h.dst_inc = f.src_inc;
+        h.route(f.slot, f.seq, f.epoch, (self.inc, f.src_inc));
         self.push_tx(Tx::Ctl { to, h });
     }
 
@@ -1228,26 +1280,8 @@ impl Core {
             Ok(()) => {
                 let mut buf = std::mem::take(&mut rs.req.payload);
                 let req = &rs.req;
-                let data = match req.class {
-                    Class::Short | Class::Get => Data::None,
-                    Class::Medium => Data::Medium(payload.unwrap_or(&buf)),
-                    Class::Xfer => Data::Xfer {
-                        offset: req.dest_offset as usize,
-                        len: req.total_len as usize,
-                    },
-                };
-                let info = MsgInfo {
-                    source: EndpointName {
-                        node: peer_addr,
-                        ep: EpId(req.src_ep),
-                    },
-                    ep,
-                    handler: HandlerId(req.handler),
-                    tag: Tag(req.tag),
-                    opcode: req.class.opcode(true),
-                    args: req.args,
-                    nargs: req.nargs,
-                };
+                let medium = payload.unwrap_or(&buf);
+                let (info, data) = handed!(req, req.args, peer_addr, ep, true, medium);
                 self.sink.replied = false;
                 let seg = &mut self.eps[usize::from(ep.0)].seg;
                 d.on_request(Request {
@@ -1389,26 +1423,7 @@ impl Core {
             });
             return;
         }
-        let data = match h.class {
-            Class::Short | Class::Get => Data::None,
-            Class::Medium => Data::Medium(f.payload),
-            Class::Xfer => Data::Xfer {
-                offset: h.dest_offset as usize,
-                len: h.total_len as usize,
-            },
-        };
-        let info = MsgInfo {
-            source: EndpointName {
-                node: addr,
-                ep: EpId(h.src_ep),
-            },
-            ep,
-            handler: HandlerId(h.handler),
-            tag: Tag(h.tag),
-            opcode: h.class.opcode(false),
-            args: f.args,
-            nargs: h.nargs,
-        };
+        let (info, data) = handed!(h, f.args, addr, ep, false, f.payload);
         let seg = &mut self.eps[usize::from(ep.0)].seg;
         d.on_reply(Reply { info, data, seg });
         self.stats.replies_handled += 1;

@@ -129,6 +129,15 @@ impl Header {
             frag_chunk: 0,
         }
     }
+
+    /// Addresses the frame in the slot protocol: its slot and sequence number, the epoch,
+    /// and the sender's and receiver's incarnations (`incs`).
+    pub(crate) fn route(&mut self, slot: u16, seq: u32, epoch: u32, incs: (u64, u64)) {
+        self.slot = slot;
+        self.seq = seq;
+        self.epoch = epoch;
+        (self.src_inc, self.dst_inc) = incs;
+    }
 }
 
 /// A decoded frame borrowing its payload from the datagram.

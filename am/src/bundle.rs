@@ -6,6 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::AmError;
+use crate::drive::{self, Driver, Serviced};
 use crate::transport::Transport;
 use crate::{
     Class, DEFAULT_HANDLERS, EndpointName, EpId, EventMask, HandlerId, HandlerKind, MAX_HANDLERS,
@@ -338,20 +339,6 @@ impl<T: Transport> Bundle<T> {
         }
     }
 
-    fn short(ep: EpId, idx: TransIdx, h: HandlerId, args: &[u64]) -> SendReq<'_> {
-        SendReq {
-            ep,
-            idx,
-            class: Class::Short,
-            handler: h,
-            args,
-            payload: &[],
-            dest_offset: 0,
-            src_offset: 0,
-            len: 0,
-        }
-    }
-
     /// Send a short request (`AM_RequestM`), polling (and so running handlers) while there
     /// is no credit towards the destination.
     pub fn request_short(
@@ -361,7 +348,7 @@ impl<T: Transport> Bundle<T> {
         h: HandlerId,
         args: &[u64],
     ) -> Result<(), AmError> {
-        self.send_blocking(Self::short(ep, idx, h, args))
+        self.send_blocking(SendReq::short(ep, idx, h, args))
     }
     /// Send a short request, or fail with [`AmError::WouldBlock`] if there is no credit.
     pub fn try_request_short(
@@ -371,7 +358,7 @@ impl<T: Transport> Bundle<T> {
         h: HandlerId,
         args: &[u64],
     ) -> Result<(), AmError> {
-        self.try_send(Self::short(ep, idx, h, args))
+        self.try_send(SendReq::short(ep, idx, h, args))
     }
     /// The async form of [`Bundle::request_short`].
     pub async fn request_short_async(
@@ -381,21 +368,7 @@ impl<T: Transport> Bundle<T> {
         h: HandlerId,
         args: &[u64],
     ) -> Result<(), AmError> {
-        self.send_async(Self::short(ep, idx, h, args)).await
-    }
-
-    fn medium<'a>(
-        ep: EpId,
-        idx: TransIdx,
-        h: HandlerId,
-        data: &'a [u8],
-        args: &'a [u64],
-    ) -> SendReq<'a> {
-        SendReq {
-            class: Class::Medium,
-            payload: data,
-            ..Self::short(ep, idx, h, args)
-        }
+        self.send_async(SendReq::short(ep, idx, h, args)).await
     }
 
     /// Send a medium request (`AM_RequestIM`): `data` (at most `MAX_MEDIUM_BYTES`) reaches
@@ -408,7 +381,7 @@ impl<T: Transport> Bundle<T> {
         data: &[u8],
         args: &[u64],
     ) -> Result<(), AmError> {
-        self.send_blocking(Self::medium(ep, idx, h, data, args))
+        self.send_blocking(SendReq::medium(ep, idx, h, data, args))
     }
     /// Medium request, or [`AmError::WouldBlock`].
     pub fn try_request_medium(
@@ -419,7 +392,7 @@ impl<T: Transport> Bundle<T> {
         data: &[u8],
         args: &[u64],
     ) -> Result<(), AmError> {
-        self.try_send(Self::medium(ep, idx, h, data, args))
+        self.try_send(SendReq::medium(ep, idx, h, data, args))
     }
 
     fn xfer<'a>(
@@ -434,7 +407,7 @@ impl<T: Transport> Bundle<T> {
             class: Class::Xfer,
             payload: data,
             dest_offset,
-            ..Self::short(ep, idx, h, args)
+            ..SendReq::short(ep, idx, h, args)
         }
     }
 
@@ -489,7 +462,7 @@ impl<T: Transport> Bundle<T> {
             src_offset,
             dest_offset,
             len: nbytes,
-            ..Self::short(ep, idx, h, args)
+            ..SendReq::short(ep, idx, h, args)
         };
         self.try_send(r)
     }
@@ -588,57 +561,12 @@ impl<T: Transport> Bundle<T> {
     /// message), or `timeout` passes; retransmission timers keep running meanwhile. Runs no
     /// handlers: call [`Bundle::poll`] next. Returns whether something is waiting.
     pub fn wait(&mut self, timeout: Duration) -> Result<bool, AmError> {
-        // One clock read per pass (a read costs ~25 ns on the VM, a third of them per round
-        // trip were here).
-        let mut now = self.transport.now();
-        let deadline = now.plus(timeout);
-        loop {
-            if self.pool_nonempty() {
-                return Ok(true);
-            }
-            if now >= deadline {
-                return Ok(false);
-            }
-            self.core.handle_timeout(now);
-            self.flush()?;
-            if self.core.has_returned() {
-                return Ok(true);
-            }
-            let until = self
-                .core
-                .poll_timeout()
-                .map_or(deadline, |t| t.min(deadline));
-            if self.transport.wait_from(now, Some(until))? {
-                return Ok(true);
-            }
-            now = self.transport.now();
-        }
+        drive::wait(self, timeout)
     }
 
     /// The async form of [`Bundle::wait`].
     pub async fn wait_async(&mut self, timeout: Duration) -> Result<bool, AmError> {
-        let deadline = self.transport.now().plus(timeout);
-        loop {
-            if self.pool_nonempty() {
-                return Ok(true);
-            }
-            let now = self.transport.now();
-            if now >= deadline {
-                return Ok(false);
-            }
-            self.core.handle_timeout(now);
-            self.flush()?;
-            if self.core.has_returned() {
-                return Ok(true);
-            }
-            let until = self
-                .core
-                .poll_timeout()
-                .map_or(deadline, |t| t.min(deadline));
-            if self.transport.wait_async(Some(until)).await? {
-                return Ok(true);
-            }
-        }
+        drive::wait_async(self, timeout).await
     }
 
     /// Set the event mask (`AM_SetEventMask`). If the enabled condition already holds, the
@@ -684,5 +612,24 @@ impl<T: Transport> Bundle<T> {
                 self.transport.wait(Some(until))?;
             }
         }
+    }
+}
+
+impl<T: Transport> Driver for Bundle<T> {
+    type T = T;
+    fn transport_mut(&mut self) -> &mut T {
+        &mut self.transport
+    }
+    fn waiting(&mut self) -> bool {
+        self.pool_nonempty()
+    }
+    fn service(&mut self, now: crate::Time) -> Result<Serviced, AmError> {
+        self.core.handle_timeout(now);
+        self.flush()?;
+        Ok(if self.core.has_returned() {
+            Serviced::Waiting
+        } else {
+            Serviced::Idle(self.core.poll_timeout())
+        })
     }
 }

@@ -18,6 +18,7 @@
 
 pub mod backend;
 mod bundle;
+mod drive;
 pub mod port;
 pub mod rng;
 pub mod sim;

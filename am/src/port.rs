@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::Transport;
+use crate::drive::{self, Driver, Serviced};
 use crate::{AmError, NodeAddr, Tag, Time};
 pub use isotach_am_proto::link::{
     DEFAULT_TAG, LinkEvent, LinkStats, Links, LossReason, Offered, PACKET_MAX, PeerStatus,
@@ -156,49 +157,27 @@ impl<T: Transport> PacketPort<T> {
     /// Blocks until a datagram or a received packet is waiting, or `timeout` passed; AM
     /// timers keep running meanwhile. Call [`PacketPort::poll`] next.
     pub fn wait(&mut self, timeout: Duration) -> Result<bool, AmError> {
-        let mut now = self.transport.now();
-        let deadline = now.plus(timeout);
-        loop {
-            if self.links.has_packets() || self.transport.has_pending() {
-                return Ok(true);
-            }
-            if now >= deadline {
-                return Ok(false);
-            }
-            self.links.handle_timeout(now);
-            self.transmit(now)?;
-            let until = self
-                .links
-                .poll_timeout()
-                .map_or(deadline, |t| t.min(deadline));
-            if self.transport.wait_from(now, Some(until))? {
-                return Ok(true);
-            }
-            now = self.transport.now();
-        }
+        drive::wait(self, timeout)
     }
 
     /// The async form of [`PacketPort::wait`] (tokio readiness for the UDP backend).
     pub async fn wait_async(&mut self, timeout: Duration) -> Result<bool, AmError> {
-        let deadline = self.transport.now().plus(timeout);
-        loop {
-            if self.links.has_packets() || self.transport.has_pending() {
-                return Ok(true);
-            }
-            let now = self.transport.now();
-            if now >= deadline {
-                return Ok(false);
-            }
-            self.links.handle_timeout(now);
-            self.transmit(now)?;
-            let until = self
-                .links
-                .poll_timeout()
-                .map_or(deadline, |t| t.min(deadline));
-            if self.transport.wait_async(Some(until)).await? {
-                return Ok(true);
-            }
-        }
+        drive::wait_async(self, timeout).await
+    }
+}
+
+impl<T: Transport> Driver for PacketPort<T> {
+    type T = T;
+    fn transport_mut(&mut self) -> &mut T {
+        &mut self.transport
+    }
+    fn waiting(&mut self) -> bool {
+        self.links.has_packets() || self.transport.has_pending()
+    }
+    fn service(&mut self, now: Time) -> Result<Serviced, AmError> {
+        self.links.handle_timeout(now);
+        self.transmit(now)?;
+        Ok(Serviced::Idle(self.links.poll_timeout()))
     }
 }
 
