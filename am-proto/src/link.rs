@@ -31,15 +31,15 @@
 //! - messages from addresses that are not configured peers, or with a foreign tag, are
 //!   dropped and counted.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::core::{Config, Core, Dispatch, SendReq};
 use crate::error::AmError;
 use crate::msg::{Reply, Request, Returned};
 use crate::types::{
-    Class, DEFAULT_TRANSLATIONS, EndpointName, EpId, HandlerId, HandlerKind, MAX_MEDIUM_BYTES,
-    MAX_SLOTS, NodeAddr, Status, Tag, Time, TransIdx,
+    DEFAULT_TRANSLATIONS, EndpointName, EpId, HandlerId, HandlerKind, MAX_MEDIUM_BYTES, MAX_SLOTS,
+    NodeAddr, Status, Tag, Time, TransIdx,
 };
 
 /// Handler of a data fragment (request, medium; args: more follows, stream).
@@ -77,8 +77,22 @@ pub const HELLO_RETRY: Duration = Duration::from_secs(1);
 
 /// Fragments a packet of `len` bytes travels as (an empty packet is one empty fragment).
 pub fn fragments(len: usize) -> usize {
+    // Not a clamp: `div_ceil` says 0 for an empty packet, which still travels as one fragment.
     len.div_ceil(FRAGMENT_MAX).max(1)
 }
+
+/// Smallest queue bound [`Links::set_queue_max`] takes (the cluster config's lower bound,
+/// `QUEUE_PACKETS_MAX_MIN`, is above it).
+pub const QUEUE_MAX_MIN: usize = 1;
+
+// The limits agree with each other: the largest packet fits the smallest window, credit goes
+// back before a smallest window is used up, and the defaults are in range.
+const _: () = {
+    assert!(WINDOW_MIN > PACKET_MAX.div_ceil(FRAGMENT_MAX));
+    assert!(WINDOW_MIN <= WINDOW_MAX);
+    assert!(CREDIT_BATCH >= 1 && CREDIT_BATCH < WINDOW_MIN);
+    assert!(QUEUE_MAX_MIN <= QUEUE_MAX_DEFAULT);
+};
 
 /// Why a link broke (see [`LinkEvent::PeerLost`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,7 +229,8 @@ struct Peer {
     rx_stream: u64,
     /// Dropping fragments until the current packet's last one (it was oversize).
     discarding: bool,
-    /// Hello retry or backoff deadline (see [`HELLO_RETRY`]).
+    /// Hello retry or backoff deadline (see [`HELLO_RETRY`]); also in
+    /// [`State::hello_timers`]: change it only with [`State::set_hello_timer`].
     hello_timer: Option<Time>,
     /// The AM core had no slot for us: retry when the peer answers something.
     am_blocked: bool,
@@ -258,10 +273,35 @@ struct State {
     events: VecDeque<LinkEvent>,
     /// Peers that may have something to send (hello, credit, fragments).
     ready: Vec<usize>,
+    /// Every armed hello timer as (deadline, peer), earliest first: at most one per peer, so
+    /// finding the next deadline or the due timers never scans the peers (thousands of them).
+    hello_timers: BTreeSet<(Time, usize)>,
     stats: LinkStats,
 }
 
 impl State {
+    /// Arms `peer`'s hello timer for `at`, or disarms it (`None`).
+    fn set_hello_timer(&mut self, peer: usize, at: Option<Time>) {
+        let p = &mut self.peers[peer];
+        if let Some(old) = p.hello_timer {
+            let armed = self.hello_timers.remove(&(old, peer));
+            debug_assert!(armed, "peer {peer}'s hello timer was not in the timer set");
+        }
+        p.hello_timer = at;
+        if let Some(t) = at {
+            self.hello_timers.insert((t, peer));
+        }
+        debug_assert!(
+            self.hello_timers.len() <= self.peers.len(),
+            "one hello timer per peer at most"
+        );
+    }
+
+    /// The earliest armed hello timer.
+    fn hello_deadline(&self) -> Option<Time> {
+        self.hello_timers.first().map(|&(t, _)| t)
+    }
+
     fn mark_ready(&mut self, peer: usize) {
         let p = &mut self.peers[peer];
         if !p.ready {
@@ -282,6 +322,7 @@ impl State {
         p.up = false;
         p.links_lost += 1;
         p.in_flight = 0;
+        debug_assert!(p.out.is_empty() && p.head_sent == 0);
         if reason == LossReason::Restarted {
             // The peer's side starts over too: its stream towards us begins anew.
             Self::forget_rx(p);
@@ -387,8 +428,12 @@ impl State {
             self.stats.stale_credit += 1;
             return;
         }
+        debug_assert!(p.in_flight <= WINDOW_MAX, "in flight beyond any window");
+        // Saturating: the count comes off the network, and a peer crediting more than we have
+        // in flight is misbehaving, not a broken invariant here.
         let n = usize::try_from(fragments).unwrap_or(usize::MAX);
         p.in_flight = p.in_flight.saturating_sub(n);
+        debug_assert!(p.in_flight <= WINDOW_MAX);
         self.mark_ready(peer);
     }
 
@@ -407,9 +452,9 @@ impl State {
             // Unreachable: it never answered within the give-up time, or it restarted and
             // refused a hello meant for its old incarnation: ask again at once. Refused
             // (another tag, congestion): ask again after a pause, not once per round trip.
-            let p = &mut self.peers[peer];
-            p.hello_outstanding = false;
-            p.hello_timer = (r.status != Status::Unreachable).then(|| now.plus(HELLO_RETRY));
+            self.peers[peer].hello_outstanding = false;
+            let retry = (r.status != Status::Unreachable).then(|| now.plus(HELLO_RETRY));
+            self.set_hello_timer(peer, retry);
             self.mark_ready(peer);
             self.events.push_back(LinkEvent::HelloReturned {
                 peer,
@@ -451,36 +496,15 @@ impl Dispatch for State {
             return;
         };
         if rep.handler() == H_HELLO_ACK {
+            self.set_hello_timer(peer, None);
             let p = &mut self.peers[peer];
             p.hello_outstanding = false;
-            p.hello_timer = None;
             if !p.up {
                 p.up = true;
                 self.events.push_back(LinkEvent::PeerUp(peer));
                 self.mark_ready(peer);
             }
         }
-    }
-}
-
-/// A request from the link endpoint.
-fn link_req<'a>(
-    idx: TransIdx,
-    class: Class,
-    handler: HandlerId,
-    args: &'a [u64],
-    payload: &'a [u8],
-) -> SendReq<'a> {
-    SendReq {
-        ep: LINK_EP,
-        idx,
-        class,
-        handler,
-        args,
-        payload,
-        dest_offset: 0,
-        src_offset: 0,
-        len: 0,
     }
 }
 
@@ -541,8 +565,11 @@ impl Links {
                 peers: ps,
                 by_addr,
                 inbox: VecDeque::new(),
-                inbox_max: peers.len().max(1) * WINDOW_MAX + INBOX_SLACK,
+                // Each peer has at most a window of fragments, so of whole packets, in flight
+                // towards us (with no peers nothing arrives at all).
+                inbox_max: peers.len() * WINDOW_MAX + INBOX_SLACK,
                 events: VecDeque::new(),
+                hello_timers: BTreeSet::new(),
                 stats: LinkStats::default(),
             },
             tag,
@@ -550,16 +577,24 @@ impl Links {
         })
     }
 
-    /// Bounds every per-peer send queue to `fragments` (at least 1), and the window to the
-    /// same within [`WINDOW_MIN`]..=[`WINDOW_MAX`]; the cluster config's `queue-packets-max`
-    /// is the daemons' value.
+    /// Bounds every per-peer send queue to `fragments` (at least [`QUEUE_MAX_MIN`]: panics
+    /// below), and the window to the same within [`WINDOW_MIN`]..=[`WINDOW_MAX`]; the
+    /// cluster config's `queue-packets-max` (validated, never 0) is the daemons' value.
     pub fn set_queue_max(&mut self, fragments: usize) {
-        self.queue_max = fragments.max(1);
+        assert!(
+            fragments >= QUEUE_MAX_MIN,
+            "a link queue holds at least {QUEUE_MAX_MIN} fragment (asked for {fragments})"
+        );
+        self.queue_max = fragments;
     }
 
-    /// The flow-control window: fragments in flight towards one peer.
+    /// The flow-control window: fragments in flight towards one peer. Not a silent clamp:
+    /// the window is the queue bound kept within [`WINDOW_MIN`] (the largest packet must fit)
+    /// and [`WINDOW_MAX`].
     pub fn window(&self) -> usize {
-        self.queue_max.clamp(WINDOW_MIN, WINDOW_MAX)
+        let w = self.queue_max.clamp(WINDOW_MIN, WINDOW_MAX);
+        debug_assert!((WINDOW_MIN..=WINDOW_MAX).contains(&w));
+        w
     }
 
     // ------------------------------------------------------------------ datagrams and time
@@ -577,30 +612,22 @@ impl Links {
         self.absorb_returned(now);
     }
 
-    /// Fire due AM timers (retransmission, give-up).
+    /// Fire due AM timers (retransmission, give-up) and due hello timers.
     pub fn handle_timeout(&mut self, now: Time) {
         self.core.handle_timeout(now);
         self.absorb_returned(now);
-        if self.hello_timers_due(now) {
-            self.fire_hello_timers(now);
-        }
+        self.fire_hello_timers(now);
     }
 
-    fn hello_timers_due(&self, now: Time) -> bool {
-        self.st
-            .peers
-            .iter()
-            .any(|p| p.hello_timer.is_some_and(|t| t <= now))
-    }
-
-    /// Hellos delivered but unanswered go again; refused ones may go again.
+    /// Hellos delivered but unanswered go again; refused ones may go again. Visits only the
+    /// due timers, earliest first.
     fn fire_hello_timers(&mut self, now: Time) {
-        for peer in 0..self.st.peers.len() {
-            let p = &mut self.st.peers[peer];
-            if p.hello_timer.is_none_or(|t| t > now) {
-                continue;
+        while let Some(&(at, peer)) = self.st.hello_timers.first() {
+            if at > now {
+                break;
             }
-            p.hello_timer = None;
+            self.st.set_hello_timer(peer, None);
+            let p = &mut self.st.peers[peer];
             if p.hello_outstanding && !p.up {
                 p.hello_outstanding = false;
                 self.st.stats.hellos_unanswered += 1;
@@ -621,8 +648,7 @@ impl Links {
 
     /// When [`Links::handle_timeout`] must run next.
     pub fn poll_timeout(&self) -> Option<Time> {
-        let hello = self.st.peers.iter().filter_map(|p| p.hello_timer).min();
-        [self.core.poll_timeout(), hello]
+        [self.core.poll_timeout(), self.st.hello_deadline()]
             .into_iter()
             .flatten()
             .min()
@@ -665,25 +691,23 @@ impl Links {
             if !p.hello_outstanding && p.hello_timer.is_none_or(|t| t <= now) {
                 self.core.send_request(
                     now,
-                    link_req(idx, Class::Short, H_HELLO, &[self.tag.0, inc], &[]),
+                    SendReq::short(LINK_EP, idx, H_HELLO, &[self.tag.0, inc]),
                 )?;
                 p.hello_outstanding = true;
-                p.hello_timer = Some(now.plus(HELLO_RETRY));
                 self.st.stats.hellos += 1;
+                self.st.set_hello_timer(peer, Some(now.plus(HELLO_RETRY)));
             }
             return Ok(());
         }
+        debug_assert!(p.in_flight <= WINDOW_MAX, "in flight beyond any window");
+        debug_assert!(
+            p.queued >= p.out.len(),
+            "every queued packet has a fragment"
+        );
         if p.owed >= CREDIT_BATCH {
-            self.core.send_request(
-                now,
-                link_req(
-                    idx,
-                    Class::Short,
-                    H_CREDIT,
-                    &[p.owed as u64, p.rx_stream],
-                    &[],
-                ),
-            )?;
+            let credit = [p.owed as u64, p.rx_stream];
+            self.core
+                .send_request(now, SendReq::short(LINK_EP, idx, H_CREDIT, &credit))?;
             p.owed = 0;
         }
         while p.queued > 0 && p.in_flight < window {
@@ -693,7 +717,7 @@ impl Links {
             let args = [u64::from(more), p.links_lost];
             let payload = &head[p.head_sent..end];
             self.core
-                .send_request(now, link_req(idx, Class::Medium, H_DATA, &args, payload))?;
+                .send_request(now, SendReq::medium(LINK_EP, idx, H_DATA, payload, &args))?;
             if more {
                 p.head_sent = end;
             } else {
@@ -703,6 +727,10 @@ impl Links {
             p.queued -= 1;
             p.in_flight += 1;
         }
+        debug_assert!(
+            p.queued == 0 || p.in_flight >= window,
+            "stopped with credit left"
+        );
         debug_assert!(p.in_flight <= window, "window overrun");
         debug_assert_eq!(
             p.queued == 0,
@@ -744,6 +772,7 @@ impl Links {
         }
         p.out.push_back(packet);
         p.queued += n;
+        debug_assert!(p.queued <= queue_max, "queue bound overrun");
         self.st.stats.packets_sent += 1;
         self.st.mark_ready(peer);
         Ok(())
