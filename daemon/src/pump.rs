@@ -216,6 +216,7 @@ impl<R: Role> Pump<R> {
         match self.local.as_mut() {
             Some(l) if l.inbox.len() < held_max => {
                 l.inbox.push_back(bytes);
+                debug_assert!(l.inbox.len() <= held_max);
                 Ok(())
             }
             _ => Err(bytes),
@@ -380,11 +381,14 @@ impl<R: Role> Pump<R> {
                 (to_peer(link), bytes)
             };
             let lane = self.role.lane(peer);
+            // Read only from a lane with room.
+            debug_assert!(self.held[lane].len() < self.held_max);
             if self.held[lane].is_empty() {
                 self.offer_input(now_us, lane, peer, bytes)?;
             } else {
                 self.held[lane].push_back((peer, bytes));
             }
+            debug_assert!(self.held[lane].len() <= self.held_max);
         }
     }
 
@@ -399,9 +403,12 @@ impl<R: Role> Pump<R> {
         match self.role.handle_packet(now_us, peer, &bytes) {
             Verdict::Consumed => {}
             Verdict::Retry => {
+                // Back where it came from: the head of a lane it was taken from, or an empty
+                // lane.
+                debug_assert!(self.held[lane].len() < self.held_max);
                 self.stats.held += 1;
                 self.held[lane].push_front((peer, bytes));
-                debug_assert!(self.held[lane].len() <= self.held_max + 1);
+                debug_assert!(self.held[lane].len() <= self.held_max);
                 return Ok(false);
             }
             Verdict::Refused(why) => {
@@ -429,7 +436,10 @@ impl<R: Role> Pump<R> {
                     let l = self.local.as_mut().expect("a local peer id");
                     if l.outbox.len() < held_max {
                         l.outbox.push_back(bytes);
+                        debug_assert!(l.outbox.len() <= held_max);
                     } else {
+                        // One stalled output per lane: the lane waits behind it.
+                        debug_assert!(self.stalled[lane].is_none());
                         self.stats.stalled += 1;
                         self.stalled[lane] = Some((peer, bytes));
                         break;
@@ -441,6 +451,7 @@ impl<R: Role> Pump<R> {
                     Offered::Sent => {}
                     Offered::Dropped => self.stats.redundant_dropped += 1,
                     Offered::Held(bytes) => {
+                        debug_assert!(self.stalled[lane].is_none());
                         self.stats.stalled += 1;
                         self.stalled[lane] = Some((peer, bytes));
                         break;

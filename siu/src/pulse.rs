@@ -37,6 +37,9 @@ impl PulseSlot {
     }
 
     fn record(&mut self, source: u16, sequum: u64) {
+        // The sort vector lists the first packets counted, no more than SORT_VECTOR_MAX.
+        debug_assert!(self.entries.len() <= SORT_VECTOR_MAX);
+        debug_assert!(self.entries.len() as u64 <= u64::from(self.count));
         if self.entries.len() < SORT_VECTOR_MAX {
             let arrival = self.entries.len() as u8;
             self.entries.push(Entry {
@@ -46,6 +49,8 @@ impl PulseSlot {
             });
         }
         self.count = self.count.saturating_add(1);
+        debug_assert!(self.entries.len() <= SORT_VECTOR_MAX);
+        debug_assert!(self.entries.len() as u64 <= u64::from(self.count));
     }
 }
 
@@ -88,6 +93,7 @@ impl PulseLog {
 
     /// Counts a packet with timestamp `ts` from `source` with `sequum`.
     pub(crate) fn record(&mut self, ts: u64, source: u16, sequum: u64) -> Placement {
+        debug_assert!(self.slots.len() <= self.window);
         let Some(offset) = ts.checked_sub(self.base) else {
             return Placement::Late;
         };
@@ -105,8 +111,17 @@ impl PulseLog {
 
     /// Ends the current pulse and returns what was counted for it.
     pub(crate) fn end_pulse(&mut self) -> PulseSlot {
+        debug_assert!(self.slots.len() <= self.window);
         self.base += 1;
-        self.slots.pop_front().unwrap_or_default()
+        let slot = self.slots.pop_front().unwrap_or_default();
+        // The pulses counted so far all fit the window of the new current pulse.
+        debug_assert!(self.slots.len() < self.window);
+        slot
+    }
+
+    /// TS of the current pulse (the SIU's receive clock).
+    pub(crate) fn base(&self) -> u64 {
+        self.base
     }
 
     /// Takes what was counted for the current pulse without ending it (a reset).

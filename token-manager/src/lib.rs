@@ -19,7 +19,7 @@
 
 #![warn(missing_docs)]
 
-use isotach_proto::config::{Limits, Timing};
+use isotach_proto::config::{EPOCH_PULSES_MIN, Limits, Timing};
 use isotach_proto::packet::{self, BARRIERS, DecodeError, IsotachMessage, Kind, Token};
 use isotach_proto::topology::{Hop, SwitchId, Topology};
 use isotach_proto::wave::{Arrival, LastTwo, classify, generation_newer, seq_of};
@@ -165,6 +165,13 @@ impl TokenManager {
             usize::from(cfg.switch) < topo.switch_count(),
             "switch not in topology"
         );
+        // `epoch_of` divides by it, and signals gathered over an epoch need two pulses at least
+        // (the config loader and `check_bounds` refuse fewer).
+        assert!(
+            cfg.timing.epoch_pulses >= EPOCH_PULSES_MIN,
+            "timing.epoch-pulses is {}, below {EPOCH_PULSES_MIN}",
+            cfg.timing.epoch_pulses
+        );
         let tree = topo.barrier_tree_neighbours(cfg.switch);
         let mut links: Vec<Link> = topo
             .hosts_at(cfg.switch)
@@ -174,10 +181,15 @@ impl TokenManager {
             let port = Topology::switch_port(s);
             links.push(Link::new(Hop::Switch(s), port, tree.contains(&s)));
         }
+        // A TM with no neighbour would send waves forever (every link answered vacuously).
+        assert!(!links.is_empty(), "switch {} has no neighbour", cfg.switch);
         let route = (0..topo.host_count() as u16)
             .map(|h| {
                 let hop = topo.next_hop(cfg.switch, h);
-                links.iter().position(|l| l.peer == hop).unwrap_or(0)
+                links
+                    .iter()
+                    .position(|l| l.peer == hop)
+                    .expect("the next hop towards every host is a neighbour")
             })
             .collect();
         Self {
@@ -330,6 +342,7 @@ impl TokenManager {
             l.held.push_back(bytes.to_vec());
             self.held += 1;
             self.stats.messages_held += 1;
+            debug_assert_eq!(self.held, self.held_in_links());
             return Ok(());
         }
         self.out.push_back((link, bytes.to_vec()));
@@ -338,9 +351,16 @@ impl TokenManager {
 
     /// The neighbour on `link` proved it started: its held messages go out, in order.
     fn release_held(&mut self, link: LinkId) {
+        debug_assert_eq!(self.held, self.held_in_links());
         let held = std::mem::take(&mut self.links[link].held);
         self.held -= held.len();
         self.out.extend(held.into_iter().map(|b| (link, b)));
+        debug_assert_eq!(self.held, self.held_in_links());
+    }
+
+    /// Messages held in all links, counted (`self.held` keeps the sum).
+    fn held_in_links(&self) -> usize {
+        self.links.iter().map(|l| l.held.len()).sum()
     }
 
     fn token(&mut self, now_us: u64, link: LinkId, t: Token) -> Result<(), TmError> {
@@ -417,6 +437,9 @@ impl TokenManager {
     }
 
     fn accept(&mut self, now_us: u64, link: LinkId, t: Token) {
+        debug_assert!(self.started && t.generation == self.generation && !t.restart);
+        // The wave rule: wave `waves` went out once every link's token `waves - 1` arrived.
+        debug_assert!(self.links[link].accepted + 1 >= self.waves);
         self.stats.tokens_accepted += 1;
         let l = &mut self.links[link];
         let wave = l.accepted + 1;
@@ -444,6 +467,7 @@ impl TokenManager {
     }
 
     fn epoch_of(&self, wave: u64) -> u64 {
+        debug_assert!(wave >= 1, "waves count from 1");
         (wave - 1) / u64::from(self.cfg.timing.epoch_pulses)
     }
 
@@ -465,9 +489,14 @@ impl TokenManager {
         while self.started && self.links.iter().all(|l| l.accepted >= self.waves) {
             self.send_wave(now_us);
         }
+        // Stopped at a link that has not answered the last wave (or before logical time).
+        debug_assert!(!self.started || self.links.iter().any(|l| l.accepted < self.waves));
     }
 
     fn send_wave(&mut self, now_us: u64) {
+        // The wave rule: wave `k + 1` only after token `k` arrived on every link.
+        assert!(self.started);
+        assert!(self.links.iter().all(|l| l.accepted >= self.waves));
         let wave = self.waves + 1;
         let epoch = self.epoch_of(wave);
         let end_of_epoch = wave.is_multiple_of(u64::from(self.cfg.timing.epoch_pulses));
@@ -504,6 +533,10 @@ impl TokenManager {
         }
         self.waves = wave;
         self.stats.waves += 1;
+        assert!(
+            self.waves <= self.stats.waves,
+            "waves of this generation are counted"
+        );
         self.token_deadline_us = Some(now_us + self.cfg.timing.token_timeout_us);
     }
 

@@ -74,7 +74,10 @@ impl Siu {
             return Err(SiuError::NotStarted);
         }
         match self.pulses.record(ts, source, sequum) {
-            Placement::Counted => {}
+            Placement::Counted => {
+                debug_assert!(ts >= self.recvclock);
+                debug_assert!(ts - self.recvclock < u64::from(self.cfg.limits.pulses_ahead_max));
+            }
             Placement::Late => self.stats.messages_late += 1,
             Placement::TooFarAhead => {
                 self.stats.messages_refused += 1;

@@ -49,6 +49,9 @@ impl Siu {
         // message arrives, and this SIU's own at most one: a TS this far ahead could land
         // outside their windows (the message refused, the marker uncounted). Refuse it here.
         let window = self.cfg.limits.pulses_ahead_max;
+        // In SIU mode the wave rule bounds this SIU's own lag.
+        debug_assert!(self.cfg.mode == Mode::Host || self.sendclock <= self.recvclock + 1);
+        debug_assert!(ts >= self.sendclock);
         if ts - self.sendclock + u64::from(soi.distance) >= u64::from(window) {
             return Err(SiuError::BeyondWindow {
                 ts,

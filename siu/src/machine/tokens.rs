@@ -84,6 +84,7 @@ impl Siu {
         self.signals_raised = 0;
         self.reset_signal_raised = false;
         self.pulses = PulseLog::new(self.cfg.limits.pulses_ahead_max);
+        assert_eq!(self.pulses.base(), self.recvclock);
         if self.cfg.mode == Mode::Siu {
             self.try_send_token(now_us);
         }
@@ -154,11 +155,20 @@ impl Siu {
 
     /// Token `recvclock + 1` arrived: pulse `recvclock` ends.
     fn accept_token(&mut self, now_us: u64, t: Token, bytes: &[u8]) {
+        // The pulse log's current pulse is the receive clock.
+        debug_assert_eq!(self.pulses.base(), self.recvclock);
         let first = self.recvclock == 0;
         let ended = self.recvclock;
         self.recvclock += 1;
         self.outstanding = self.outstanding.split_off(&self.recvclock);
         let slot = self.pulses.end_pulse();
+        debug_assert_eq!(self.pulses.base(), self.recvclock);
+        debug_assert!(
+            self.outstanding
+                .keys()
+                .next()
+                .is_none_or(|&ts| ts >= self.recvclock)
+        );
         if self.cfg.mode == Mode::Host {
             // Requirements 11, 18, 19, 33, 39: every token, repeat flagged, fields copied.
             self.push_eop(ended, &t, bytes, slot, t.barrier);
@@ -191,6 +201,8 @@ impl Siu {
         if !self.started || self.cfg.mode != Mode::Siu {
             return false;
         }
+        // The wave rule, as the last token sent left it.
+        debug_assert!(self.sendclock <= self.recvclock + 1);
         // Token w + 1 goes out only after token w arrived (the first one is free).
         if self.recvclock < self.sendclock {
             return false;
