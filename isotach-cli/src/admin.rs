@@ -47,6 +47,11 @@ use pb::{
     StatsReply, StatsRequest, StatusReply, StatusRequest,
 };
 
+/// The default admin address of a token manager.
+pub(crate) const TM_ADMIN_DEFAULT: &str = "127.0.0.1:7070";
+/// The default admin address of an SIU (and of `isotach status`).
+pub(crate) const SIU_ADMIN_DEFAULT: &str = "127.0.0.1:7071";
+
 /// Where a daemon's state comes from.
 #[derive(Debug, Clone)]
 pub(crate) enum Source {
@@ -346,7 +351,7 @@ pub(crate) async fn serve_metrics_only(addr: SocketAddr, exposed: Exposed) -> an
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     /// The daemon's admin address (its `--admin`; default: this machine's SIU).
-    #[arg(long, value_name = "ADDR", env = "ISOTACH_ADMIN", default_value = crate::daemon_cmd::SIU_ADMIN_DEFAULT)]
+    #[arg(long, value_name = "ADDR", env = "ISOTACH_ADMIN", default_value = SIU_ADMIN_DEFAULT)]
     admin: String,
     /// Print one JSON object on stdout.
     #[arg(long)]

@@ -4,17 +4,18 @@
 //! feature `daemon`); this module loads the config, binds the sockets, installs the signal
 //! handlers and runs them.
 
-use crate::admin::{Exposed, Source};
-use crate::philo_app::{PhiloParams, forks_map, run_philosopher};
+use crate::admin::{Exposed, SIU_ADMIN_DEFAULT, Source, TM_ADMIN_DEFAULT};
+use crate::cluster_io::{Link, load};
+use crate::philo_app::{PhiloParams, forks_map, latency_summary, run_philosopher};
 use crate::{EXIT_FAILED, UsageError};
 use clap::Args;
-use isotach_am::backend::quic::{QuicConfig, QuicCounters, QuicIdentity, QuicTransport};
+use isotach_am::backend::quic::{QuicConfig, QuicCounters, QuicTransport};
 use isotach_am::backend::udp::UdpTransport;
 use isotach_am::{Tag, Transport};
 use isotach_daemon::run::{SiuDaemon, TmDaemon};
 use isotach_daemon::siu::{SiuPlan, siu_plan};
 use isotach_daemon::tm::{TmPlan, tm_plan};
-use isotach_proto::config::{ClusterConfig, TransportKind};
+use isotach_proto::config::ClusterConfig;
 use isotach_smm::am_link::AmSiuLink;
 use isotach_smm::{SmmConfig, SmmLimits, SmmNode};
 use serde::Serialize;
@@ -55,11 +56,6 @@ pub(crate) struct OpsArgs {
     metrics: Option<SocketAddr>,
 }
 
-/// The default admin address of a token manager.
-pub(crate) const TM_ADMIN_DEFAULT: &str = "127.0.0.1:7070";
-/// The default admin address of an SIU (and of `isotach status`).
-pub(crate) const SIU_ADMIN_DEFAULT: &str = "127.0.0.1:7071";
-
 /// Run an SIU (one per host).
 #[derive(Debug, Args)]
 pub(crate) struct SiuArgs {
@@ -95,38 +91,6 @@ pub(crate) struct PhiloArgs {
     json: bool,
 }
 
-/// Loads the config.
-pub(crate) fn load(path: &Path) -> Result<ClusterConfig, UsageError> {
-    ClusterConfig::load(path).map_err(|e| UsageError(e.to_string()))
-}
-
-/// How a daemon or application of this config reaches its peers.
-#[derive(Debug)]
-pub(crate) enum Link {
-    /// AM over UDP.
-    Udp,
-    /// AM over QUIC, presenting this identity.
-    Quic(QuicIdentity),
-}
-
-impl Link {
-    /// The link of node `name` (a switch or host of `cluster`, read from `config`): for QUIC
-    /// its certificate files are read and checked now, so a bad file is a usage error naming
-    /// the config's line and key, not a failed handshake later.
-    pub(crate) fn of(
-        cluster: &ClusterConfig,
-        config: &Path,
-        name: &str,
-    ) -> Result<Self, UsageError> {
-        match cluster.transport.kind {
-            TransportKind::Udp => Ok(Self::Udp),
-            TransportKind::Quic => crate::config_cmd::node_identity(cluster, config, name)
-                .map(Self::Quic)
-                .map_err(|e| UsageError(e.to_string())),
-        }
-    }
-}
-
 /// A daemon's transport, of the kind the config names.
 enum Bound {
     Udp(UdpTransport),
@@ -134,7 +98,7 @@ enum Bound {
 }
 
 /// Logs to stderr; `RUST_LOG` overrides `default`; the admin service can change the filter.
-pub(crate) fn init_logs(default: &str) {
+fn init_logs(default: &str) {
     crate::admin::logs::init(default);
 }
 
@@ -434,7 +398,7 @@ fn philo_over<L: isotach_smm::SiuLink>(
             return Ok(ExitCode::from(EXIT_FAILED));
         }
     };
-    let (p50, p99, _) = crate::demo_cmd::latency_summary(&out.latencies_us);
+    let (p50, p99, _) = latency_summary(&out.latencies_us);
     let s = PhiloSummary {
         host: args.host.clone(),
         meals: out.meals,

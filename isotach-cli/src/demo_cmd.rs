@@ -5,10 +5,11 @@
 //! (`quic`, certificates from an ephemeral in-process CA) or an in-process real-time network
 //! (`mem`). An independent observer checks that no two neighbours ate at once.
 
-use crate::philo_app::{PhiloOutcome, PhiloParams, forks_map, overlaps, run_philosopher};
+use crate::philo_app::{
+    PhiloOutcome, PhiloParams, forks_map, latency_summary, overlaps, run_philosopher,
+};
 use crate::{EXIT_FAILED, UsageError};
 use clap::{Args, Subcommand, ValueEnum};
-use hdrhistogram::Histogram;
 use isotach_am::backend::chan::{ChanNet, ChanTransport};
 use isotach_am::backend::quic::{
     QuicConfig, QuicIdentity, QuicTransport, make_ca, make_node_identity,
@@ -116,20 +117,6 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     match args.demo {
         Demo::Philo(a) => philo(a),
     }
-}
-
-/// (p50, p99, max) of latency samples, via an HDR histogram (3 significant digits).
-pub(crate) fn latency_summary(samples: &[u64]) -> (u64, u64, u64) {
-    let Ok(mut h) = Histogram::<u64>::new(3) else {
-        return (0, 0, 0);
-    };
-    for &s in samples {
-        let _ = h.record(s.max(1));
-    }
-    if h.is_empty() {
-        return (0, 0, 0);
-    }
-    (h.value_at_quantile(0.5), h.value_at_quantile(0.99), h.max())
 }
 
 fn bind() -> anyhow::Result<UdpTransport> {
@@ -370,7 +357,7 @@ impl RunningDaemons {
 }
 
 fn philo(args: PhiloDemoArgs) -> anyhow::Result<ExitCode> {
-    crate::daemon_cmd::init_logs("warn");
+    crate::admin::logs::init("warn");
     let n = usize::from(args.philosophers);
     let started = Instant::now();
     match args.transport {

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 mod admin;
 mod bench_cmd;
 mod cert_cmd;
+mod cluster_io;
 mod config_cmd;
 mod daemon_cmd;
 mod demo_cmd;

@@ -14,6 +14,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// (p50, p99, max) of latency samples, via an HDR histogram (3 significant digits).
+pub(crate) fn latency_summary(samples: &[u64]) -> (u64, u64, u64) {
+    let Ok(mut h) = hdrhistogram::Histogram::<u64>::new(3) else {
+        return (0, 0, 0);
+    };
+    for &s in samples {
+        let _ = h.record(s.max(1));
+    }
+    if h.is_empty() {
+        return (0, 0, 0);
+    }
+    (h.value_at_quantile(0.5), h.value_at_quantile(0.99), h.max())
+}
+
 /// The fork map: page `i` held by hosts `i` and `i + 1` (mod `n`).
 pub(crate) fn forks_map(n: usize) -> MemoryMap {
     let mut map = MemoryMap::default();

@@ -14,8 +14,7 @@
 //! Packets are printed one per line, decoded (`--json`: one JSON object per line).
 
 use crate::UsageError;
-use crate::daemon_cmd::Link;
-use crate::daemon_cmd::load;
+use crate::cluster_io::{Link, load};
 use clap::{Args, Subcommand, ValueEnum};
 use isotach_am::NodeAddr;
 use isotach_am::backend::quic::{QuicConfig, QuicTransport};

@@ -241,7 +241,7 @@ fn exit(ok: bool) -> ExitCode {
 /// `isotach bench tokens`.
 pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
     let c = &a.common;
-    crate::daemon_cmd::init_logs("warn");
+    crate::admin::logs::init("warn");
     let started = Instant::now();
     let n = usize::from(c.hosts);
     eprintln!(
@@ -429,7 +429,7 @@ fn host_load(
 /// `isotach bench isochrons`.
 pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
     let c = &a.common;
-    crate::daemon_cmd::init_logs("warn");
+    crate::admin::logs::init("warn");
     let started = Instant::now();
     let n = usize::from(c.hosts);
     let w = a.outstanding as usize;
