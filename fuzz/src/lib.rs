@@ -13,12 +13,16 @@
 //! A failing input is replayed with `cargo fuzz run <target> <file>`; inputs that found bugs
 //! are kept in `fuzz/regressions/`.
 
-use isotach_proto::config::{ClusterConfig, Limits, Timing, TransportKind};
+use isotach_proto::config::{
+    CHANNELS_MIN, ClusterConfig, EPOCH_PULSES_MIN, ISOCHRON_MESSAGES_MAX_MIN,
+    ISOCHRON_OPEN_US_MAX_MIN, Limits, PULSES_AHEAD_MAX_MIN, QUEUE_PACKETS_MAX_MIN,
+    TOKEN_TIMEOUT_US_MIN, Timing, TransportKind, check_bounds,
+};
 use isotach_proto::packet::{
     self, BarrierSignalMarker, DecodeError, EndOfIsochron, EopMarker, IsochronMarker,
     IsotachMessage, Kind, Packet, PlainMessage, Sref, SrefOp, StartOfIsochron, Token, Width,
 };
-use isotach_proto::topology::{Hop, Topology};
+use isotach_proto::topology::{Hop, SwitchId, Topology};
 use isotach_siu::{Mode, Route, Siu, SiuConfig};
 use isotach_tm::{TmConfig, TokenManager};
 use std::sync::Arc;
@@ -40,20 +44,12 @@ pub trait Wire: Sized + std::fmt::Debug + PartialEq {
     fn extra_checks(&self, _bytes: &[u8]) {}
 }
 
+/// No properties beyond the shared ones.
+fn no_extra_checks<T>(_: &T, _: &[u8]) {}
+
 macro_rules! wire {
     ($ty:ident, $kind:ident) => {
-        impl Wire for $ty {
-            const KIND: Kind = Kind::$kind;
-            fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-                $ty::decode(bytes)
-            }
-            fn encode(&self, out: &mut Vec<u8>) -> u32 {
-                $ty::encode(self, out)
-            }
-            fn into_packet(self) -> Packet {
-                Packet::$kind(self)
-            }
-        }
+        wire!($ty, $kind, no_extra_checks);
     };
     ($ty:ident, $kind:ident, $extra:path) => {
         impl Wire for $ty {
@@ -383,6 +379,10 @@ pub fn check_cluster_config(text: &str) {
             assert_eq!(c.host_names.len(), c.topology.host_count());
             assert!(c.timing.token_timeout_us >= 1 && c.timing.epoch_pulses >= 2);
             assert!(c.limits.channels >= 1);
+            // What the loader accepts, the in-memory check accepts too.
+            if let Err((key, why)) = check_bounds(&c.timing, &c.limits, &c.topology) {
+                panic!("accepted a config check_bounds refuses: {key} = {why}");
+            }
             // Routes and distances exist between every pair of hosts.
             let hosts = c.topology.host_count().min(64) as u16;
             for a in 0..hosts {
@@ -456,28 +456,145 @@ impl<'a> Input<'a> {
     }
 }
 
-/// Limits and timing a config file could give for a topology whose largest logical distance is
-/// `reach` (every value passes `ClusterConfig`'s checks), small ones when `small` so queues,
-/// windows and isochron limits are actually reached.
-fn limits_timing(flags: u8, reach: u16, inp: &mut Input<'_>) -> (Limits, Timing) {
+/// Links of the busiest token manager of `topology` (hosts plus neighbour switches).
+fn busiest_tm_links(topology: &Topology) -> usize {
+    (0..topology.switch_count())
+        .map(|s| {
+            let s = SwitchId::try_from(s).expect("switch ids fit");
+            topology.hosts_at(s).count() + topology.switch_neighbours(s).len()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Limits and timing a config file could give for `topology`, small ones when `small` so
+/// queues, windows and isochron limits are actually reached: each at or just above the lowest
+/// value `check_bounds` accepts (its [`BOUNDS`](isotach_proto::config::BOUNDS), raised by the
+/// topology where it says so). Panics if they do not pass `check_bounds`: the state machines
+/// assert the bounds the config loader keeps, so a harness that built values no config can
+/// give would only find its own mistakes.
+fn limits_timing(flags: u8, topology: &Topology, inp: &mut Input<'_>) -> (Limits, Timing) {
+    let reach = u32::from(topology.max_distance());
     let small = flags & 0x02 != 0;
     let limits = if small {
+        let queue_min = QUEUE_PACKETS_MAX_MIN.max(2 * busiest_tm_links(topology));
         Limits {
-            channels: 1 + inp.u8() % 4,
-            isochron_messages_max: 1 + u32::from(inp.u8() % 4),
-            pulses_ahead_max: u32::from(inp.u8() % 5),
-            queue_packets_max: 1 + usize::from(inp.u8() % 12),
-            isochron_open_us_max: 1 + u64::from(inp.u16()),
+            channels: CHANNELS_MIN + inp.u8() % 4,
+            isochron_messages_max: ISOCHRON_MESSAGES_MAX_MIN + u32::from(inp.u8() % 4),
+            // More than twice the largest logical distance.
+            pulses_ahead_max: PULSES_AHEAD_MAX_MIN.max(2 * reach + 1) + u32::from(inp.u8() % 5),
+            queue_packets_max: queue_min + usize::from(inp.u8() % 12),
+            isochron_open_us_max: ISOCHRON_OPEN_US_MAX_MIN + u64::from(inp.u16()),
         }
     } else {
         Limits::default()
     };
     let timing = Timing {
-        token_timeout_us: 1 + u64::from(inp.u16()),
-        // The config refuses an epoch no longer than the largest logical distance.
-        epoch_pulses: (u32::from(reach) + 1).max(2) + u32::from(inp.u8() % 8),
+        token_timeout_us: TOKEN_TIMEOUT_US_MIN + u64::from(inp.u16()),
+        // More than the largest logical distance.
+        epoch_pulses: EPOCH_PULSES_MIN.max(reach + 1) + u32::from(inp.u8() % 8),
     };
+    if let Err((key, why)) = check_bounds(&timing, &limits, topology) {
+        panic!("the fuzz harness built {key} = {why}: {limits:?} {timing:?}");
+    }
     (limits, timing)
+}
+
+/// The cluster a state-machine run starts from, read from the head of the fuzz input: flags
+/// (bit 0 host mode, bit 1 small limits, bit 2 the SIU initiates the reset), a line topology
+/// of 1-8 hosts over 1-4 switches, the node's index byte (reduced by the caller), then limits
+/// and timing.
+struct FuzzCluster {
+    flags: u8,
+    hosts: usize,
+    switches: usize,
+    node: u8,
+    topology: Arc<Topology>,
+    limits: Limits,
+    timing: Timing,
+}
+
+impl FuzzCluster {
+    fn read(inp: &mut Input<'_>) -> Self {
+        let flags = inp.u8();
+        let hosts = 1 + usize::from(inp.u8() % 8);
+        let switches = 1 + usize::from(inp.u8() % 4);
+        let node = inp.u8();
+        let topology = Arc::new(Topology::line(hosts, switches).expect("a line topology is valid"));
+        let (limits, timing) = limits_timing(flags, &topology, inp);
+        Self {
+            flags,
+            hosts,
+            switches,
+            node,
+            topology,
+            limits,
+            timing,
+        }
+    }
+
+    /// The SIU of the host the node byte picks (flags: mode, whether it initiates the reset).
+    fn siu_config(self) -> SiuConfig {
+        SiuConfig {
+            host: (usize::from(self.node) % self.hosts) as u16,
+            mode: if self.flags & 0x01 != 0 {
+                Mode::Host
+            } else {
+                Mode::Siu
+            },
+            topology: self.topology,
+            timing: self.timing,
+            limits: self.limits,
+            initiates_reset: self.flags & 0x04 != 0,
+        }
+    }
+
+    /// The token manager of the switch the node byte picks.
+    fn tm_config(self) -> TmConfig {
+        TmConfig {
+            switch: (usize::from(self.node) % self.switches) as u16,
+            topology: self.topology,
+            timing: self.timing,
+            limits: self.limits,
+        }
+    }
+}
+
+/// The timers of a state machine, as the op loops drive them.
+trait Timers {
+    fn poll_timeout(&self) -> Option<u64>;
+    fn handle_timeout(&mut self, now_us: u64);
+}
+
+impl Timers for Siu {
+    fn poll_timeout(&self) -> Option<u64> {
+        Siu::poll_timeout(self)
+    }
+    fn handle_timeout(&mut self, now_us: u64) {
+        Siu::handle_timeout(self, now_us)
+    }
+}
+
+impl Timers for TokenManager {
+    fn poll_timeout(&self) -> Option<u64> {
+        TokenManager::poll_timeout(self)
+    }
+    fn handle_timeout(&mut self, now_us: u64) {
+        TokenManager::handle_timeout(self, now_us)
+    }
+}
+
+/// Time passes, by a fuzzed step or (`to_deadline`) up to the machine's next timer; its timers
+/// run.
+fn pass_time(m: &mut impl Timers, inp: &mut Input<'_>, now: &mut u64, to_deadline: bool) {
+    if to_deadline {
+        if let Some(t) = m.poll_timeout() {
+            *now = (*now).max(t);
+        }
+    } else {
+        *now += u64::from(inp.u16());
+    }
+    m.handle_timeout(*now);
 }
 
 /// A token built from fuzz bytes; `port`/`generation` are the plausible values, which the
@@ -550,6 +667,32 @@ fn encode(p: &Packet) -> Vec<u8> {
     p.to_vec()
 }
 
+/// `p` encoded, one byte maybe flipped (`corrupt`).
+fn encode_maybe_corrupt(inp: &mut Input<'_>, corrupt: bool, p: &Packet) -> Vec<u8> {
+    let mut b = encode(p);
+    maybe_corrupt(inp, corrupt, &mut b);
+    b
+}
+
+/// A token built from fuzz fields (see [`fuzz_token`]), encoded, one byte maybe flipped.
+fn fuzz_token_bytes(inp: &mut Input<'_>, corrupt: bool, port: u16, generation: u32) -> Vec<u8> {
+    let t = fuzz_token(inp, port, generation);
+    let mut b = t.to_bytes().to_vec();
+    maybe_corrupt(inp, corrupt, &mut b);
+    b
+}
+
+/// A non-isotach message built from fuzz fields, encoded, one byte maybe flipped.
+fn fuzz_plain_bytes(inp: &mut Input<'_>, corrupt: bool) -> Vec<u8> {
+    let n = usize::from(inp.u8());
+    let m = PlainMessage {
+        source: u16::from(inp.u8() % 8),
+        dest: u16::from(inp.u8() % 9),
+        payload: inp.take(n).to_vec(),
+    };
+    encode_maybe_corrupt(inp, corrupt, &Packet::Plain(m))
+}
+
 /// Every packet a state machine emits must decode.
 fn must_decode(bytes: &[u8], who: &str) -> Packet {
     match Packet::decode(bytes) {
@@ -585,29 +728,15 @@ fn drain_siu(siu: &mut Siu, hosts: usize) {
 /// their operands; missing bytes read as zero.
 pub fn run_siu(data: &[u8]) {
     let mut inp = Input::new(data);
-    let flags = inp.u8();
-    let hosts = 1 + usize::from(inp.u8() % 8);
-    let switches = 1 + usize::from(inp.u8() % 4);
-    let host = (usize::from(inp.u8()) % hosts) as u16;
-    let topology = Arc::new(Topology::line(hosts, switches).expect("a line topology is valid"));
-    let (limits, timing) = limits_timing(flags, topology.max_distance(), &mut inp);
-    let mode = if flags & 0x01 != 0 {
-        Mode::Host
-    } else {
-        Mode::Siu
-    };
-    let tm_port = Topology::switch_port(topology.switch_of(host));
+    let cluster = FuzzCluster::read(&mut inp);
+    let hosts = cluster.hosts;
+    let cfg = cluster.siu_config();
+    let (host, mode, initiates_reset) = (cfg.host, cfg.mode, cfg.initiates_reset);
+    let tm_port = Topology::switch_port(cfg.topology.switch_of(host));
     let port = Topology::host_port(host);
-    let mut siu = Siu::new(SiuConfig {
-        host,
-        mode,
-        topology: Arc::clone(&topology),
-        timing,
-        limits,
-        initiates_reset: flags & 0x04 != 0,
-    });
+    let mut siu = Siu::new(cfg);
     let mut now: u64 = 0;
-    if flags & 0x04 != 0 {
+    if initiates_reset {
         siu.start(now);
     }
     while let Some(op) = inp.byte() {
@@ -623,21 +752,10 @@ pub fn run_siu(data: &[u8]) {
                 let _ = siu.handle_net(now, b);
             }
             // Time passes; timers run.
-            2 => {
-                now += u64::from(inp.u16());
-                siu.handle_timeout(now);
-            }
-            3 => {
-                if let Some(t) = siu.poll_timeout() {
-                    now = now.max(t);
-                }
-                siu.handle_timeout(now);
-            }
+            2 | 3 => pass_time(&mut siu, &mut inp, &mut now, op & 0x7f == 3),
             // A token from the network built from fuzz fields.
             4 => {
-                let t = fuzz_token(&mut inp, tm_port, siu.generation());
-                let mut b = t.to_bytes().to_vec();
-                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let b = fuzz_token_bytes(&mut inp, corrupt, tm_port, siu.generation());
                 let _ = siu.handle_net(now, &b);
             }
             // The token manager's next token, as a well-behaved TM would send it.
@@ -656,9 +774,7 @@ pub fn run_siu(data: &[u8]) {
             }
             // A token from the host (host mode), built from fuzz fields.
             6 => {
-                let t = fuzz_token(&mut inp, port, siu.generation());
-                let mut b = t.to_bytes().to_vec();
-                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let b = fuzz_token_bytes(&mut inp, corrupt, port, siu.generation());
                 let _ = siu.handle_host(now, &b);
             }
             // The host's next token (host mode).
@@ -698,14 +814,12 @@ pub fn run_siu(data: &[u8]) {
                         u16::from(inp.u8() % 6)
                     },
                 };
-                let mut b = encode(&Packet::StartOfIsochron(soi));
-                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let b = encode_maybe_corrupt(&mut inp, corrupt, &Packet::StartOfIsochron(soi));
                 let _ = siu.handle_host(now, &b);
             }
             9 => {
                 let m = fuzz_message(&mut inp, hosts);
-                let mut b = encode(&Packet::IsotachMessage(m));
-                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let b = encode_maybe_corrupt(&mut inp, corrupt, &Packet::IsotachMessage(m));
                 let _ = siu.handle_host(now, &b);
             }
             10 => {
@@ -739,21 +853,13 @@ pub fn run_siu(data: &[u8]) {
                 }
                 m.source = u16::from(inp.u8() % 8);
                 m.sequum = u64::from(inp.u8());
-                let mut b = encode(&Packet::IsotachMessage(m));
-                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let b = encode_maybe_corrupt(&mut inp, corrupt, &Packet::IsotachMessage(m));
                 let _ = siu.handle_net(now, &b);
             }
             // Non-isotach traffic, either way.
             13 => {
                 let f = inp.u8();
-                let n = usize::from(inp.u8());
-                let m = PlainMessage {
-                    source: u16::from(inp.u8() % 8),
-                    dest: u16::from(inp.u8() % 9),
-                    payload: inp.take(n).to_vec(),
-                };
-                let mut b = encode(&Packet::Plain(m));
-                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let b = fuzz_plain_bytes(&mut inp, corrupt);
                 if f & 1 == 0 {
                     let _ = siu.handle_host(now, &b);
                 } else {
@@ -831,18 +937,11 @@ fn drain_tm(tm: &mut TokenManager, links: usize, port: u16) {
 /// Drives one token manager with the fuzz input (same layout idea as [`run_siu`]).
 pub fn run_tm(data: &[u8]) {
     let mut inp = Input::new(data);
-    let flags = inp.u8();
-    let hosts = 1 + usize::from(inp.u8() % 8);
-    let switches = 1 + usize::from(inp.u8() % 4);
-    let switch = (usize::from(inp.u8()) % switches) as u16;
-    let topology = Arc::new(Topology::line(hosts, switches).expect("a line topology is valid"));
-    let (limits, timing) = limits_timing(flags, topology.max_distance(), &mut inp);
-    let mut tm = TokenManager::new(TmConfig {
-        switch,
-        topology: Arc::clone(&topology),
-        timing,
-        limits,
-    });
+    let cluster = FuzzCluster::read(&mut inp);
+    let hosts = cluster.hosts;
+    let cfg = cluster.tm_config();
+    let switch = cfg.switch;
+    let mut tm = TokenManager::new(cfg);
     let port = Topology::switch_port(switch);
     let ports: Vec<u16> = tm.links().map(hop_port).collect();
     let links = ports.len();
@@ -858,22 +957,11 @@ pub fn run_tm(data: &[u8]) {
                 let b = inp.blob(packet::PACKET_LEN_MAX + 8);
                 let _ = tm.handle_input(now, l, b);
             }
-            1 => {
-                now += u64::from(inp.u16());
-                tm.handle_timeout(now);
-            }
-            2 => {
-                if let Some(t) = tm.poll_timeout() {
-                    now = now.max(t);
-                }
-                tm.handle_timeout(now);
-            }
+            1 | 2 => pass_time(&mut tm, &mut inp, &mut now, op & 0x7f == 2),
             // A token from fuzz fields on some link.
             3 => {
                 let l = pick(&mut inp);
-                let t = fuzz_token(&mut inp, port_of(l), tm.generation());
-                let mut b = t.to_bytes().to_vec();
-                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let b = fuzz_token_bytes(&mut inp, corrupt, port_of(l), tm.generation());
                 let _ = tm.handle_input(now, l, &b);
             }
             // A neighbour's reply to the last wave on one link.
@@ -921,20 +1009,12 @@ pub fn run_tm(data: &[u8]) {
                 let mut m = fuzz_message(&mut inp, hosts);
                 m.ts = u64::from(inp.u8());
                 m.source = u16::from(inp.u8() % 8);
-                let mut b = encode(&Packet::IsotachMessage(m));
-                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let b = encode_maybe_corrupt(&mut inp, corrupt, &Packet::IsotachMessage(m));
                 let _ = tm.handle_input(now, l, &b);
             }
             8 => {
                 let l = pick(&mut inp);
-                let n = usize::from(inp.u8());
-                let m = PlainMessage {
-                    source: u16::from(inp.u8() % 8),
-                    dest: u16::from(inp.u8() % 9),
-                    payload: inp.take(n).to_vec(),
-                };
-                let mut b = encode(&Packet::Plain(m));
-                maybe_corrupt(&mut inp, corrupt, &mut b);
+                let b = fuzz_plain_bytes(&mut inp, corrupt);
                 let _ = tm.handle_input(now, l, &b);
             }
             // Kinds a TM never handles.
