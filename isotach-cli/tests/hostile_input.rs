@@ -38,28 +38,25 @@ const JUNK_BEFORE_APPS: u64 = 500;
 const JUNK_SOCKETS: usize = 4;
 const MEALS: &str = "100";
 
-/// xorshift64*: tiny, seeded, good enough for junk. Also hands out AM incarnations.
-struct Rng {
-    state: u64,
+/// The junk's random source: the workspace's seeded RNG ([`isotach_rng::Rng`]), plus the AM
+/// incarnations it hands out.
+struct JunkRng {
+    rng: isotach_rng::Rng,
     inc: u64,
 }
 
-impl Rng {
+impl JunkRng {
     fn new(seed: u64) -> Self {
         Self {
-            state: seed | 1,
+            rng: isotach_rng::Rng::new(seed),
             inc: 0,
         }
     }
     fn next(&mut self) -> u64 {
-        let x = &mut self.state;
-        *x ^= *x >> 12;
-        *x ^= *x << 25;
-        *x ^= *x >> 27;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.rng.next_u64()
     }
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.rng.below(n)
     }
     fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
@@ -118,7 +115,7 @@ fn isotach_packets() -> Vec<Vec<u8>> {
 /// would send it (but from an unknown address), or — `wild` — random header fields. Each
 /// frame claims a newer sender incarnation, so the receiver's AM layer takes it as a fresh
 /// request rather than a stale one, and the packet port sees it.
-fn am_frame(rng: &mut Rng, payload: &[u8], wild: bool) -> Vec<u8> {
+fn am_frame(rng: &mut JunkRng, payload: &[u8], wild: bool) -> Vec<u8> {
     let payload = &payload[..payload.len().min(MAX_MEDIUM_BYTES)];
     let mut h = Header::new(AmKind::Request, Class::Medium);
     let mut args = vec![0u64];
@@ -193,7 +190,7 @@ fn am_frame(rng: &mut Rng, payload: &[u8], wild: bool) -> Vec<u8> {
     out
 }
 
-fn flip_bits(rng: &mut Rng, mut b: Vec<u8>) -> Vec<u8> {
+fn flip_bits(rng: &mut JunkRng, mut b: Vec<u8>) -> Vec<u8> {
     if b.is_empty() {
         return b;
     }
@@ -216,7 +213,7 @@ const KINDS: [&str; 7] = [
 ];
 
 /// One junk datagram and its kind (an index into [`KINDS`]).
-fn junk(rng: &mut Rng, real: &[Vec<u8>]) -> (usize, Vec<u8>) {
+fn junk(rng: &mut JunkRng, real: &[Vec<u8>]) -> (usize, Vec<u8>) {
     let kind = rng.below(KINDS.len() as u64) as usize;
     let packet = rng.pick(real).clone();
     let bytes = match kind {
@@ -253,7 +250,7 @@ fn throw(
     stop: Arc<AtomicBool>,
     sent: Arc<AtomicU64>,
 ) -> [u64; KINDS.len()] {
-    let mut rng = Rng::new(seed);
+    let mut rng = JunkRng::new(seed);
     let real = isotach_packets();
     let socks: Vec<UdpSocket> = (0..JUNK_SOCKETS)
         .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
