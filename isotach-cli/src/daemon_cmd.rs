@@ -12,9 +12,10 @@ use clap::Args;
 use isotach_am::backend::quic::{QuicConfig, QuicCounters, QuicTransport};
 use isotach_am::backend::udp::UdpTransport;
 use isotach_am::{Tag, Transport};
-use isotach_daemon::run::{SiuDaemon, TmDaemon};
-use isotach_daemon::siu::{SiuPlan, siu_plan};
-use isotach_daemon::tm::{TmPlan, tm_plan};
+use isotach_daemon::DaemonError;
+use isotach_daemon::run::{Daemon, Publish, SiuDaemon, SiuSnapshot, TmDaemon, TmSnapshot};
+use isotach_daemon::siu::{SiuPlan, SiuRole, siu_plan};
+use isotach_daemon::tm::{TmPlan, TmRole, tm_plan};
 use isotach_proto::config::ClusterConfig;
 use isotach_smm::am_link::AmSiuLink;
 use isotach_smm::{SmmConfig, SmmLimits, SmmNode};
@@ -25,7 +26,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 /// Run a token manager (one per switch).
 #[derive(Debug, Args)]
@@ -221,90 +222,126 @@ async fn with_handshake_log<F: Future>(h: Option<QuicCounters>, run: F) -> F::Ou
     out
 }
 
-async fn serve_tm<T: Transport>(
-    plan: TmPlan,
+/// What differs between `isotach tm` and `isotach siu`: the plan of the node, the daemon it
+/// makes and how the admin service reads it.
+trait NodePlan: Sized {
+    /// The daemon's role.
+    type Role: Publish;
+    /// The admin address when neither `--admin` nor the config names one.
+    const ADMIN_DEFAULT: &'static str;
+    /// Where the daemon's transport binds.
+    fn listen(&self) -> SocketAddr;
+    /// The daemon over `transport`.
+    fn daemon<T: Transport>(
+        self,
+        transport: T,
+        tag: Tag,
+    ) -> Result<Daemon<Self::Role, T>, DaemonError>;
+    /// The admin service's view of its snapshots.
+    fn source(rx: watch::Receiver<<Self::Role as Publish>::Snapshot>) -> Source;
+}
+
+impl NodePlan for TmPlan {
+    type Role = TmRole;
+    const ADMIN_DEFAULT: &'static str = TM_ADMIN_DEFAULT;
+    fn listen(&self) -> SocketAddr {
+        self.listen
+    }
+    fn daemon<T: Transport>(self, transport: T, tag: Tag) -> Result<TmDaemon<T>, DaemonError> {
+        TmDaemon::tm(self, transport, tag)
+    }
+    fn source(rx: watch::Receiver<TmSnapshot>) -> Source {
+        Source::Tm(rx)
+    }
+}
+
+impl NodePlan for SiuPlan {
+    type Role = SiuRole;
+    const ADMIN_DEFAULT: &'static str = SIU_ADMIN_DEFAULT;
+    fn listen(&self) -> SocketAddr {
+        self.listen
+    }
+    fn daemon<T: Transport>(self, transport: T, tag: Tag) -> Result<SiuDaemon<T>, DaemonError> {
+        SiuDaemon::siu(self, transport, tag)
+    }
+    fn source(rx: watch::Receiver<SiuSnapshot>) -> Source {
+        Source::Siu(rx)
+    }
+}
+
+/// Runs the daemon of `plan` over `transport` with its admin service until it is told to stop.
+async fn serve<P: NodePlan, T: Transport>(
+    plan: P,
     transport: T,
     tag: Tag,
     handshakes: Option<QuicCounters>,
-    args: &TmArgs,
+    name: &str,
+    ops: &OpsArgs,
     configured: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
-    let daemon = TmDaemon::tm(plan, transport, tag)?;
+    let daemon = plan.daemon(transport, tag)?;
     let exposed = Exposed {
-        name: args.name.clone(),
-        source: Source::Tm(daemon.snapshot()),
+        name: name.to_string(),
+        source: P::source(daemon.snapshot()),
         telemetry: daemon.telemetry(),
         quic: handshakes.clone(),
     };
-    let stop = admin(&args.ops, configured, TM_ADMIN_DEFAULT, exposed).await?;
+    let stop = admin(ops, configured, P::ADMIN_DEFAULT, exposed).await?;
     with_handshake_log(handshakes, daemon.run(shutdown_or(stop))).await?;
     Ok(())
 }
 
-async fn serve_siu<T: Transport>(
-    plan: SiuPlan,
-    transport: T,
-    tag: Tag,
-    handshakes: Option<QuicCounters>,
-    args: &SiuArgs,
-    configured: Option<SocketAddr>,
-) -> anyhow::Result<()> {
-    let daemon = SiuDaemon::siu(plan, transport, tag)?;
-    let exposed = Exposed {
-        name: args.host.clone(),
-        source: Source::Siu(daemon.snapshot()),
-        telemetry: daemon.telemetry(),
-        quic: handshakes.clone(),
-    };
-    let stop = admin(&args.ops, configured, SIU_ADMIN_DEFAULT, exposed).await?;
-    with_handshake_log(handshakes, daemon.run(shutdown_or(stop))).await?;
-    Ok(())
+/// Loads `config` and finds the node `name` (a `what`: switch or host) in it with `id`, then
+/// binds its transport and runs its daemon (planned by `plan`; its configured admin address
+/// from `admin`) until SIGINT, SIGTERM or the admin service's `Shutdown`.
+fn run_daemon<P: NodePlan>(
+    config: &Path,
+    name: &str,
+    ops: &OpsArgs,
+    what: &str,
+    id: fn(&ClusterConfig, &str) -> Option<u16>,
+    plan: fn(&ClusterConfig, u16) -> Result<P, DaemonError>,
+    admin: fn(&ClusterConfig) -> &[Option<SocketAddr>],
+) -> anyhow::Result<ExitCode> {
+    let cluster = load(config)?;
+    let node = named(id(&cluster, name), config, what, name)?;
+    let plan =
+        plan(&cluster, node).map_err(|e| UsageError(format!("{}: {e}", config.display())))?;
+    let link = Link::of(&cluster, config, name)?;
+    let tag = Tag(cluster.transport.tag);
+    let configured = admin(&cluster)[usize::from(node)];
+    init_logs("info");
+    runtime()?.block_on(async move {
+        match bind(link, plan.listen())? {
+            Bound::Udp(t) => serve(plan, t, tag, None, name, ops, configured).await?,
+            Bound::Quic(t, h) => serve(plan, t, tag, Some(h), name, ops, configured).await?,
+        }
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
 }
 
 pub(crate) fn run_tm(args: TmArgs) -> anyhow::Result<ExitCode> {
-    let cluster = load(&args.config)?;
-    let switch = named(
-        cluster.switch_id(&args.name),
+    run_daemon(
         &args.config,
-        "switch",
         &args.name,
-    )?;
-    let plan = tm_plan(&cluster, switch)
-        .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
-    let link = Link::of(&cluster, &args.config, &args.name)?;
-    let tag = Tag(cluster.transport.tag);
-    let configured = cluster.switch_admin[usize::from(switch)];
-    init_logs("info");
-    runtime()?.block_on(async move {
-        match bind(link, plan.listen)? {
-            Bound::Udp(t) => serve_tm(plan, t, tag, None, &args, configured).await?,
-            Bound::Quic(t, h) => serve_tm(plan, t, tag, Some(h), &args, configured).await?,
-        }
-        anyhow::Ok(ExitCode::SUCCESS)
-    })
+        &args.ops,
+        "switch",
+        ClusterConfig::switch_id,
+        tm_plan,
+        |c| &c.switch_admin,
+    )
 }
 
 pub(crate) fn run_siu(args: SiuArgs) -> anyhow::Result<ExitCode> {
-    let cluster = load(&args.config)?;
-    let host = named(
-        cluster.host_id(&args.host),
+    run_daemon(
         &args.config,
-        "host",
         &args.host,
-    )?;
-    let plan = siu_plan(&cluster, host)
-        .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
-    let link = Link::of(&cluster, &args.config, &args.host)?;
-    let tag = Tag(cluster.transport.tag);
-    let configured = cluster.host_admin[usize::from(host)];
-    init_logs("info");
-    runtime()?.block_on(async move {
-        match bind(link, plan.listen)? {
-            Bound::Udp(t) => serve_siu(plan, t, tag, None, &args, configured).await?,
-            Bound::Quic(t, h) => serve_siu(plan, t, tag, Some(h), &args, configured).await?,
-        }
-        anyhow::Ok(ExitCode::SUCCESS)
-    })
+        &args.ops,
+        "host",
+        ClusterConfig::host_id,
+        siu_plan,
+        |c| &c.host_admin,
+    )
 }
 
 /// `isotach philo --json` output.

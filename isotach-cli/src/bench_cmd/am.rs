@@ -212,6 +212,20 @@ fn us(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1000.0
 }
 
+/// (p50, p99) of `h`, µs.
+fn p50_p99(h: &Histogram<u64>) -> (f64, f64) {
+    (us(h, 0.5), us(h, 0.99))
+}
+
+/// The report's `mode`.
+fn mode(in_process: bool) -> &'static str {
+    if in_process {
+        "threads"
+    } else {
+        "two_processes"
+    }
+}
+
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static histogram bounds")
 }
@@ -229,6 +243,34 @@ struct StreamStats {
     datagrams: AtomicU64,
     first_ns: AtomicU64,
     last_ns: AtomicU64,
+}
+
+impl StreamStats {
+    /// Counts `bytes` received in `datagrams` datagrams, `origin.elapsed()` after the start.
+    fn add(&self, origin: Instant, bytes: usize, datagrams: u64) {
+        let now = origin.elapsed().as_nanos() as u64 + 1;
+        self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.datagrams.fetch_add(datagrams, Ordering::Relaxed);
+        if self.first_ns.load(Ordering::Relaxed) == 0 {
+            self.first_ns.store(now, Ordering::Relaxed);
+        }
+        self.last_ns.store(now, Ordering::Relaxed);
+    }
+}
+
+/// A loopback UDP socket with a 4 MiB receive buffer, for a raw stream sink.
+fn sink_socket() -> Result<UdpSocket, BenchError> {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+    let _ = s.set_recv_buffer_size(4 << 20);
+    s.bind(
+        &"127.0.0.1:0"
+            .parse::<SocketAddr>()
+            .expect("literal address")
+            .into(),
+    )?;
+    let s: UdpSocket = s.into();
+    s.set_read_timeout(Some(Duration::from_millis(100)))?;
+    Ok(s)
 }
 
 fn am_server<T: Transport + 'static>(
@@ -249,6 +291,18 @@ fn am_server<T: Transport + 'static>(
         }
     }
     Ok(())
+}
+
+/// Serves bundle `b` on a thread of `threads` until `stop`; returns its port.
+fn spawn_am_server<T: Transport + 'static>(
+    b: Bundle<T>,
+    stop: &Arc<AtomicBool>,
+    threads: &mut Vec<std::thread::JoinHandle<Result<(), BenchError>>>,
+) -> u16 {
+    let p = port(b.local_addr());
+    let st = Arc::clone(stop);
+    threads.push(std::thread::spawn(move || am_server(b, st)));
+    p
 }
 
 fn udp_bundle(datagram_bytes: usize, cfg: &Config) -> Result<Bundle<UdpTransport>, BenchError> {
@@ -308,16 +362,7 @@ pub(crate) fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), B
     }));
 
     // Raw UDP stream sink.
-    let sink = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
-    let _ = sink.set_recv_buffer_size(4 << 20);
-    sink.bind(
-        &"127.0.0.1:0"
-            .parse::<SocketAddr>()
-            .expect("literal address")
-            .into(),
-    )?;
-    let sink: UdpSocket = sink.into();
-    sink.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let sink = sink_socket()?;
     let sink_port = sink.local_addr()?.port();
     let stats = Arc::new(StreamStats::default());
     let origin = Instant::now();
@@ -326,30 +371,15 @@ pub(crate) fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), B
         let mut buf = vec![0u8; 65_536];
         while !st.load(Ordering::Relaxed) {
             if let Ok(n) = sink.recv(&mut buf) {
-                let now = origin.elapsed().as_nanos() as u64 + 1;
-                ss.bytes.fetch_add(n as u64, Ordering::Relaxed);
-                ss.datagrams.fetch_add(1, Ordering::Relaxed);
-                if ss.first_ns.load(Ordering::Relaxed) == 0 {
-                    ss.first_ns.store(now, Ordering::Relaxed);
-                }
-                ss.last_ns.store(now, Ordering::Relaxed);
+                ss.add(origin, n, 1);
             }
         }
         Ok(())
     }));
 
     // Raw UDP stream sink with GRO (for the GSO stream): one receive per coalesced batch.
-    let gsink = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
-    let _ = gsink.set_recv_buffer_size(4 << 20);
-    gsink.bind(
-        &"127.0.0.1:0"
-            .parse::<SocketAddr>()
-            .expect("literal address")
-            .into(),
-    )?;
-    let gsink: UdpSocket = gsink.into();
+    let gsink = sink_socket()?;
     let _ = nix::sys::socket::setsockopt(&gsink, nix::sys::socket::sockopt::UdpGroSegment, &true);
-    gsink.set_read_timeout(Some(Duration::from_millis(100)))?;
     let gsink_port = gsink.local_addr()?.port();
     let gstats = Arc::new(StreamStats::default());
     let (st, ss) = (stop.clone(), gstats.clone());
@@ -377,14 +407,7 @@ pub(crate) fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), B
                     }
                 }
             }
-            let now = origin.elapsed().as_nanos() as u64 + 1;
-            ss.bytes.fetch_add(n as u64, Ordering::Relaxed);
-            ss.datagrams
-                .fetch_add(n.div_ceil(stride) as u64, Ordering::Relaxed);
-            if ss.first_ns.load(Ordering::Relaxed) == 0 {
-                ss.first_ns.store(now, Ordering::Relaxed);
-            }
-            ss.last_ns.store(now, Ordering::Relaxed);
+            ss.add(origin, n, n.div_ceil(stride) as u64);
         }
         Ok(())
     }));
@@ -418,14 +441,8 @@ pub(crate) fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), B
 
     // AM servers.
     let cfg = Config::default();
-    let ub = udp_bundle(datagram_bytes, &cfg)?;
-    let am_udp_port = port(ub.local_addr());
-    let st = stop.clone();
-    threads.push(std::thread::spawn(move || am_server(ub, st)));
-    let qb = quic_bundle(id, &cfg)?;
-    let am_quic_port = port(qb.local_addr());
-    let st = stop.clone();
-    threads.push(std::thread::spawn(move || am_server(qb, st)));
+    let am_udp_port = spawn_am_server(udp_bundle(datagram_bytes, &cfg)?, &stop, &mut threads);
+    let am_quic_port = spawn_am_server(quic_bundle(id, &cfg)?, &stop, &mut threads);
 
     writeln!(
         output,
@@ -465,10 +482,15 @@ pub(crate) fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), B
     }
     stop.store(true, Ordering::Relaxed);
     for t in threads {
-        t.join()
-            .map_err(|_| BenchError::Peer("peer thread panicked".into()))??;
+        join_peer(t)?;
     }
     Ok(())
+}
+
+/// Joins a thread of the peer: its error, or a panic as an error.
+fn join_peer(t: std::thread::JoinHandle<Result<(), BenchError>>) -> Result<(), BenchError> {
+    t.join()
+        .map_err(|_| BenchError::Peer("peer thread panicked".into()))?
 }
 
 /// Entry point of the hidden peer subcommand: `args` are ignored (everything comes over
@@ -529,6 +551,29 @@ impl PeerLink {
         }
         Ok(l)
     }
+    /// Sends the peer its setup line (see [`run_peer`]); returns the six ports of its
+    /// `READY` line.
+    fn setup(&mut self, datagram_bytes: usize, id: &QuicIdentity) -> Result<[u16; 6], BenchError> {
+        writeln!(
+            self.out,
+            "{datagram_bytes} {} {} {}",
+            hex(&id.ca_der),
+            hex(&id.cert_der),
+            hex(&id.key_der)
+        )?;
+        self.out.flush()?;
+        let ready = self.line()?;
+        let ports: Vec<u16> = ready
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        match <[u16; 6]>::try_from(ports) {
+            Ok(ports) if ready.starts_with("READY") => Ok(ports),
+            _ => Err(BenchError::Peer(format!("bad READY line {ready:?}"))),
+        }
+    }
+
     fn finish(mut self) -> Result<(), BenchError> {
         let _ = writeln!(self.out, "QUIT");
         let _ = self.out.flush();
@@ -540,8 +585,7 @@ impl PeerLink {
             }
         }
         if let Some(t) = self.thread.take() {
-            t.join()
-                .map_err(|_| BenchError::Peer("peer thread panicked".into()))??;
+            join_peer(t)?;
         }
         Ok(())
     }
@@ -665,6 +709,17 @@ impl RawTcp {
     }
 }
 
+/// Bytes of one bulk request.
+const BULK_BYTES: usize = 64 * 1024;
+
+/// What [`Client::series`] measured: (p50, p99) round trips in µs, rates.
+struct AmSeries {
+    medium_1k_rtt_us: (f64, f64),
+    bulk_64k_rtt_us: (f64, f64),
+    msgs_per_s: f64,
+    bulk_mb_per_s: f64,
+}
+
 struct Client<T: Transport> {
     b: Bundle<T>,
     done: Arc<AtomicU64>,
@@ -748,7 +803,7 @@ impl<T: Transport + 'static> Client<T> {
         warm: usize,
         h: &mut Histogram<u64>,
     ) -> Result<(), BenchError> {
-        let data = vec![0xA5u8; if kind == 1 { 1024 } else { 64 * 1024 }];
+        let data = vec![0xA5u8; if kind == 1 { 1024 } else { BULK_BYTES }];
         for i in 0..iters + warm {
             let want = self.done.load(Ordering::Relaxed) + 1;
             let t0 = Instant::now();
@@ -769,9 +824,33 @@ impl<T: Transport + 'static> Client<T> {
         Ok(())
     }
 
+    /// The series after the short round trips: `medium_iters` 1 KiB and `bulk_iters` 64 KiB
+    /// round trips, then `msgs` short requests and `bulk_msgs` 64 KiB transfers with full
+    /// credits.
+    fn series(
+        &mut self,
+        medium_iters: usize,
+        bulk_iters: usize,
+        msgs: usize,
+        bulk_msgs: usize,
+    ) -> Result<AmSeries, BenchError> {
+        let medium_1k_rtt_us = p50_p99(&self.rtt(1, medium_iters)?);
+        let bulk_64k_rtt_us = p50_p99(&self.rtt(2, bulk_iters)?);
+        let d = self.flood(false, msgs as u64)?;
+        let msgs_per_s = msgs as f64 / d.as_secs_f64();
+        let d = self.flood(true, bulk_msgs as u64)?;
+        let bulk_mb_per_s = (bulk_msgs * BULK_BYTES) as f64 / d.as_secs_f64() / 1e6;
+        Ok(AmSeries {
+            medium_1k_rtt_us,
+            bulk_64k_rtt_us,
+            msgs_per_s,
+            bulk_mb_per_s,
+        })
+    }
+
     /// Keep every credit busy until `n` requests completed; returns the elapsed time.
     fn flood(&mut self, bulk: bool, n: u64) -> Result<Duration, BenchError> {
-        let data = vec![0x3Cu8; 64 * 1024];
+        let data = vec![0x3Cu8; BULK_BYTES];
         let base = self.done.load(Ordering::Relaxed);
         let t0 = Instant::now();
         let mut sent = 0;
@@ -866,32 +945,10 @@ pub(crate) fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
     if !opts.in_process {
         pin_to_cpu(Side::Driver);
     }
-    writeln!(
-        link.out,
-        "{} {} {} {}",
-        opts.datagram_bytes,
-        hex(&theirs.ca_der),
-        hex(&theirs.cert_der),
-        hex(&theirs.key_der)
-    )?;
-    link.out.flush()?;
-    let ready = link.line()?;
-    let ports: Vec<u16> = ready
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|p| p.parse().ok())
-        .collect();
-    if !ready.starts_with("READY") || ports.len() != 6 {
-        return Err(BenchError::Peer(format!("bad READY line {ready:?}")));
-    }
+    let ports = link.setup(opts.datagram_bytes, &theirs)?;
     let at = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
     let mut r = BenchReport {
-        mode: if opts.in_process {
-            "threads"
-        } else {
-            "two_processes"
-        }
-        .to_string(),
+        mode: mode(opts.in_process).to_string(),
         datagram_bytes: opts.datagram_bytes,
         ..BenchReport::default()
     };
@@ -911,19 +968,20 @@ pub(crate) fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
         udp_unc.block(per + per / 9, &mut huu)?;
     }
     drop((udp, udp_unc, tcp));
-    (r.raw_udp_rtt_p50_us, r.raw_udp_rtt_p99_us) = (us(&hu, 0.5), us(&hu, 0.99));
+    (r.raw_udp_rtt_p50_us, r.raw_udp_rtt_p99_us) = p50_p99(&hu);
     r.raw_udp_unconnected_rtt_p50_us = us(&huu, 0.5);
-    (r.raw_tcp_rtt_p50_us, r.raw_tcp_rtt_p99_us) = (us(&ht, 0.5), us(&ht, 0.99));
-    (r.am_udp_rtt_p50_us, r.am_udp_rtt_p99_us) = (us(&ha, 0.5), us(&ha, 0.99));
-    let h = c.rtt(1, opts.rtt_iters / 2)?;
-    (r.am_udp_medium_1k_rtt_p50_us, r.am_udp_medium_1k_rtt_p99_us) = (us(&h, 0.5), us(&h, 0.99));
-    let h = c.rtt(2, opts.bulk_rtt_iters)?;
-    (r.am_udp_bulk_64k_rtt_p50_us, r.am_udp_bulk_64k_rtt_p99_us) = (us(&h, 0.5), us(&h, 0.99));
-    let d = c.flood(false, opts.rate_msgs as u64)?;
-    r.am_udp_msgs_per_s = opts.rate_msgs as f64 / d.as_secs_f64();
-    let d = c.flood(true, opts.bulk_msgs as u64)?;
-    let bulk_bytes = opts.bulk_msgs * 64 * 1024;
-    r.am_udp_bulk_mb_per_s = bulk_bytes as f64 / d.as_secs_f64() / 1e6;
+    (r.raw_tcp_rtt_p50_us, r.raw_tcp_rtt_p99_us) = p50_p99(&ht);
+    (r.am_udp_rtt_p50_us, r.am_udp_rtt_p99_us) = p50_p99(&ha);
+    let s = c.series(
+        opts.rtt_iters / 2,
+        opts.bulk_rtt_iters,
+        opts.rate_msgs,
+        opts.bulk_msgs,
+    )?;
+    (r.am_udp_medium_1k_rtt_p50_us, r.am_udp_medium_1k_rtt_p99_us) = s.medium_1k_rtt_us;
+    (r.am_udp_bulk_64k_rtt_p50_us, r.am_udp_bulk_64k_rtt_p99_us) = s.bulk_64k_rtt_us;
+    (r.am_udp_msgs_per_s, r.am_udp_bulk_mb_per_s) = (s.msgs_per_s, s.bulk_mb_per_s);
+    let bulk_bytes = opts.bulk_msgs * BULK_BYTES;
     r.am_udp_retransmits = c.b.stats().retransmits;
     drop(c);
     (r.raw_udp_stream_mb_per_s, r.raw_udp_stream_delivered_ratio) = raw_stream(
@@ -951,20 +1009,19 @@ pub(crate) fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
     if opts.quic {
         let mut c = Client::new(quic_bundle(mine, &cfg)?, at(ports[4]))?;
         let h = c.rtt(0, opts.rtt_iters / 2)?;
-        (r.am_quic_rtt_p50_us, r.am_quic_rtt_p99_us) = (us(&h, 0.5), us(&h, 0.99));
-        let h = c.rtt(1, opts.rtt_iters / 4)?;
+        (r.am_quic_rtt_p50_us, r.am_quic_rtt_p99_us) = p50_p99(&h);
+        let s = c.series(
+            opts.rtt_iters / 4,
+            opts.bulk_rtt_iters / 2,
+            opts.rate_msgs / 2,
+            (opts.bulk_msgs / 4).max(1),
+        )?;
         (
             r.am_quic_medium_1k_rtt_p50_us,
             r.am_quic_medium_1k_rtt_p99_us,
-        ) = (us(&h, 0.5), us(&h, 0.99));
-        let h = c.rtt(2, opts.bulk_rtt_iters / 2)?;
-        (r.am_quic_bulk_64k_rtt_p50_us, r.am_quic_bulk_64k_rtt_p99_us) =
-            (us(&h, 0.5), us(&h, 0.99));
-        let d = c.flood(false, opts.rate_msgs as u64 / 2)?;
-        r.am_quic_msgs_per_s = (opts.rate_msgs / 2) as f64 / d.as_secs_f64();
-        let n = (opts.bulk_msgs / 4).max(1);
-        let d = c.flood(true, n as u64)?;
-        r.am_quic_bulk_mb_per_s = (n * 64 * 1024) as f64 / d.as_secs_f64() / 1e6;
+        ) = s.medium_1k_rtt_us;
+        (r.am_quic_bulk_64k_rtt_p50_us, r.am_quic_bulk_64k_rtt_p99_us) = s.bulk_64k_rtt_us;
+        (r.am_quic_msgs_per_s, r.am_quic_bulk_mb_per_s) = (s.msgs_per_s, s.bulk_mb_per_s);
         r.rtt_ratio_quic = ratio(r.am_quic_rtt_p50_us, r.raw_udp_rtt_p50_us);
     }
     link.finish()?;
@@ -1006,21 +1063,8 @@ impl RawUdpBaseline {
         let ca = make_ca("isotach bench CA")?;
         let theirs = make_node_identity(&ca, "bench-peer")?;
         let mut link = start_peer(opts)?;
-        writeln!(
-            link.out,
-            "{} {} {} {}",
-            opts.datagram_bytes,
-            hex(&theirs.ca_der),
-            hex(&theirs.cert_der),
-            hex(&theirs.key_der)
-        )?;
-        link.out.flush()?;
-        let ready = link.line()?;
-        let echo: Option<u16> = ready.split_whitespace().nth(1).and_then(|p| p.parse().ok());
-        let (true, Some(echo)) = (ready.starts_with("READY"), echo) else {
-            return Err(BenchError::Peer(format!("bad READY line {ready:?}")));
-        };
-        let udp = RawUdp::new(SocketAddr::from(([127, 0, 0, 1], echo)), true)?;
+        let ports = link.setup(opts.datagram_bytes, &theirs)?;
+        let udp = RawUdp::new(SocketAddr::from(([127, 0, 0, 1], ports[0])), true)?;
         Ok(Self {
             link,
             udp,
@@ -1061,7 +1105,7 @@ impl RawUdpBaseline {
 
     /// `"two_processes"` or `"threads"`.
     pub(crate) fn mode(&self) -> &'static str {
-        if self.pin { "two_processes" } else { "threads" }
+        mode(!self.pin)
     }
 
     /// Stops the peer and waits for it.

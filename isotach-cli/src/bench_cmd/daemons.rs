@@ -17,7 +17,7 @@
 //!   buckets (the copies other hosts' isochrons updated here), summed over hosts.
 
 use super::am::{BenchOptions, RawUdpBaseline};
-use crate::demo_cmd::{LoopbackCluster, start_loopback_cluster};
+use crate::demo_cmd::{LoopbackCluster, RunningDaemons, start_loopback_cluster};
 use crate::{EXIT_FAILED, UsageError};
 use anyhow::Context;
 use clap::Args;
@@ -157,6 +157,91 @@ fn half_iters(c: &CommonArgs) -> anyhow::Result<usize> {
     usize::try_from(c.rtt_iters.div_ceil(2)).map_err(|e| UsageError(e.to_string()).into())
 }
 
+/// Measures the first half of the raw baseline, then starts the daemons.
+fn start(c: &CommonArgs) -> anyhow::Result<(RawUdpBaseline, LoopbackCluster)> {
+    let mut base = baseline(c)?;
+    base.measure(half_iters(c)?)
+        .context("raw UDP baseline (before)")?;
+    Ok((base, start_loopback_cluster(usize::from(c.hosts))?))
+}
+
+/// What the raw baseline measured (both halves).
+struct RawNumbers {
+    mode: &'static str,
+    p50_us: f64,
+    p99_us: f64,
+    samples: u64,
+}
+
+/// Stops the daemons (their errors go to `problems`), measures the second half of the raw
+/// baseline and stops its peer.
+fn finish(
+    c: &CommonArgs,
+    mut base: RawUdpBaseline,
+    daemons: RunningDaemons,
+    problems: &mut Vec<String>,
+) -> anyhow::Result<RawNumbers> {
+    problems.extend(daemons.stop());
+    base.measure(half_iters(c)?)
+        .context("raw UDP baseline (after)")?;
+    let raw = RawNumbers {
+        mode: base.mode(),
+        p50_us: base.p50_us(),
+        p99_us: base.p99_us(),
+        samples: base.samples(),
+    };
+    base.finish().context("stopping the baseline's peer")?;
+    Ok(raw)
+}
+
+/// A host's application thread.
+type App<R> = std::thread::JoinHandle<Result<R, String>>;
+
+/// Starts one application thread per host (`bench-app-H`): it connects to its SIU with the
+/// shared `map`, then runs `app`.
+fn spawn_apps<R, F>(
+    lc: &mut LoopbackCluster,
+    map: MemoryMap,
+    deadline: Instant,
+    app: F,
+) -> anyhow::Result<Vec<App<R>>>
+where
+    R: Send + 'static,
+    F: Fn(usize, Smm<AmSiuLink<UdpTransport>>) -> Result<R, String> + Clone + Send + 'static,
+{
+    let map = Arc::new(map);
+    let topology = Arc::new(lc.cluster.topology.clone());
+    let mut apps = Vec::new();
+    for (h, t) in std::mem::take(&mut lc.app_ts).into_iter().enumerate() {
+        let siu = lc.cluster.host_siu[h].expect("filled by start_loopback_cluster");
+        let (map, topology, app) = (Arc::clone(&map), Arc::clone(&topology), app.clone());
+        apps.push(
+            std::thread::Builder::new()
+                .name(format!("bench-app-{h}"))
+                .spawn(move || app(h, connect(t, siu, h, map, topology, deadline)?))?,
+        );
+    }
+    Ok(apps)
+}
+
+/// Joins the application threads: what each returned; errors and panics go to `problems`.
+fn join_apps<R>(apps: Vec<App<R>>, problems: &mut Vec<String>) -> Vec<R> {
+    let mut out = Vec::new();
+    for (h, t) in apps.into_iter().enumerate() {
+        match t.join() {
+            Ok(Ok(r)) => out.push(r),
+            Ok(Err(e)) => problems.push(e),
+            Err(_) => problems.push(format!("host {h}'s application panicked")),
+        }
+    }
+    out
+}
+
+/// An empty latency histogram, ns (1 ns to 600 s, 3 significant digits).
+fn latency_hist() -> anyhow::Result<Histogram<u64>> {
+    Ok(Histogram::new_with_bounds(1, 600_000_000_000, 3)?)
+}
+
 /// The replicated map: page `p` at hosts `p` and `p + 1` (mod `n`).
 fn ring_map(n: usize) -> MemoryMap {
     let mut map = MemoryMap::default();
@@ -248,36 +333,25 @@ pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
         "bench tokens: a token manager and {n} SIU daemons over loopback UDP, {} s",
         c.seconds
     );
-    let mut base = baseline(c)?;
-    base.measure(half_iters(c)?)
-        .context("raw UDP baseline (before)")?;
+    let (base, mut lc) = start(c)?;
     let mut problems = Vec::new();
-    let mut lc = start_loopback_cluster(n)?;
-    let app_ts = std::mem::take(&mut lc.app_ts);
-    let cluster = &lc.cluster;
     let deadline = Instant::now() + STARTUP_MAX + Duration::from_secs_f64(c.seconds * 2.0);
     let stop = Arc::new(AtomicBool::new(false));
-    let map = Arc::new(MemoryMap::default());
-    let topology = Arc::new(cluster.topology.clone());
-    let mut apps = Vec::new();
-    for (h, t) in app_ts.into_iter().enumerate() {
-        let siu = cluster.host_siu[h].expect("filled by start_loopback_cluster");
-        let (map, topology, stop) = (Arc::clone(&map), Arc::clone(&topology), Arc::clone(&stop));
-        apps.push(
-            std::thread::Builder::new()
-                .name(format!("bench-app-{h}"))
-                .spawn(move || -> Result<(), String> {
-                    let mut smm = connect(t, siu, h, map, topology, deadline)?;
-                    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-                        match smm.wait_until(Duration::from_millis(20), |_| false) {
-                            Ok(()) | Err(WaitError::TimedOut(_)) => {}
-                            Err(e) => return Err(format!("host {h}: {e}")),
-                        }
-                    }
-                    Ok(())
-                })?,
-        );
-    }
+    let stopped = Arc::clone(&stop);
+    let apps = spawn_apps(
+        &mut lc,
+        MemoryMap::default(),
+        deadline,
+        move |h, mut smm| {
+            while !stopped.load(Ordering::Relaxed) && Instant::now() < deadline {
+                match smm.wait_until(Duration::from_millis(20), |_| false) {
+                    Ok(()) | Err(WaitError::TimedOut(_)) => {}
+                    Err(e) => return Err(format!("host {h}: {e}")),
+                }
+            }
+            Ok(())
+        },
+    )?;
     let t_start = Instant::now();
     let mut startup_s = 0.0;
     let (mut pulses, mut pps, mut pps_min) = (0, 0.0, 0.0);
@@ -298,19 +372,8 @@ pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
         pps_min = rates.iter().copied().fold(f64::INFINITY, f64::min);
     }
     stop.store(true, Ordering::Relaxed);
-    for (h, t) in apps.into_iter().enumerate() {
-        match t.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => problems.push(e),
-            Err(_) => problems.push(format!("host {h}'s application panicked")),
-        }
-    }
-    problems.extend(lc.daemons.stop());
-    base.measure(half_iters(c)?)
-        .context("raw UDP baseline (after)")?;
-    let mode = base.mode();
-    let (raw50, raw99, raw_n) = (base.p50_us(), base.p99_us(), base.samples());
-    base.finish().context("stopping the baseline's peer")?;
+    join_apps(apps, &mut problems);
+    let raw = finish(c, base, lc.daemons, &mut problems)?;
     if pulses == 0 && problems.is_empty() {
         problems.push("no pulse during the measurement window".into());
     }
@@ -319,15 +382,15 @@ pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
     let r = TokensReport {
         hosts: n,
         seconds: c.seconds,
-        mode,
+        mode: raw.mode,
         pulses,
         pulses_per_s: pps,
         pulse_period_us: period,
         pulses_per_s_min_host: if pps_min.is_finite() { pps_min } else { 0.0 },
-        raw_udp_rtt_p50_us: raw50,
-        raw_udp_rtt_p99_us: raw99,
-        raw_udp_samples: raw_n,
-        period_to_raw_rtt_ratio: ratio(period, raw50),
+        raw_udp_rtt_p50_us: raw.p50_us,
+        raw_udp_rtt_p99_us: raw.p99_us,
+        raw_udp_samples: raw.samples,
+        period_to_raw_rtt_ratio: ratio(period, raw.p50_us),
         startup_s,
         elapsed_s: started.elapsed().as_secs_f64(),
         ok: problems.is_empty(),
@@ -359,8 +422,7 @@ fn host_load(
     let err = |what: &str, e: &dyn std::fmt::Display| format!("host {h}: {what}: {e}");
     let own = h as u32;
     let left_page = ((h + n - 1) % n) as u32;
-    let mut lat = Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3)
-        .map_err(|e| err("histogram", &e))?;
+    let mut lat = latency_hist().map_err(|e| err("histogram", &e))?;
     smm.barrier(0, 1, left(deadline))
         .map_err(|e| err("start barrier", &e))?;
     let t_begin = Instant::now();
@@ -438,30 +500,13 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
          daemons on loopback UDP, {} s",
         a.ops, a.outstanding, c.seconds
     );
-    let mut base = baseline(c)?;
-    base.measure(half_iters(c)?)
-        .context("raw UDP baseline (before)")?;
+    let (base, mut lc) = start(c)?;
     let mut problems = Vec::new();
-    let mut lc = start_loopback_cluster(n)?;
-    let app_ts = std::mem::take(&mut lc.app_ts);
-    let cluster = &lc.cluster;
     let deadline = Instant::now() + STARTUP_MAX + Duration::from_secs_f64(c.seconds * 3.0 + 10.0);
-    let map = Arc::new(ring_map(n));
-    let topology = Arc::new(cluster.topology.clone());
     let (ops, seconds) = (a.ops, c.seconds);
-    let mut apps = Vec::new();
-    for (h, t) in app_ts.into_iter().enumerate() {
-        let siu = cluster.host_siu[h].expect("filled by start_loopback_cluster");
-        let (map, topology) = (Arc::clone(&map), Arc::clone(&topology));
-        apps.push(
-            std::thread::Builder::new()
-                .name(format!("bench-app-{h}"))
-                .spawn(move || -> Result<HostLoad, String> {
-                    let mut smm = connect(t, siu, h, map, topology, deadline)?;
-                    host_load(&mut smm, h, n, w, ops, seconds, deadline)
-                })?,
-        );
-    }
+    let apps = spawn_apps(&mut lc, ring_map(n), deadline, move |h, mut smm| {
+        host_load(&mut smm, h, n, w, ops, seconds, deadline)
+    })?;
     let t_start = Instant::now();
     let mut startup_s = 0.0;
     let mut clock0 = None;
@@ -469,25 +514,13 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
         startup_s = t_start.elapsed().as_secs_f64();
         clock0 = Some((Instant::now(), clocks(&lc)[0]));
     }
-    let mut loads = Vec::new();
-    for (h, t) in apps.into_iter().enumerate() {
-        match t.join() {
-            Ok(Ok(l)) => loads.push(l),
-            Ok(Err(e)) => problems.push(e),
-            Err(_) => problems.push(format!("host {h}'s application panicked")),
-        }
-    }
+    let loads = join_apps(apps, &mut problems);
     let pulses_per_s = clock0.map_or(0.0, |(t0, c0)| {
         clocks(&lc)[0].saturating_sub(c0) as f64 / t0.elapsed().as_secs_f64().max(1e-6)
     });
-    problems.extend(lc.daemons.stop());
-    base.measure(half_iters(c)?)
-        .context("raw UDP baseline (after)")?;
-    let mode = base.mode();
-    let (raw50, raw99, raw_n) = (base.p50_us(), base.p99_us(), base.samples());
-    base.finish().context("stopping the baseline's peer")?;
+    let raw = finish(c, base, lc.daemons, &mut problems)?;
 
-    let mut lat = Histogram::<u64>::new_with_bounds(1, 600_000_000_000, 3)?;
+    let mut lat = latency_hist()?;
     let (mut isos, mut bucket_srefs, mut window) = (0u64, 0u64, 0.0f64);
     for l in &loads {
         let _ = lat.add(&l.lat_ns);
@@ -512,7 +545,7 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
     let r = IsochronsReport {
         hosts: n,
         seconds: c.seconds,
-        mode,
+        mode: raw.mode,
         outstanding: a.outstanding,
         ops_per_isochron: a.ops,
         isochrons: isos,
@@ -528,10 +561,10 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
             lat.max() as f64 / 1000.0
         },
         pulses_per_s,
-        raw_udp_rtt_p50_us: raw50,
-        raw_udp_rtt_p99_us: raw99,
-        raw_udp_samples: raw_n,
-        latency_to_raw_rtt_ratio: ratio(p50, raw50),
+        raw_udp_rtt_p50_us: raw.p50_us,
+        raw_udp_rtt_p99_us: raw.p99_us,
+        raw_udp_samples: raw.samples,
+        latency_to_raw_rtt_ratio: ratio(p50, raw.p50_us),
         startup_s,
         elapsed_s: started.elapsed().as_secs_f64(),
         ok: problems.is_empty(),
