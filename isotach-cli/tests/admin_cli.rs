@@ -5,8 +5,8 @@
 mod common;
 
 use common::{
-    BIN, GUARD, Procs, Watchdog, free_addrs, free_tcp, logs, scratch, spawn, status, status_until,
-    two_host_config, wait_guarded,
+    BIN, GUARD, Procs, Watchdog, free_addrs, free_tcp, logs, scratch, spawn_philo, spawn_siu,
+    spawn_tm, status, status_until, two_host_config, wait_guarded, write_config,
 };
 use std::process::Command;
 use std::time::Instant;
@@ -23,40 +23,15 @@ fn clock(v: &serde_json::Value) -> u64 {
 #[test]
 fn status_shows_clocks_advancing_and_shutdown_stops_the_daemons() {
     let dir = scratch("admin");
-    let a = free_addrs(5);
-    let cfg = dir.join("cluster.toml");
-    std::fs::write(&cfg, two_host_config(&a)).unwrap();
-    let cfg = cfg.to_str().unwrap();
+    let cfg = &write_config(&dir, &two_host_config(&free_addrs(5)));
     let (adm_tm, adm_alpha, adm_beta) = (free_tcp(), free_tcp(), free_tcp());
-    let mut procs = Procs(Vec::new());
-    for (label, args) in [
-        (
-            "tm0",
-            vec!["tm", "--config", cfg, "--name", "tm0", "--admin", &adm_tm],
-        ),
-        (
-            "siu-alpha",
-            vec![
-                "siu", "--config", cfg, "--host", "alpha", "--admin", &adm_alpha,
-            ],
-        ),
-        (
-            "siu-beta",
-            vec![
-                "siu", "--config", cfg, "--host", "beta", "--admin", &adm_beta,
-            ],
-        ),
-        (
-            "philo-alpha",
-            vec!["philo", "--config", cfg, "--host", "alpha", "--meals", "5"],
-        ),
-        (
-            "philo-beta",
-            vec!["philo", "--config", cfg, "--host", "beta", "--meals", "5"],
-        ),
-    ] {
-        procs.0.push(spawn(&dir, label, &args));
-    }
+    let mut procs = Procs(vec![
+        spawn_tm(&dir, cfg, &["--admin", &adm_tm]),
+        spawn_siu(&dir, cfg, "alpha", &["--admin", &adm_alpha]),
+        spawn_siu(&dir, cfg, "beta", &["--admin", &adm_beta]),
+        spawn_philo(&dir, cfg, "alpha", "5"),
+        spawn_philo(&dir, cfg, "beta", "5"),
+    ]);
     let until = Instant::now() + GUARD;
     let mut watch = Watchdog::new(
         &dir,
@@ -141,47 +116,20 @@ fn http_get(addr: &str, path: &str) -> Option<String> {
 fn stats_log_level_peers_and_metrics() {
     let dir = scratch("admin-stats");
     let a = free_addrs(5);
-    let cfg = dir.join("cluster.toml");
-    std::fs::write(&cfg, two_host_config(&a)).unwrap();
-    let cfg = cfg.to_str().unwrap();
+    let cfg = &write_config(&dir, &two_host_config(&a));
     let (adm_tm, adm_alpha, metrics) = (free_tcp(), free_tcp(), free_tcp());
-    let mut procs = Procs(Vec::new());
-    for (label, args) in [
-        (
-            "tm0",
-            vec!["tm", "--config", cfg, "--name", "tm0", "--admin", &adm_tm],
+    let _procs = Procs(vec![
+        spawn_tm(&dir, cfg, &["--admin", &adm_tm]),
+        spawn_siu(
+            &dir,
+            cfg,
+            "alpha",
+            &["--admin", &adm_alpha, "--metrics", &metrics],
         ),
-        (
-            "siu-alpha",
-            vec![
-                "siu",
-                "--config",
-                cfg,
-                "--host",
-                "alpha",
-                "--admin",
-                &adm_alpha,
-                "--metrics",
-                &metrics,
-            ],
-        ),
-        (
-            "siu-beta",
-            vec!["siu", "--config", cfg, "--host", "beta", "--no-admin"],
-        ),
-        (
-            "philo-alpha",
-            vec![
-                "philo", "--config", cfg, "--host", "alpha", "--meals", "400",
-            ],
-        ),
-        (
-            "philo-beta",
-            vec!["philo", "--config", cfg, "--host", "beta", "--meals", "400"],
-        ),
-    ] {
-        procs.0.push(spawn(&dir, label, &args));
-    }
+        spawn_siu(&dir, cfg, "beta", &["--no-admin"]),
+        spawn_philo(&dir, cfg, "alpha", "400"),
+        spawn_philo(&dir, cfg, "beta", "400"),
+    ]);
     let until = Instant::now() + GUARD;
     // Peers and the pulse rate (measured over a full second).
     let v = status_until(&dir, &adm_alpha, until, |v| {

@@ -9,7 +9,9 @@
 
 mod common;
 
-use common::{GUARD, Procs, Watchdog, free_addrs, free_tcp, scratch, spawn};
+use common::{
+    GUARD, Procs, Watchdog, free_addrs, free_tcp, scratch, spawn, spawn_siu, spawn_tm, write_config,
+};
 use isotach_proto::packet::StartOfIsochron;
 use isotach_tests::ByteGenerator;
 use std::fmt::Write as _;
@@ -52,38 +54,23 @@ fn app_peer(v: &serde_json::Value) -> serde_json::Value {
 fn a_missing_application_is_counted_not_queued_and_logical_time_goes_on() {
     let dir = scratch("backpressure");
     let a = free_addrs(5);
-    let cfg = dir.join("cluster.toml");
     let text = format!(
         "{}\n[limits]\nqueue-packets-max = {QUEUE_MAX}\n",
         common::two_host_config(&a)
     );
-    std::fs::write(&cfg, text).unwrap();
-    let cfg = cfg.to_str().unwrap();
+    let cfg = &write_config(&dir, &text);
     let (adm_alpha, adm_beta) = (free_tcp(), free_tcp());
     let writes = dir.join("writes.hex");
     std::fs::write(&writes, beta_writes_to_alpha()).unwrap();
     let writes = writes.to_str().unwrap();
-    let mut procs = Procs(Vec::new());
-    for (label, args) in [
-        (
-            "tm0",
-            vec!["tm", "--config", cfg, "--name", "tm0", "--no-admin"],
-        ),
-        (
-            "siu-alpha",
-            vec![
-                "siu", "--config", cfg, "--host", "alpha", "--admin", &adm_alpha,
-            ],
-        ),
-        (
-            "siu-beta",
-            vec![
-                "siu", "--config", cfg, "--host", "beta", "--admin", &adm_beta,
-            ],
-        ),
-        (
+    let mut procs = Procs(vec![
+        spawn_tm(&dir, cfg, &["--no-admin"]),
+        spawn_siu(&dir, cfg, "alpha", &["--admin", &adm_alpha]),
+        spawn_siu(&dir, cfg, "beta", &["--admin", &adm_beta]),
+        spawn(
+            &dir,
             "app-beta",
-            vec![
+            &[
                 "tool",
                 "send",
                 "--config",
@@ -95,9 +82,7 @@ fn a_missing_application_is_counted_not_queued_and_logical_time_goes_on() {
                 "100000000",
             ],
         ),
-    ] {
-        procs.0.push(spawn(&dir, label, &args));
-    }
+    ]);
     let until = Instant::now() + GUARD;
     // Logical time must go on throughout: the watchdog fails the test within seconds if not.
     let mut watch = Watchdog::new(&dir, &[("siu-alpha", &adm_alpha), ("siu-beta", &adm_beta)]);

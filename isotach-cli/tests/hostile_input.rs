@@ -16,7 +16,8 @@
 mod common;
 
 use common::{
-    GUARD, Procs, free_addrs, logs, scratch, sigterm, spawn, two_host_config, wait_guarded,
+    GUARD, Procs, free_addrs, logs, scratch, sigterm, spawn, spawn_siu, spawn_tm, two_host_config,
+    wait_guarded, write_config,
 };
 use isotach_am::frame::{self, Header, Kind as AmKind};
 use isotach_am::port::DEFAULT_TAG;
@@ -313,19 +314,14 @@ fn daemons_survive_junk_on_every_port_and_count_it() {
     println!("hostile input seed: {seed} (replay with ISOTACH_HOSTILE_SEED={seed})");
     let dir = scratch("hostile");
     let a = free_addrs(5);
-    let cfg = dir.join("cluster.toml");
-    std::fs::write(&cfg, two_host_config(&a)).unwrap();
-    let cfg = cfg.to_str().unwrap();
+    let cfg = &write_config(&dir, &two_host_config(&a));
     let targets: Vec<SocketAddr> = a.iter().map(|s| s.parse().unwrap()).collect();
 
-    let mut procs = Procs::default();
-    for (label, args) in [
-        ("tm0", vec!["tm", "--config", cfg, "--name", "tm0"]),
-        ("siu-alpha", vec!["siu", "--config", cfg, "--host", "alpha"]),
-        ("siu-beta", vec!["siu", "--config", cfg, "--host", "beta"]),
-    ] {
-        procs.0.push(spawn(&dir, label, &args));
-    }
+    let mut procs = Procs(vec![
+        spawn_tm(&dir, cfg, &[]),
+        spawn_siu(&dir, cfg, "alpha", &[]),
+        spawn_siu(&dir, cfg, "beta", &[]),
+    ]);
     let daemons = 0..3;
 
     let stop = Arc::new(AtomicBool::new(false));

@@ -150,6 +150,21 @@ fn kill_and_restart(c: &mut Cluster, which: usize, args: &[&str]) {
     c.procs.0[which] = again;
 }
 
+/// Kills the token manager and starts it again; waits until logical time resumes in a
+/// generation newer than `after` with the TM's waves running in it. Returns that generation
+/// and the TM's status.
+fn restart_tm(c: &mut Cluster, after: u64, until: Instant) -> (u64, serde_json::Value) {
+    let args: Vec<String> = tm_args(c).iter().map(|s| s.to_string()).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    kill_and_restart(c, TM, &args);
+    let g = resumed_after(c, after, until);
+    let tm = c.watch.status_until(&c.admin_tm, until, |v| {
+        v["started"] == true && u(v, "generation") >= g && u(v, "waves") > 0
+    });
+    assert_eq!(tm["role"], "tm");
+    (g, tm)
+}
+
 fn logs_mention(dir: &Path, what: &str) -> bool {
     logs(dir).contains(what)
 }
@@ -161,14 +176,7 @@ fn a_restarted_token_manager_or_siu_resumes_logical_time_in_a_new_generation() {
     let g1 = resumed_after(&mut c, 0, until);
 
     // The token manager dies and comes back.
-    let args: Vec<String> = tm_args(&c).iter().map(|s| s.to_string()).collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    kill_and_restart(&mut c, TM, &args);
-    let g2 = resumed_after(&mut c, g1, until);
-    let tm = c.watch.status_until(&c.admin_tm, until, |v| {
-        v["started"] == true && u(v, "generation") >= g2 && u(v, "waves") > 0
-    });
-    assert_eq!(tm["role"], "tm");
+    let (g2, _) = restart_tm(&mut c, g1, until);
     assert!(
         logs_mention(&c.dir, "lost peer"),
         "the SIUs log the loss\n{}",
@@ -236,14 +244,7 @@ fn over_quic_a_restarted_token_manager_is_reached_again_and_logical_time_resumes
     let g1 = resumed_after(&mut c, 0, until);
     // The new TM process has a new QUIC endpoint at the same address: the SIUs must drop
     // their connection to the dead one and use the one it opens.
-    let args: Vec<String> = tm_args(&c).iter().map(|s| s.to_string()).collect();
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    kill_and_restart(&mut c, TM, &args);
-    let g2 = resumed_after(&mut c, g1, until);
-    let tm = c.watch.status_until(&c.admin_tm, until, |v| {
-        v["started"] == true && u(v, "generation") >= g2 && u(v, "waves") > 0
-    });
-    assert_eq!(tm["role"], "tm");
+    let (_, tm) = restart_tm(&mut c, g1, until);
     // The QUIC transport's losses are counted with the rest (values depend on timing).
     for v in [tm, status(&c.admin_alpha, &[]).expect("alpha answers")] {
         for key in [

@@ -7,7 +7,8 @@
 mod common;
 
 use common::{
-    BIN, GUARD, Procs, free_addrs, logs, make_pki, scratch, sigterm, spawn, wait_guarded,
+    BIN, GUARD, Procs, free_addrs, logs, make_pki, scratch, sigterm, spawn, spawn_siu, spawn_tm,
+    wait_guarded,
 };
 use isotach_proto::packet::StartOfIsochron;
 use isotach_tests::ByteGenerator;
@@ -17,6 +18,15 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const HOSTS: [&str; 3] = ["alpha", "beta", "gamma"];
+
+/// Starts the token manager and the SIUs of `hosts`, none with an admin service.
+fn daemons(dir: &Path, cfg: &str, hosts: &[&str]) -> Procs {
+    let mut procs = Procs(vec![spawn_tm(dir, cfg, &["--no-admin"])]);
+    for h in hosts {
+        procs.0.push(spawn_siu(dir, cfg, h, &["--no-admin"]));
+    }
+    procs
+}
 
 fn isotach(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().unwrap()
@@ -132,19 +142,7 @@ fn three_hosts_run_philo_over_quic_daemons() {
     );
 
     let until = Instant::now() + GUARD;
-    let mut procs = Procs(Vec::new());
-    procs.0.push(spawn(
-        &dir,
-        "tm0",
-        &["tm", "--config", cfg, "--name", "tm0", "--no-admin"],
-    ));
-    for h in HOSTS {
-        procs.0.push(spawn(
-            &dir,
-            &format!("siu-{h}"),
-            &["siu", "--config", cfg, "--host", h, "--no-admin"],
-        ));
-    }
+    let mut procs = daemons(&dir, cfg, &HOSTS);
     philosophers_eat(&mut procs, &dir, cfg, until);
     tools_speak_quic(&dir, cfg, until);
     stop_daemons(&mut procs, &dir, until);
@@ -250,19 +248,7 @@ fn a_daemon_whose_certificate_another_ca_signed_is_refused() {
     assert!(out.status.success(), "{out:?}");
 
     let until = Instant::now() + GUARD;
-    let mut procs = Procs(Vec::new());
-    procs.0.push(spawn(
-        &dir,
-        "tm0",
-        &["tm", "--config", good, "--name", "tm0", "--no-admin"],
-    ));
-    for h in ["alpha", "beta"] {
-        procs.0.push(spawn(
-            &dir,
-            &format!("siu-{h}"),
-            &["siu", "--config", good, "--host", h, "--no-admin"],
-        ));
-    }
+    let mut procs = daemons(&dir, good, &["alpha", "beta"]);
     procs.0.push(spawn(
         &dir,
         "rogue-gamma",
@@ -308,11 +294,9 @@ fn a_daemon_whose_certificate_another_ca_signed_is_refused() {
     }
 
     // The genuine gamma takes its place: the cluster runs.
-    procs.0.push(spawn(
-        &dir,
-        "siu-gamma",
-        &["siu", "--config", good, "--host", "gamma", "--no-admin"],
-    ));
+    procs
+        .0
+        .push(spawn_siu(&dir, good, "gamma", &["--no-admin"]));
     philosophers_eat(&mut procs, &dir, good, until);
     stop_daemons(&mut procs, &dir, until);
     let end = log_line(&dir, "tm0", &["QUIC transport stopped"], until);
@@ -337,19 +321,7 @@ fn an_application_with_another_tag_cannot_reach_its_siu() {
     let (good, foreign) = (good.to_str().unwrap(), foreign.to_str().unwrap());
 
     let until = Instant::now() + GUARD;
-    let mut procs = Procs(Vec::new());
-    procs.0.push(spawn(
-        &dir,
-        "tm0",
-        &["tm", "--config", good, "--name", "tm0", "--no-admin"],
-    ));
-    for h in HOSTS {
-        procs.0.push(spawn(
-            &dir,
-            &format!("siu-{h}"),
-            &["siu", "--config", good, "--host", h, "--no-admin"],
-        ));
-    }
+    let mut procs = daemons(&dir, good, &HOSTS);
     log_line(&dir, "siu-alpha", &["SIU up"], until);
     // The foreign application gives up at its deadline with an error naming the tags.
     let out = Command::new(BIN)

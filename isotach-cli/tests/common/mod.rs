@@ -143,12 +143,46 @@ pub(crate) fn spawn(dir: &Path, label: &str, args: &[&str]) -> (String, Child) {
     (label.to_string(), child)
 }
 
+/// Writes `text` as `DIR/cluster.toml`; returns its path.
+pub(crate) fn write_config(dir: &Path, text: &str) -> String {
+    let cfg = dir.join("cluster.toml");
+    std::fs::write(&cfg, text).unwrap();
+    cfg.to_str().unwrap().to_string()
+}
+
+/// Starts token manager `tm0` of config `cfg` (label `tm0`), with `ops` (`--admin ADDR`,
+/// `--no-admin`, …).
+pub(crate) fn spawn_tm(dir: &Path, cfg: &str, ops: &[&str]) -> (String, Child) {
+    let mut args = vec!["tm", "--config", cfg, "--name", "tm0"];
+    args.extend(ops);
+    spawn(dir, "tm0", &args)
+}
+
+/// Starts the SIU of `host` of config `cfg` (label `siu-HOST`), with `ops`.
+pub(crate) fn spawn_siu(dir: &Path, cfg: &str, host: &str, ops: &[&str]) -> (String, Child) {
+    let mut args = vec!["siu", "--config", cfg, "--host", host];
+    args.extend(ops);
+    spawn(dir, &format!("siu-{host}"), &args)
+}
+
+/// Starts the philosopher of `host` of config `cfg` (label `philo-HOST`), eating `meals`.
+pub(crate) fn spawn_philo(dir: &Path, cfg: &str, host: &str, meals: &str) -> (String, Child) {
+    let args = ["philo", "--config", cfg, "--host", host, "--meals", meals];
+    spawn(dir, &format!("philo-{host}"), &args)
+}
+
 /// The child's exit status, or `None` if it is still running at `until`.
 pub(crate) fn wait_guarded(c: &mut Child, until: Instant) -> Option<ExitStatus> {
+    wait_checking(c, until, || {})
+}
+
+/// [`wait_guarded`], calling `check` between polls.
+fn wait_checking(c: &mut Child, until: Instant, mut check: impl FnMut()) -> Option<ExitStatus> {
     while Instant::now() < until {
         if let Some(s) = c.try_wait().unwrap() {
             return Some(s);
         }
+        check();
         std::thread::sleep(Duration::from_millis(50));
     }
     None
@@ -199,6 +233,17 @@ pub(crate) fn status_until(
     until: Instant,
     done: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
+    status_checking(dir, admin, until, done, || {})
+}
+
+/// [`status_until`], calling `check` between polls.
+fn status_checking(
+    dir: &Path,
+    admin: &str,
+    until: Instant,
+    done: impl Fn(&serde_json::Value) -> bool,
+    mut check: impl FnMut(),
+) -> serde_json::Value {
     let mut last = None;
     loop {
         if let Some(v) = status(admin, &[]) {
@@ -207,6 +252,7 @@ pub(crate) fn status_until(
             }
             last = Some(v);
         }
+        check();
         assert!(
             Instant::now() < until,
             "status of {admin} never satisfied the condition; last reply: {}\n{}",
@@ -439,37 +485,14 @@ impl Watchdog {
         until: Instant,
         done: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let mut last = None;
-        loop {
-            if let Some(v) = status(admin, &[]) {
-                if done(&v) {
-                    return v;
-                }
-                last = Some(v);
-            }
-            self.check();
-            assert!(
-                Instant::now() < until,
-                "status of {admin} never satisfied the condition; last reply: {}\n{}",
-                last.as_ref()
-                    .map_or_else(|| "none".to_string(), ToString::to_string),
-                logs(&self.dir)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let dir = self.dir.clone();
+        status_checking(&dir, admin, until, done, || self.check())
     }
 
     /// [`wait_guarded`] (an application finishing, say), checking the watched daemons'
     /// progress as it waits.
     pub(crate) fn wait(&mut self, c: &mut Child, until: Instant) -> Option<ExitStatus> {
-        while Instant::now() < until {
-            if let Some(s) = c.try_wait().unwrap() {
-                return Some(s);
-            }
-            self.check();
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
+        wait_checking(c, until, || self.check())
     }
 }
 
