@@ -18,6 +18,8 @@
 
 use super::am::{BenchOptions, RawUdpBaseline};
 use crate::demo_cmd::{LoopbackCluster, RunningDaemons, start_loopback_cluster};
+// The replicated map: page `p` at hosts `p` and `p + 1` (mod N), as the philosophers' forks.
+use crate::philo_app::forks_map;
 use crate::{EXIT_FAILED, UsageError};
 use anyhow::Context;
 use clap::Args;
@@ -240,17 +242,6 @@ fn join_apps<R>(apps: Vec<App<R>>, problems: &mut Vec<String>) -> Vec<R> {
 /// An empty latency histogram, ns (1 ns to 600 s, 3 significant digits).
 fn latency_hist() -> anyhow::Result<Histogram<u64>> {
     Ok(Histogram::new_with_bounds(1, 600_000_000_000, 3)?)
-}
-
-/// The replicated map: page `p` at hosts `p` and `p + 1` (mod `n`).
-fn ring_map(n: usize) -> MemoryMap {
-    let mut map = MemoryMap::default();
-    for p in 0..n {
-        let copies = vec![p as HostId, ((p + 1) % n) as HostId];
-        map.insert(p as u32, p as u32, copies)
-            .expect("one page per host");
-    }
-    map
 }
 
 /// Connects host `h`'s application socket to its SIU daemon.
@@ -504,7 +495,7 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
     let mut problems = Vec::new();
     let deadline = Instant::now() + STARTUP_MAX + Duration::from_secs_f64(c.seconds * 3.0 + 10.0);
     let (ops, seconds) = (a.ops, c.seconds);
-    let apps = spawn_apps(&mut lc, ring_map(n), deadline, move |h, mut smm| {
+    let apps = spawn_apps(&mut lc, forks_map(n), deadline, move |h, mut smm| {
         host_load(&mut smm, h, n, w, ops, seconds, deadline)
     })?;
     let t_start = Instant::now();
