@@ -215,7 +215,7 @@ fn sim_sc_and_philo_print_their_reports_and_exit_0() {
 }
 
 #[test]
-fn sim_waves_crashes_and_restarts_daemons_and_sc_refuses_restarts() {
+fn sim_waves_crashes_and_restarts_daemons_and_sc_refuses_restarts_with_app_restarts() {
     let out = isotach(&[
         "sim",
         "waves",
@@ -257,8 +257,10 @@ fn sim_waves_crashes_and_restarts_daemons_and_sc_refuses_restarts() {
         "10",
         "--restarts",
         "1",
+        "--app-restarts",
+        "1",
     ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not supported by `sim sc` yet"), "{err}");
+    assert!(err.contains("run them apart"), "{err}");
 }

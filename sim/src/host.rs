@@ -29,6 +29,7 @@ pub struct HostCtx<'a> {
     pub(crate) topology: &'a Topology,
     pub(crate) rng: &'a mut SimRng,
     pub(crate) actions: &'a mut Vec<HostAction>,
+    pub(crate) siu_generation: u32,
 }
 
 impl HostCtx<'_> {
@@ -40,6 +41,11 @@ impl HostCtx<'_> {
     /// This host's id.
     pub fn host(&self) -> HostId {
         self.host
+    }
+
+    /// The logical-time generation this host's SIU is in now (0: not started, or down).
+    pub fn siu_generation(&self) -> u32 {
+        self.siu_generation
     }
 
     /// The cluster topology.

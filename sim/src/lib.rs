@@ -15,6 +15,7 @@
 //! over every delivery: time, node, bytes) proves it.
 #![warn(missing_docs)]
 
+mod eras;
 pub mod hash;
 pub mod host;
 pub mod linknet;

@@ -15,12 +15,12 @@ use crate::host::{Host, HostCtx};
 use crate::net::{FaultError, Faults, RangeUs};
 use crate::oracle::PulseOracle;
 use crate::sim::{Pauses, Restarts, RunEnd, Sim, SimConfig, SimError};
-use crate::smm_host::{SmmPort, run_to_quiescence};
+use crate::smm_host::{PortEvent, SmmPort, run_to_quiescence};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::Width;
 use isotach_proto::topology::HostId;
 use isotach_siu::SiuError;
-use isotach_smm::{Addr, MemoryMap, ReadHandle, oracle};
+use isotach_smm::{Addr, MemoryMap, ReadHandle};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -79,14 +79,6 @@ pub enum PhiloError {
     /// The simulator refused the configuration.
     #[error(transparent)]
     Sim(#[from] SimError),
-    /// TM/SIU restarts: shared memory does not survive a restart of logical time, and the
-    /// philosophers do not restart yet.
-    #[error(
-        "restarts of TMs and SIUs are not supported by `sim philo` yet: shared memory does \
-         not survive a restart of logical time (docs/operations.md, \"Peer loss and \
-         restarts\"); `sim waves` checks restarts"
-    )]
-    Restarts,
 }
 
 /// The result of a philo run: one JSON object. Keys are documented in `docs/sim.md`.
@@ -118,6 +110,13 @@ pub struct PhiloReport {
     pub reads_checked: u64,
     /// Oracle violations of every kind (SC, atomicity, program order, unexecuted, unresolved).
     pub sc_violations: u64,
+    /// Restarts of logical time the philosophers saw (each ends every philosopher's
+    /// application: a meal in progress ends and does not count; forks start free).
+    pub logical_restarts: u64,
+    /// Generations the oracle checked, each from empty memory.
+    pub eras_checked: u64,
+    /// Isochrons a restart of logical time discarded (allowed; `docs/sim.md`).
+    pub discarded_isochrons: u64,
     /// EOP-rule and sort-vector violations.
     pub eop_violations: u64,
     /// Refusals and bad input (must stay 0).
@@ -217,6 +216,20 @@ impl Philosopher {
         }
     }
 
+    /// Logical time restarted: this philosopher's application ended (a meal in progress ends
+    /// now and does not count) and a new one waits for the new generation's start barrier.
+    fn restarted(&mut self, ctx: &mut HostCtx<'_>) {
+        if self.state == State::Eating
+            && let Some(m) = self.meals_log.last_mut()
+        {
+            m.1 = ctx.now_us();
+        }
+        if self.state != State::Done {
+            self.state = State::Starting;
+        }
+        self.hungry_since_pulse = None;
+    }
+
     /// Done eating: put both forks down.
     fn release(&mut self, ctx: &mut HostCtx<'_>) {
         let mut iso = self.port.node.isochron();
@@ -243,9 +256,13 @@ impl Host for Philosopher {
     }
 
     fn on_packet(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8]) {
-        if self.port.packet(ctx, bytes) {
-            self.state = State::Thinking;
-            self.wait(ctx, self.opts.think_us);
+        match self.port.packet(ctx, bytes) {
+            PortEvent::Started => {
+                self.state = State::Thinking;
+                self.wait(ctx, self.opts.think_us);
+            }
+            PortEvent::Restarted => self.restarted(ctx),
+            PortEvent::Nothing => {}
         }
         if let State::Taking { left, right } = self.state {
             let node = &mut self.port.node;
@@ -263,6 +280,11 @@ impl Host for Philosopher {
             State::Eating => self.release(ctx),
             State::Starting | State::Taking { .. } | State::Done => {}
         }
+    }
+
+    fn on_siu_restart(&mut self, ctx: &mut HostCtx<'_>) {
+        self.port.siu_restarted(ctx);
+        self.restarted(ctx);
     }
 
     fn on_refused(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8], error: &SiuError) {
@@ -288,9 +310,6 @@ pub fn run(opts: &PhiloOptions) -> Result<PhiloReport, PhiloError> {
         return Err(PhiloError::TooFew);
     }
     opts.faults.validate()?;
-    if opts.restarts.is_some() {
-        return Err(PhiloError::Restarts);
-    }
     let wall = std::time::Instant::now();
     let shared = Arc::new(opts.clone());
     let map = Arc::new(forks(n));
@@ -338,18 +357,24 @@ pub fn run(opts: &PhiloOptions) -> Result<PhiloReport, PhiloError> {
 fn report(opts: &PhiloOptions, sim: &Sim<Philosopher, PulseOracle>, end: RunEnd) -> PhiloReport {
     let phils = sim.hosts();
     let n = phils.len();
-    let records: Vec<_> = phils
+    let nodes = phils
         .iter()
-        .flat_map(|p| p.port.node.records().iter().cloned())
+        .flat_map(|p| p.port.era_records(p.port.records().collect()))
         .collect();
-    let (o, notes) = oracle::check_explained(&records, 4);
+    let e = crate::eras::check(nodes, 4);
+    let o = e.oracle;
     let safety = overlaps(phils);
     let mut problems: Vec<String> = safety.1;
-    problems.extend(notes);
+    problems.extend(e.notes);
     let mut unexpected = sim.stats().net_errors;
     for p in phils {
-        let s = p.port.node.stats();
-        unexpected += s.bad_input + s.not_a_copy + s.assigns_without_sched + s.count_mismatches;
+        for s in p.port.all_stats() {
+            unexpected += s.bad_input + s.not_a_copy + s.assigns_without_sched + s.count_mismatches;
+            if p.port.ended.is_empty() {
+                // Only an ended application's reads can be answered late.
+                unexpected += s.replies_unknown;
+            }
+        }
         unexpected += p.port.problems.len() as u64;
         problems.extend(p.port.problems.iter().cloned());
     }
@@ -379,6 +404,9 @@ fn report(opts: &PhiloOptions, sim: &Sim<Philosopher, PulseOracle>, end: RunEnd)
         isochrons: o.isochrons,
         reads_checked: o.reads_checked,
         sc_violations: sc,
+        logical_restarts: phils.iter().map(|p| p.port.ended.len() as u64).sum(),
+        eras_checked: e.eras,
+        discarded_isochrons: e.discarded_isochrons,
         eop_violations: eop,
         unexpected_errors: unexpected,
         completed,

@@ -14,12 +14,12 @@ use crate::host::{Host, HostCtx};
 use crate::net::{FaultError, Faults, RangeUs};
 use crate::oracle::PulseOracle;
 use crate::sim::{Pauses, Restarts, RunEnd, Sim, SimConfig, SimError};
-use crate::smm_host::{SmmPort, run_to_quiescence};
+use crate::smm_host::{PortEvent, SmmPort, run_to_quiescence};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::Width;
 use isotach_proto::topology::HostId;
 use isotach_siu::SiuError;
-use isotach_smm::{Addr, MemoryMap, oracle};
+use isotach_smm::{Addr, MemoryMap};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -92,14 +92,13 @@ pub enum ScError {
     /// The simulator refused the configuration.
     #[error(transparent)]
     Sim(#[from] SimError),
-    /// TM/SIU restarts: shared memory does not survive a restart of logical time, and the
-    /// workload does not restart its applications yet.
+    /// TM/SIU restarts together with application restarts or late joins.
     #[error(
-        "restarts of TMs and SIUs are not supported by `sim sc` yet: shared memory does not \
-         survive a restart of logical time (docs/operations.md, \"Peer loss and restarts\"); \
-         `sim waves` checks restarts"
+        "restarts of TMs and SIUs cannot be combined with application restarts or late joins \
+         in one `sim sc` run: a restart of logical time ends every application, so an \
+         application that is away or joining has no copy to recover from; run them apart"
     )]
-    Restarts,
+    RestartsWithAppFaults,
 }
 
 /// The result of all runs: one JSON object. Keys are documented in `docs/sim.md`.
@@ -148,6 +147,19 @@ pub struct ScReport {
     pub pages_started_empty: u64,
     /// Reads refused because their copy was away or catching up (allowed; not checked).
     pub reads_refused: u64,
+    /// Restarts of logical time the applications saw (each ends every application; a new
+    /// one starts on empty memory in the new generation).
+    pub logical_restarts: u64,
+    /// Generations checked by the oracle, each from empty memory (all runs).
+    pub eras_checked: u64,
+    /// Isochrons a restart of logical time discarded: issued and not executed before the
+    /// pulse the restart cut short (allowed; `docs/sim.md`).
+    pub discarded_isochrons: u64,
+    /// Reads a restart of logical time left unresolved (allowed).
+    pub discarded_reads: u64,
+    /// Read answers that reached a newer application than the one that asked (ignored;
+    /// allowed only on a host whose application restarted).
+    pub replies_ignored: u64,
     /// Seeds of failing runs (first few).
     pub failed_seeds: Vec<u64>,
     /// First problems seen.
@@ -315,12 +327,21 @@ impl Host for ScHost {
     }
 
     fn on_packet(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8]) {
-        if self.port.packet(ctx, bytes) && self.life.late {
-            self.life.late = false;
-            self.life.leaving = true;
+        match self.port.packet(ctx, bytes) {
+            PortEvent::Started if self.life.late => {
+                self.life.late = false;
+                self.life.leaving = true;
+            }
+            PortEvent::Restarted => self.scheds.clear(),
+            _ => {}
         }
         self.check_rejoined();
         self.maybe_issue(ctx);
+    }
+
+    fn on_siu_restart(&mut self, ctx: &mut HostCtx<'_>) {
+        self.port.siu_restarted(ctx);
+        self.scheds.clear();
     }
 
     fn on_wake(&mut self, ctx: &mut HostCtx<'_>, token: u64) {
@@ -329,7 +350,11 @@ impl Host for ScHost {
             WAKE_RETURN => self.come_back(ctx),
             _ => {
                 self.waking = false;
-                if !self.restarting() && self.left > 0 && self.outstanding() < OUTSTANDING_MAX {
+                if self.port.running
+                    && !self.restarting()
+                    && self.left > 0
+                    && self.outstanding() < OUTSTANDING_MAX
+                {
                     self.issue(ctx);
                 }
             }
@@ -391,8 +416,8 @@ pub fn run_with_progress(
     progress: &mut dyn FnMut(u64, &ScReport),
 ) -> Result<ScReport, ScError> {
     opts.faults.validate()?;
-    if opts.restarts.is_some() {
-        return Err(ScError::Restarts);
+    if opts.restarts.is_some() && opts.apps.active() {
+        return Err(ScError::RestartsWithAppFaults);
     }
     let wall = std::time::Instant::now();
     let mut report = ScReport {
@@ -477,8 +502,12 @@ fn run_one(opts: &ScOptions, seed: u64, report: &mut ScReport) -> Result<(), ScE
 }
 
 fn tally(sim: &Sim<ScHost, PulseOracle>, end: RunEnd, map: &MemoryMap, report: &mut ScReport) {
-    let records: Vec<_> = sim.hosts().iter().flat_map(ScHost::records).collect();
-    let (o, notes) = oracle::check_explained(&records, 4);
+    let nodes = sim.hosts().iter().flat_map(ScHost::era_records).collect();
+    let e = crate::eras::check(nodes, 4);
+    let o = e.oracle;
+    report.eras_checked += e.eras;
+    report.discarded_isochrons += e.discarded_isochrons;
+    report.discarded_reads += e.discarded_reads;
     report.isochrons += o.isochrons;
     report.reads_checked += o.reads_checked;
     report.sc_violations += o.sc_violations;
@@ -491,7 +520,7 @@ fn tally(sim: &Sim<ScHost, PulseOracle>, end: RunEnd, map: &MemoryMap, report: &
     let p = sim.observer().stats();
     report.eop_violations += p.eop_violations;
     report.order_violations += p.order_violations;
-    let mut problems: Vec<String> = notes;
+    let mut problems: Vec<String> = e.notes;
     if end != RunEnd::Stopped {
         report.stalled_runs += 1;
         problems.extend(
@@ -508,10 +537,16 @@ fn tally(sim: &Sim<ScHost, PulseOracle>, end: RunEnd, map: &MemoryMap, report: &
             report.read_pending_max = report.read_pending_max.max(s.read_pending_max);
             let bad = s.bad_input + s.not_a_copy + s.assigns_without_sched + s.count_mismatches;
             report.unexpected_errors += bad;
+            report.replies_ignored += s.replies_unknown;
+            if h.port.ended.is_empty() && h.life.restarts == 0 {
+                // Only an ended application's reads can be answered late.
+                report.unexpected_errors += s.replies_unknown;
+            }
             report.reads_refused += s.reads_refused;
         }
         report.unexpected_errors += h.port.problems.len() as u64;
         report.app_restarts += h.life.restarts;
+        report.logical_restarts += h.port.ended.len() as u64;
         report.pages_recovered += h.life.pages_recovered;
         report.pages_started_empty += h.life.pages_started_empty;
         problems.extend(h.port.problems.iter().cloned());

@@ -712,6 +712,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 topology: &self.topology,
                 rng: &mut self.host_rngs[h],
                 actions: &mut actions,
+                siu_generation: self.generations[h],
             };
             f(&mut self.hosts[h], &mut ctx);
         }

@@ -5,17 +5,46 @@
 //! started is resent a little later (nothing else is sent before the barrier completes, so
 //! the host→SIU stream stays in order).
 
+use crate::eras::NodeRecords;
 use crate::host::HostCtx;
 use crate::sim::{RunEnd, Sim};
 use crate::{Host, Observer};
 use isotach_proto::config::ClusterConfig;
+use isotach_proto::packet::EopMarker;
 use isotach_proto::topology::HostId;
 use isotach_siu::SiuError;
-use isotach_smm::{MemoryMap, SmmConfig, SmmLimits, SmmNode};
+use isotach_smm::{ExecRecord, MemoryMap, SmmConfig, SmmError, SmmLimits, SmmNode, SmmStats};
 use std::sync::Arc;
 
+/// Read ids each node of a host draws from before the next node's range starts.
+const READ_IDS_PER_NODE: u32 = 1 << 24;
 /// How long a host waits before resending a barrier marker its SIU refused.
 const START_RETRY_US: u64 = 200;
+
+/// A node that a restart of logical time ended.
+#[derive(Debug)]
+pub(crate) struct EndedNode {
+    /// The generation its pulses ran in (`None`: it drained no pulse).
+    pub(crate) era: Option<u32>,
+    /// The first pulse its records prove nothing about: the pulse the reset EOP cut short
+    /// (drained in part), or the one after the last drained when its SIU process restarted.
+    pub(crate) cut_ts: u64,
+    /// What it executed, program order numbered after the host's earlier nodes.
+    pub(crate) records: Vec<ExecRecord>,
+    /// Its counters.
+    pub(crate) stats: SmmStats,
+}
+
+/// What a packet from the SIU meant to the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PortEvent {
+    /// Nothing for the workload.
+    Nothing,
+    /// The start barrier completed: logical time runs everywhere.
+    Started,
+    /// Logical time restarted: the node ended and a fresh one waits for the new start.
+    Restarted,
+}
 
 /// An SMM node inside a simulated host.
 #[derive(Debug)]
@@ -25,6 +54,14 @@ pub(crate) struct SmmPort {
     pub(crate) running: bool,
     /// Refusals other than the start-up `NotStarted` (must stay empty).
     pub(crate) problems: Vec<String>,
+    /// The generation the node's pulses run in (`None` until it drained one).
+    pub(crate) era: Option<u32>,
+    /// Nodes that restarts of logical time ended, oldest first.
+    pub(crate) ended: Vec<EndedNode>,
+    /// Program-order index of the node's first isochron (after every ended node's).
+    pub(crate) index_base: u64,
+    /// Nodes this host started after the first.
+    nodes_started: u32,
 }
 
 impl SmmPort {
@@ -40,14 +77,83 @@ impl SmmPort {
             node,
             running: false,
             problems: Vec::new(),
+            era: None,
+            ended: Vec::new(),
+            index_base: 0,
+            nodes_started: 0,
         }
     }
 
-    /// A new application on this host: a fresh node (it joins; logical time already runs).
+    /// The node's records, program order numbered after every ended node's.
+    pub(crate) fn records(&self) -> impl Iterator<Item = ExecRecord> + '_ {
+        let base = self.index_base;
+        self.node.records().iter().cloned().map(move |mut r| {
+            r.index += base;
+            r
+        })
+    }
+
+    /// Every node's records for the era oracle: the nodes restarts ended, then the running
+    /// one with `current` (its records, and those of earlier applications of its era).
+    pub(crate) fn era_records(&self, current: Vec<ExecRecord>) -> Vec<NodeRecords> {
+        let ended = self.ended.iter().map(|e| NodeRecords {
+            era: e.era,
+            cut_ts: Some(e.cut_ts),
+            records: e.records.clone(),
+        });
+        ended
+            .chain(std::iter::once(NodeRecords {
+                era: self.era,
+                cut_ts: None,
+                records: current,
+            }))
+            .collect()
+    }
+
+    /// Counters of every node this host ran, the current one last.
+    pub(crate) fn all_stats(&self) -> impl Iterator<Item = SmmStats> + '_ {
+        self.ended
+            .iter()
+            .map(|e| e.stats)
+            .chain(std::iter::once(self.node.stats()))
+    }
+
+    /// Logical time restarted under the node: keep what it did as an ended node of its era,
+    /// start a fresh node and enter the new generation's start barrier.
+    pub(crate) fn end_era(&mut self, ctx: &mut HostCtx<'_>, cut_ts: u64) {
+        let records: Vec<ExecRecord> = self.records().collect();
+        self.index_base = records
+            .iter()
+            .map(|r| r.index + 1)
+            .max()
+            .unwrap_or(self.index_base);
+        self.ended.push(EndedNode {
+            era: self.era.take(),
+            cut_ts,
+            records,
+            stats: self.node.stats(),
+        });
+        self.restart(ctx.host());
+        self.running = false;
+        self.start(ctx);
+    }
+
+    /// The host's SIU process restarted: everything it handed over is gone with it, so the
+    /// node ends after the last pulse it drained.
+    pub(crate) fn siu_restarted(&mut self, ctx: &mut HostCtx<'_>) {
+        let cut_ts = self.node.last_pulse() + 1;
+        self.end_era(ctx, cut_ts);
+    }
+
+    /// A new application on this host: a fresh node, its read ids in a range of their own
+    /// (answers to the previous node's reads may still come).
     pub(crate) fn restart(&mut self, host: HostId) {
         let cfg = self.node.config().clone();
         debug_assert_eq!(cfg.host, host);
         self.node = SmmNode::new(cfg);
+        self.nodes_started += 1;
+        self.node
+            .start_read_ids_at(self.nodes_started.wrapping_mul(READ_IDS_PER_NODE));
     }
 
     /// Enters the start barrier.
@@ -65,17 +171,37 @@ impl SmmPort {
         }
     }
 
-    /// Hands a packet from the SIU to the node; returns true when this packet completed the
-    /// start barrier.
-    pub(crate) fn packet(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8]) -> bool {
-        if let Err(e) = self.node.handle_siu(bytes) {
-            self.problems
-                .push(format!("host {}: SMM refused SIU input: {e}", ctx.host()));
+    /// Hands a packet from the SIU to the node and says what it meant.
+    pub(crate) fn packet(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8]) -> PortEvent {
+        match self.node.handle_siu(bytes) {
+            Ok(()) => {}
+            Err(SmmError::Restarted { drained, .. }) if is_restart_eop(bytes) => {
+                // The reset EOP of pulse `drained`: that pulse drained in part.
+                self.end_era(ctx, drained);
+                return PortEvent::Restarted;
+            }
+            Err(e) => self
+                .problems
+                .push(format!("host {}: SMM refused SIU input: {e}", ctx.host())),
+        }
+        if is_restart_eop(bytes) && self.node.stats().pulses_drained <= 1 {
+            // A node that had run nothing yet takes the reset quietly, but whatever it sent
+            // (the start barrier's marker) went with the old generation: start again.
+            let cut_ts = self.node.last_pulse();
+            self.end_era(ctx, cut_ts);
+            return PortEvent::Restarted;
+        }
+        if self.era.is_none() && self.node.stats().pulses_drained > 0 {
+            self.era = Some(ctx.siu_generation());
         }
         self.flush(ctx);
         let started = !self.running && self.node.barrier_done(0);
         self.running |= started;
-        started
+        if started {
+            PortEvent::Started
+        } else {
+            PortEvent::Nothing
+        }
     }
 
     /// The SIU refused a packet: resend the start barrier later; anything else is a problem.
@@ -90,6 +216,11 @@ impl SmmPort {
             ctx.host()
         ));
     }
+}
+
+/// An EOP marker with the reset bit outside an epoch's end: logical time restarted.
+fn is_restart_eop(bytes: &[u8]) -> bool {
+    EopMarker::decode(bytes).is_ok_and(|e| e.reset && !e.end_of_epoch && !e.repeat)
 }
 
 /// Runs `sim` until every host is `done` and every node and SIU has drained everything, then

@@ -50,3 +50,22 @@ fn one_philosopher_is_refused() {
         Err(PhiloError::TooFew)
     ));
 }
+
+/// Crashes of TMs and SIUs: a restart of logical time ends every philosopher's application
+/// (a meal in progress ends then), forks start free in the new generation, and no two
+/// neighbours ever eat at once across it.
+#[test]
+fn neighbours_never_eat_together_across_restarts_of_logical_time() {
+    for seed in 1..=3 {
+        let mut o = options(5, 2, 20, seed);
+        o.restarts = Some(isotach_sim::Restarts {
+            every_us: 4_000,
+            count: 3,
+            down_us: RangeUs::new(100, 3_000),
+        });
+        let r = philo::run(&o).unwrap();
+        assert!(r.ok, "seed {seed}: {r:#?}");
+        assert!(r.logical_restarts > 0, "seed {seed}: {r:?}");
+        assert_eq!(r.meals, 100, "seed {seed}");
+    }
+}

@@ -241,6 +241,10 @@ pub struct SiuStats {
     pub messages_late: u64,
     /// Messages dropped as too far ahead or misrouted.
     pub messages_refused: u64,
+    /// Isotach messages of an older generation dropped: the token manager forwarded them
+    /// before it took the restart this SIU is in (their pulse belongs to a generation that
+    /// ended; delivered, they would land in the new one).
+    pub messages_stale: u64,
     /// Isochron markers sent to the host.
     pub markers_sent: u64,
     /// Barriers completed.

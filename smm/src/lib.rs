@@ -247,6 +247,12 @@ pub struct SmmStats {
     pub unhandled_messages: u64,
     /// Other bad input from the SIU.
     pub bad_input: u64,
+    /// Answers for reads this node has no open read for (ignored): replies carry no
+    /// generation, so an answer to an earlier application's read — one that logical time's
+    /// restart or the application's own restart ended — can arrive after it. Each node draws
+    /// its read ids from its own range ([`SmmNode::start_read_ids_at`]) so such an answer
+    /// never resolves a newer read.
+    pub replies_unknown: u64,
     /// Barriers completed.
     pub barriers_completed: u64,
     /// Packets `handle_siu` refused for a table limit (the driver holds and retries them).

@@ -102,6 +102,10 @@ pub struct TmStats {
     pub messages_forwarded: u64,
     /// Isotach messages held for a neighbour that had not started yet (released later).
     pub messages_held: u64,
+    /// Isotach messages of an older generation dropped: sent by a neighbour that had not yet
+    /// taken the restart this TM is in, or held here when a restart came. Their pulse belongs
+    /// to a generation that ended; delivered, they would land in the new one.
+    pub messages_stale: u64,
     /// Barrier rounds sent to hosts (barrier waves).
     pub barrier_rounds: u64,
     /// Logical-time restarts.
@@ -117,6 +121,11 @@ struct Link {
     port: u16,
     /// In-sequence tokens accepted from this neighbour.
     accepted: u64,
+    /// The newest generation this neighbour's tokens (restart tokens included) showed: every
+    /// node sends a generation's restart token on each link before anything of that
+    /// generation, and links are FIFO, so a message arriving after a token of an older
+    /// generation than this TM's was sent in that older generation.
+    generation: Option<u32>,
     last_two: LastTwo,
     /// Takes part in barriers (hosts and spanning-tree trunks).
     barrier_link: bool,
@@ -316,6 +325,10 @@ impl TokenManager {
             Kind::IsotachMessage => {
                 // Checked in full (a forwarded message is never malformed) but not copied out.
                 let dest = IsotachMessage::validate(bytes).map_err(decode)?;
+                if self.sent_in_older_generation(link) {
+                    self.stats.messages_stale += 1;
+                    return Ok(());
+                }
                 self.forward(dest, bytes, true)
             }
             Kind::Plain => {
@@ -349,6 +362,15 @@ impl TokenManager {
         Ok(())
     }
 
+    /// The neighbour on `link` last showed an older generation than this TM's: what it sends
+    /// now was sent before it took this TM's restart.
+    fn sent_in_older_generation(&self, link: LinkId) -> bool {
+        self.started
+            && self.links[link]
+                .generation
+                .is_some_and(|g| g != self.generation)
+    }
+
     /// The neighbour on `link` proved it started: its held messages go out, in order.
     fn release_held(&mut self, link: LinkId) {
         debug_assert_eq!(self.held, self.held_in_links());
@@ -372,6 +394,12 @@ impl TokenManager {
                 port: t.source_port,
                 expected,
             });
+        }
+        let l = &mut self.links[link];
+        if l.generation
+            .is_none_or(|g| generation_newer(t.generation, g))
+        {
+            l.generation = Some(t.generation);
         }
         if t.restart {
             if generation_newer(t.generation, self.generation) {
@@ -408,14 +436,20 @@ impl TokenManager {
     fn restart(&mut self, now_us: u64, generation: u32) {
         if self.started {
             self.stats.resets += 1;
+            // Everything held was accepted in the generation that ends here.
+            for l in &mut self.links {
+                self.stats.messages_stale += l.held.len() as u64;
+                l.held.clear();
+            }
+            self.held = 0;
         }
         self.started = true;
         self.generation = generation;
         self.waves = 0;
         self.epoch_signals = [EpochSignals::default(); 2];
         for l in &mut self.links {
-            // Held messages stay held: they were sent by nodes already in the generation this
-            // restart starts (isotach messages carry no generation; see docs/design.md).
+            // On a first start, held messages stay held: they came before any generation
+            // here, from neighbours that started this one.
             l.accepted = 0;
             l.last_two.clear();
             l.barrier_recv = [0; BARRIERS];
@@ -573,6 +607,7 @@ impl Link {
             peer,
             port,
             accepted: 0,
+            generation: None,
             last_two: LastTwo::default(),
             barrier_link,
             barrier_recv: [0; BARRIERS],

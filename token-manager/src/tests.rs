@@ -317,3 +317,73 @@ fn begin_restart_sends_the_next_generation_to_every_neighbour() {
     t.handle_input(6, 0, &echo.to_bytes()).unwrap();
     assert_eq!(t.generation(), 2);
 }
+
+fn write_to(dest: u16) -> Vec<u8> {
+    let m = IsotachMessage {
+        ts: 2,
+        source: 0,
+        dest,
+        sequum: 0,
+        sref: Sref::Mem {
+            op: SrefOp::Write,
+            width: Width::W32,
+            addr: 4,
+            value: 9,
+            ref_id: 0,
+        },
+    };
+    let mut b = Vec::new();
+    m.encode(&mut b);
+    b
+}
+
+#[test]
+fn messages_of_an_older_generation_are_dropped_not_forwarded() {
+    let mut t = started(2);
+    t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
+    drain(&mut t);
+    // Generation 2 starts here; host 0 has not taken it yet, so what it sends now was sent
+    // in generation 1 and would land in a pulse of generation 2.
+    t.begin_restart(2);
+    drain(&mut t);
+    t.handle_input(3, 0, &write_to(1)).unwrap();
+    assert!(drain(&mut t).is_empty(), "a stale message is not forwarded");
+    assert_eq!(t.stats().messages_stale, 1);
+    // Its echo of generation 2 comes first on the link before anything it sends in it.
+    let echo = Token {
+        generation: 2,
+        ..reset_token(0)
+    };
+    t.handle_input(4, 0, &echo.to_bytes()).unwrap();
+    t.handle_input(
+        4,
+        1,
+        &Token {
+            generation: 2,
+            ..token(1, 1)
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    t.handle_input(4, 0, &write_to(1)).unwrap();
+    let out = drain(&mut t);
+    assert!(
+        out.iter()
+            .any(|(l, p)| *l == 1 && p.kind() == Kind::IsotachMessage)
+    );
+    assert_eq!(t.stats().messages_stale, 1);
+}
+
+#[test]
+fn messages_held_when_a_restart_comes_belong_to_the_old_generation() {
+    let mut t = started(2);
+    // Host 1 has not answered wave 1: a message for it waits.
+    t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(1, 0, &write_to(1)).unwrap();
+    assert_eq!(t.stats().messages_held, 1);
+    t.begin_restart(2);
+    let out = drain(&mut t);
+    assert!(out.iter().all(|(_, p)| p.kind() == Kind::Token));
+    assert_eq!(t.stats().messages_stale, 1);
+}

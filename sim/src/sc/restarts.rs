@@ -3,6 +3,7 @@
 //! (`docs/design.md`, "Joining late or after a restart").
 
 use super::{LEAVE_RETRY_US, ScHost, WAKE_LEAVE, WAKE_RETURN};
+use crate::eras::NodeRecords;
 use crate::host::HostCtx;
 use crate::net::RangeUs;
 use isotach_smm::{ExecRecord, JoinStatus, SmmStats};
@@ -75,11 +76,16 @@ impl ScHost {
     /// Every application's records, program order numbered across restarts.
     pub(super) fn records(&self) -> Vec<ExecRecord> {
         let mut all = self.life.retired.clone();
-        all.extend(self.port.node.records().iter().cloned().map(|mut r| {
+        all.extend(self.port.records().map(|mut r| {
             r.index += self.life.index_base;
             r
         }));
         all
+    }
+
+    /// Every node's records for the oracle, by era.
+    pub(super) fn era_records(&self) -> Vec<NodeRecords> {
+        self.port.era_records(self.records())
     }
 
     /// Counters of every application this host ran.
@@ -88,7 +94,7 @@ impl ScHost {
             .retired_stats
             .iter()
             .copied()
-            .chain(std::iter::once(self.port.node.stats()))
+            .chain(self.port.all_stats())
     }
 
     /// Busy with a restart: issue nothing.

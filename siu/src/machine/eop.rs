@@ -73,6 +73,10 @@ impl Siu {
             self.stats.messages_refused += 1;
             return Err(SiuError::NotStarted);
         }
+        if self.tm_generation.is_some_and(|g| g != self.generation) {
+            self.stats.messages_stale += 1;
+            return Ok(());
+        }
         match self.pulses.record(ts, source, sequum) {
             Placement::Counted => {
                 debug_assert!(ts >= self.recvclock);

@@ -48,6 +48,17 @@ impl SmmNode {
         outcome
     }
 
+    /// Draws this node's read ids from `first` on. An application that replaces an earlier
+    /// one on the same host (after a restart) starts where no answer to the earlier one's
+    /// reads can land: answers carry only the read id. Call before the first read.
+    pub fn start_read_ids_at(&mut self, first: u32) {
+        assert!(
+            self.reads.is_empty() && self.next_ref == 0,
+            "read ids are chosen before the first read"
+        );
+        self.next_ref = first;
+    }
+
     /// A new read handle, waiting; refused at the table limit.
     pub(super) fn new_read(&mut self) -> Result<u32, SmmError> {
         if self.reads.len() >= self.cfg.limits.reads_max {
@@ -80,9 +91,8 @@ impl SmmNode {
     /// A waiting read gets its outcome (a value or a refusal), in its slot and its record.
     fn settle_read(&mut self, ref_id: u32, outcome: ReadSlot) -> Result<(), SmmError> {
         let Some(slot) = self.reads.get_mut(&ref_id) else {
-            return Err(SmmError::BadInput(format!(
-                "answer for unknown read {ref_id}"
-            )));
+            self.stats.replies_unknown += 1;
+            return Ok(());
         };
         let ReadSlot::Waiting { record } = *slot else {
             return Err(SmmError::BadInput(format!(
