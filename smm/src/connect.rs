@@ -230,10 +230,22 @@ impl Smm<AmLink> {
         let config = config.as_ref();
         let (plan, cluster) = plan(config, host_name, opts)?;
         let link = attach(&cluster, config, host_name, &plan, opts.timeout)?;
-        let mut smm = Self::new(SmmNode::new(plan.cfg), link);
+        let mut node = SmmNode::new(plan.cfg);
+        node.start_read_ids_at(read_ids_start());
+        let mut smm = Self::new(node, link);
         let report = smm.join(opts.timeout)?;
         Ok((smm, report))
     }
+}
+
+/// Where a new application's read ids start: answers to an earlier application's reads on
+/// this host carry only the read id and may still come after a restart, so each application
+/// starts in its own block of 2^24 ids, picked from the clock (a nonce, not a decision).
+fn read_ids_start() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() ^ d.as_secs() as u32);
+    nanos & 0xff00_0000
 }
 
 /// A running pump thread of [`connect_shared`]; stops (and joins) when dropped.
