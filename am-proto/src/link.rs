@@ -276,6 +276,8 @@ struct State {
     /// Every armed hello timer as (deadline, peer), earliest first: at most one per peer, so
     /// finding the next deadline or the due timers never scans the peers (thousands of them).
     hello_timers: BTreeSet<(Time, usize)>,
+    /// This process's incarnation: hellos and their replies carry it.
+    incarnation: u64,
     stats: LinkStats,
 }
 
@@ -485,7 +487,9 @@ impl Dispatch for State {
             H_HELLO => {
                 self.on_hello(peer, arg(1));
                 // Answered even while the link is down: the peer's hello completes its side.
-                let _ = req.reply_short(H_HELLO_ACK, &[]);
+                // The reply carries our incarnation, so a peer whose hello we answered knows
+                // which process it talks to and sees a later restart of ours as one.
+                let _ = req.reply_short(H_HELLO_ACK, &[self.incarnation]);
             }
             _ => {}
         }
@@ -496,6 +500,10 @@ impl Dispatch for State {
             return;
         };
         if rep.handler() == H_HELLO_ACK {
+            if let Some(&incarnation) = rep.args().first() {
+                // A peer that answered from another incarnation than it last said restarted.
+                self.on_hello(peer, incarnation);
+            }
             self.set_hello_timer(peer, None);
             let p = &mut self.peers[peer];
             p.hello_outstanding = false;
@@ -570,6 +578,7 @@ impl Links {
                 inbox_max: peers.len() * WINDOW_MAX + INBOX_SLACK,
                 events: VecDeque::new(),
                 hello_timers: BTreeSet::new(),
+                incarnation,
                 stats: LinkStats::default(),
             },
             tag,

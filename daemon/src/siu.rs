@@ -250,6 +250,13 @@ impl SiuRole {
         }
     }
 
+    /// A new application took over the in-process link while it stayed up (an SIU embedded in
+    /// the application's process, restarted after logical time's restart): it attaches anew.
+    pub fn app_replaced(&mut self) {
+        self.app_attached = false;
+        self.app_attach();
+    }
+
     /// Hands a host packet nobody would read to the SIU; false when it could not take it yet
     /// (it waits, first in line).
     fn absent(&mut self, bytes: Vec<u8>) -> bool {

@@ -169,6 +169,10 @@ enum Event {
         host: HostId,
         bytes: Vec<u8>,
     },
+    /// A new application replaced the one attached to SIU `host` (in the host→SIU order).
+    SiuReattach {
+        host: HostId,
+    },
     /// A packet from the SIU reaches its host.
     HostPacket {
         host: HostId,
@@ -636,6 +640,13 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 self.run_node(NodeId::Siu(host));
             }
             Event::HostPacket { host, bytes } => self.host_packet(host, bytes),
+            Event::SiuReattach { host } => {
+                let n = &mut self.sius[usize::from(host)];
+                if n.attached && !n.rt.down {
+                    n.pump.role_mut().inner.app_replaced();
+                    self.run_node(NodeId::Siu(host));
+                }
+            }
             Event::HostAbsent { host, bytes } => {
                 self.trace(NodeId::Host(host), &bytes);
                 self.observer.on_host_packet(self.now_us, host, &bytes);
@@ -727,6 +738,12 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 }
                 HostAction::Wake { at_us, token } => {
                     self.schedule(at_us, Event::HostWake { host, token });
+                }
+                HostAction::Attach if self.sius[h].attached => {
+                    // A new application on a link that stayed up: the SIU learns of it after
+                    // everything the previous one sent (its hello follows their data).
+                    let at = self.sius[h].from_host.fixed_transit(self.now_us);
+                    self.schedule(at, Event::SiuReattach { host });
                 }
                 HostAction::Attach => {
                     self.attach(host);

@@ -10,7 +10,7 @@ use crate::host::HostCtx;
 use crate::sim::{RunEnd, Sim};
 use crate::{Host, Observer};
 use isotach_proto::config::ClusterConfig;
-use isotach_proto::packet::EopMarker;
+use isotach_proto::packet::{self, EopMarker, Kind};
 use isotach_proto::topology::HostId;
 use isotach_siu::SiuError;
 use isotach_smm::{ExecRecord, MemoryMap, SmmConfig, SmmError, SmmLimits, SmmNode, SmmStats};
@@ -62,6 +62,8 @@ pub(crate) struct SmmPort {
     pub(crate) index_base: u64,
     /// Nodes this host started after the first.
     nodes_started: u32,
+    /// Packets of ended nodes the SIU refused after the restart (allowed).
+    pub(crate) refused_after_restart: u64,
 }
 
 impl SmmPort {
@@ -81,6 +83,7 @@ impl SmmPort {
             ended: Vec::new(),
             index_base: 0,
             nodes_started: 0,
+            refused_after_restart: 0,
         }
     }
 
@@ -135,6 +138,8 @@ impl SmmPort {
         });
         self.restart(ctx.host());
         self.running = false;
+        // A new application: the SIU refuses the old one's packets until it hears of it.
+        ctx.attach();
         self.start(ctx);
     }
 
@@ -206,10 +211,20 @@ impl SmmPort {
 
     /// The SIU refused a packet: resend the start barrier later; anything else is a problem.
     pub(crate) fn refused(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8], error: &SiuError) {
-        if !self.running && *error == SiuError::NotStarted {
-            let at = ctx.now_us() + START_RETRY_US;
-            ctx.send_at(at, bytes.to_vec());
-            return;
+        let marker = packet::peek_kind(bytes) == Ok(Kind::BarrierSignalMarker);
+        match error {
+            SiuError::NotStarted if !self.running && marker => {
+                let at = ctx.now_us() + START_RETRY_US;
+                ctx.send_at(at, bytes.to_vec());
+                return;
+            }
+            // An ended node's packets, sent before it learned of the restart: refused by the
+            // new generation (or by a fresh SIU process), which is what a restart discards.
+            SiuError::NotStarted | SiuError::SessionEnded if !self.ended.is_empty() => {
+                self.refused_after_restart += 1;
+                return;
+            }
+            _ => {}
         }
         self.problems.push(format!(
             "host {}: SIU refused a packet: {error}",

@@ -771,6 +771,11 @@ impl Host for WavesHost {
                         // A new generation: barriers in progress are gone.
                         self.in_barrier = 0;
                     }
+                    if e.reset && !e.end_of_epoch && !e.repeat {
+                        // Logical time restarted: the SIU refuses this application's isotach
+                        // packets until a new one attaches, as a restarted application would.
+                        ctx.attach();
+                    }
                 }
             }
             Some(Ok(Kind::Plain)) => self.plain_received(bytes),
@@ -812,6 +817,12 @@ impl Host for WavesHost {
             {
                 self.refused_iso = None;
             }
+            (Some(Ok(Kind::StartOfIsochron)), SiuError::SessionEnded) => {
+                // Sent before this host heard of the restart: the restart discards it.
+                self.in_flight = self.in_flight.saturating_sub(1);
+                self.stats.refused_after_restart += 1;
+            }
+            (_, SiuError::SessionEnded) => self.stats.refused_after_restart += 1,
             (_, SiuError::NoIsochron | SiuError::IsochronOpen { .. }) if self.gaps_allowed => {
                 // The SIU restarted logical time in the middle of this host's isochron: the
                 // rest of it is refused (the restart discards it).

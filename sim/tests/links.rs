@@ -286,3 +286,30 @@ fn a_packet_cut_by_the_senders_broken_stream_does_not_corrupt_the_next() {
         assert_eq!(s.oversize, 0, "seed {seed}");
     }
 }
+
+/// A peer we only said hello to (its own hello to us not yet in) must still be known by its
+/// incarnation, from the hello reply: when its next process says hello, that is a restart,
+/// not a first hello, or our link stays up on the dead process's stream and what we send
+/// next is lost (`sim sc` with restarts lost a read reply so).
+#[test]
+fn a_peer_known_only_from_its_hello_reply_is_seen_to_restart() {
+    for seed in 0..SEEDS {
+        let mut net = LinkNet::full_mesh(2, lossy(), seed, QUEUE_MAX_DEFAULT);
+        run(&mut net, 1_000, 60 * SECOND_US, |net| {
+            net.links(0).is_up(0) && net.links(1).is_up(0)
+        });
+        // Node 0 restarts and says hello; node 1 dies again as soon as node 0 is up, before
+        // node 1's own hello to node 0's new process may have arrived.
+        net.restart(0);
+        run(&mut net, 10, 60 * SECOND_US, |net| net.links(0).is_up(0));
+        net.restart(1);
+        net.run_until(net.now_us() + 2 * SECOND_US);
+        net.links(0).send(0, b"after".to_vec()).unwrap();
+        let mut got = Vec::new();
+        run(&mut net, 1_000, 120 * SECOND_US, |net| {
+            drain(net, 1, &mut got);
+            !got.is_empty()
+        });
+        assert_eq!(got, vec![(0, b"after".to_vec())], "seed {seed}");
+    }
+}

@@ -102,6 +102,15 @@ pub enum SiuError {
     /// Isotach input before logical time started (no reset token yet).
     #[error("logical time has not started (waiting for the reset token)")]
     NotStarted,
+    /// Logical time restarted and the host was told (an EOP with the reset bit); isotach
+    /// packets from the application that was running then are refused until a new one
+    /// attaches ([`Siu::host_attached`]), so nothing it sent before it learned of the restart
+    /// is stamped in the new generation.
+    #[error(
+        "logical time restarted: this application's isotach packets are refused until a new \
+         application attaches (shared memory does not survive a restart)"
+    )]
+    SessionEnded,
     /// An output queue is full; the input was not consumed. Drain output and retry.
     #[error("the {side:?}-bound queue is full ({limit} packets); input not consumed")]
     Backpressure {
@@ -241,6 +250,9 @@ pub struct SiuStats {
     pub messages_late: u64,
     /// Messages dropped as too far ahead or misrouted.
     pub messages_refused: u64,
+    /// Isotach packets from the host refused after a reset EOP, until a new application
+    /// attached ([`SiuError::SessionEnded`]).
+    pub host_refused_after_reset: u64,
     /// Isotach messages of an older generation dropped: the token manager forwarded them
     /// before it took the restart this SIU is in (their pulse belongs to a generation that
     /// ended; delivered, they would land in the new one).

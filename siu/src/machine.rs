@@ -72,6 +72,9 @@ pub struct Siu {
     /// it sends a generation's restart token before anything of that generation, so an
     /// isotach message after a token of another generation than this SIU's is stale.
     tm_generation: Option<u32>,
+    /// The host was handed a reset EOP: its application's session ended, and its isotach
+    /// packets are refused until a new application attaches.
+    host_session_ended: bool,
     stats: SiuStats,
 }
 
@@ -114,6 +117,7 @@ impl Siu {
             to_net: VecDeque::new(),
             host_ts_max: 0,
             tm_generation: None,
+            host_session_ended: false,
             stats: SiuStats::default(),
             cfg,
         }

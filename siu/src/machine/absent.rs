@@ -72,6 +72,7 @@ impl Siu {
     /// isotach message handed to the host before, so whatever a previous application received
     /// and lost is ordered before the new one's admission (`docs/design.md`, "Joining late").
     pub fn host_attached(&mut self) {
+        self.host_session_ended = false;
         self.raise_ts_floor(self.host_ts_max.saturating_add(1));
         self.orphan_barriers();
     }

@@ -82,6 +82,11 @@ impl Siu {
             packet::Packet::decode(bytes).map_err(decode)?;
             return Err(SiuError::NotStarted);
         }
+        if self.host_session_ended {
+            packet::Packet::decode(bytes).map_err(decode)?;
+            self.stats.host_refused_after_reset += 1;
+            return Err(SiuError::SessionEnded);
+        }
         match kind {
             Kind::StartOfIsochron => {
                 let soi = StartOfIsochron::decode(bytes).map_err(decode)?;

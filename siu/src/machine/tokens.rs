@@ -33,6 +33,7 @@ impl Siu {
             let slot = self.pulses.take_current();
             let bytes = reset.to_bytes();
             self.push_eop(self.recvclock, &reset, &bytes, slot, NO_BARRIERS_COMPLETED);
+            self.host_session_ended = true;
         }
         self.restart(now_us, generation, Some(reset));
     }
@@ -154,6 +155,8 @@ impl Siu {
         if self.started || self.cfg.mode == Mode::Host {
             let slot = self.pulses.take_current();
             self.push_eop(self.recvclock, &t, bytes, slot, NO_BARRIERS_COMPLETED);
+            // In host mode the host runs the token protocol and answers the reset itself.
+            self.host_session_ended = self.cfg.mode == Mode::Siu;
         }
         self.restart(now_us, t.generation, None);
         Ok(())
