@@ -195,6 +195,7 @@ impl<R: Role> Pump<R> {
         l.inbox.clear();
         let peer = l.peer;
         let waiting: Vec<Vec<u8>> = l.outbox.drain(..).collect();
+        self.drop_held_from(peer);
         let now_us = now.0 / NS_PER_US;
         self.role
             .link_lost(now_us, peer, LossReason::Detached, waiting.len());
@@ -207,6 +208,43 @@ impl<R: Role> Pump<R> {
                 self.role.undelivered(now_us, peer, bytes);
             }
         }
+    }
+
+    /// A new application replaced the local peer while the in-process link stayed up (it
+    /// restarted after logical time's restart): what the previous one sent and the role has
+    /// not taken yet is dropped — it is gone, and its packets must not be taken for the new
+    /// one's — then the role sees the old one leave and the new one come. What waits for the
+    /// host stays: it was produced after the reset the previous one saw. Returns the packets
+    /// dropped.
+    pub fn local_replace(&mut self, now: Time) -> usize {
+        let Some(l) = self.local.as_mut().filter(|l| l.attached) else {
+            return 0;
+        };
+        let peer = l.peer;
+        let dropped = l.inbox.len() + self.drop_held_from_local(peer);
+        let now_us = now.0 / NS_PER_US;
+        self.role.link_lost(now_us, peer, LossReason::Detached, 0);
+        self.role.link_up(now_us, peer);
+        dropped
+    }
+
+    /// Clears the local peer's inbox and held input; returns how many held packets went.
+    fn drop_held_from_local(&mut self, peer: usize) -> usize {
+        if let Some(l) = self.local.as_mut() {
+            l.inbox.clear();
+        }
+        self.drop_held_from(peer)
+    }
+
+    /// Drops input held from `peer` (it is gone); returns how many.
+    fn drop_held_from(&mut self, peer: usize) -> usize {
+        let mut n = 0;
+        for lane in &mut self.held {
+            let before = lane.len();
+            lane.retain(|(p, _)| *p != peer);
+            n += before - lane.len();
+        }
+        n
     }
 
     /// A packet from the local peer; handed back when its queue is full (back-pressure: the

@@ -99,6 +99,8 @@ pub struct SiuGauges {
 #[derive(Debug)]
 pub struct SiuRole {
     siu: Siu,
+    /// Isotach messages dropped because the link to the TM was broken.
+    messages_doomed: u64,
     /// Peer id of each host's SIU (`None` for this host).
     siu_peer: Vec<Option<usize>>,
     /// Each peer's name ("token manager", "application", "SIU of host 2").
@@ -147,6 +149,7 @@ impl SiuRole {
         Self {
             start_pending: siu.config().initiates_reset,
             rejoin: Rejoin::new(hosts + 1),
+            messages_doomed: 0,
             siu,
             siu_peer,
             peer_names,
@@ -250,13 +253,6 @@ impl SiuRole {
         }
     }
 
-    /// A new application took over the in-process link while it stayed up (an SIU embedded in
-    /// the application's process, restarted after logical time's restart): it attaches anew.
-    pub fn app_replaced(&mut self) {
-        self.app_attached = false;
-        self.app_attach();
-    }
-
     /// Hands a host packet nobody would read to the SIU; false when it could not take it yet
     /// (it waits, first in line).
     fn absent(&mut self, bytes: Vec<u8>) -> bool {
@@ -279,6 +275,10 @@ impl SiuRole {
                 tracing::warn!(route = ?tx.route, "no peer for a network packet");
                 continue;
             };
+            if crate::tm::doomed(&self.rejoin, peer, &tx.bytes) {
+                self.messages_doomed += 1;
+                continue;
+            }
             if peer == PEER_TM
                 && peek_kind(&tx.bytes) == Ok(Kind::Token)
                 && let Some(at) = self.token_in_us.take()

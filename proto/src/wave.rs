@@ -110,6 +110,11 @@ impl Rejoin {
             .is_some_and(|g| g == generation)
     }
 
+    /// The link to `peer` is broken (and the peer not back yet).
+    pub fn is_broken(&self, peer: usize) -> bool {
+        self.broken_in.get(peer).is_some_and(Option::is_some)
+    }
+
     /// Peers whose link is broken.
     pub fn pending(&self) -> usize {
         self.broken_in.iter().filter(|g| g.is_some()).count()

@@ -641,9 +641,13 @@ impl<H: Host, O: Observer> Sim<H, O> {
             }
             Event::HostPacket { host, bytes } => self.host_packet(host, bytes),
             Event::SiuReattach { host } => {
+                let now = self.now();
                 let n = &mut self.sius[usize::from(host)];
                 if n.attached && !n.rt.down {
-                    n.pump.role_mut().inner.app_replaced();
+                    // What the previous application sent and the SIU has not taken is gone
+                    // with it (all of it came before this, in the host→SIU order).
+                    n.backlog.clear();
+                    n.pump.local_replace(now);
                     self.run_node(NodeId::Siu(host));
                 }
             }

@@ -218,9 +218,14 @@ impl SmmPort {
                 ctx.send_at(at, bytes.to_vec());
                 return;
             }
-            // An ended node's packets, sent before it learned of the restart: refused by the
-            // new generation (or by a fresh SIU process), which is what a restart discards.
-            SiuError::NotStarted | SiuError::SessionEnded if !self.ended.is_empty() => {
+            // Packets sent before the application learned of the restart (the reset EOP may
+            // still be on its way): refused by the new generation, or by a fresh SIU process.
+            // That is what a restart discards.
+            SiuError::SessionEnded => {
+                self.refused_after_restart += 1;
+                return;
+            }
+            SiuError::NotStarted if !self.ended.is_empty() => {
                 self.refused_after_restart += 1;
                 return;
             }
