@@ -13,7 +13,7 @@ use isotach_proto::packet::{
 };
 use isotach_proto::topology::{HostId, Topology};
 use isotach_proto::wave::{Arrival, seq_of};
-use isotach_siu::{Mode, Route, Side, SiuError};
+use isotach_siu::{Mode, Route, Side, SiuConfig, SiuError};
 use isotach_tests::{
     ByteGenerator, Rig, SeedGuard, SentToken, TokenBits, TokenRole, Wire, XorShift, seeds,
     siu_config, test_topology,
@@ -40,6 +40,102 @@ fn host_rig() -> Rig {
     let mut rig = Rig::started(HOST, Mode::Host);
     rig.bouncer.resume();
     rig
+}
+
+/// A rig for [`HOST`] in SIU mode with `configure` applied to its configuration; logical time
+/// has not started.
+fn siu_rig_with(configure: impl FnOnce(&mut SiuConfig)) -> Rig {
+    let mut cfg = siu_config(HOST, Mode::Siu);
+    configure(&mut cfg);
+    Rig::new(cfg)
+}
+
+/// The host side of a rig, one packet at a time.
+trait HostSends {
+    /// Hands the SIU the host packet `make` builds and pumps; the SIU must accept it. Returns
+    /// the packet.
+    fn host_sends(&mut self, make: impl FnOnce(&mut ByteGenerator) -> Vec<u8>) -> Vec<u8>;
+}
+
+impl HostSends for Rig {
+    #[track_caller]
+    fn host_sends(&mut self, make: impl FnOnce(&mut ByteGenerator) -> Vec<u8>) -> Vec<u8> {
+        let bytes = make(&mut self.host);
+        self.host_send(&bytes).unwrap();
+        bytes
+    }
+}
+
+/// A property loop over `seeds(n)`: `check` gets a fresh SIU-mode rig and an RNG seeded with
+/// the seed. A failure prints its seed.
+fn on_siu_rigs(n: u64, mut check: impl FnMut(&mut Rig, &mut XorShift)) {
+    for seed in seeds(n) {
+        let _guard = SeedGuard { seed };
+        check(&mut siu_rig(), &mut XorShift::new(seed));
+    }
+}
+
+/// A property loop over `seeds(n)`: `check` gets the seed's [`siu_run`] with `opts`, and its
+/// EOP markers with the waves that produced them. A failure prints its seed.
+fn on_siu_runs(n: u64, opts: RunOpts, mut check: impl FnMut(&Rig, Vec<(u64, u64)>)) {
+    for seed in seeds(n) {
+        let _guard = SeedGuard { seed };
+        let (rig, eop_wave) = siu_run(seed, opts);
+        check(&rig, eop_wave);
+    }
+}
+
+/// A property loop over `seeds(n)`: `check` gets the seed's [`host_run`] of `waves` waves and
+/// its EOP markers paired with their tokens by [`host_mode_eops`] (which checks there is
+/// exactly one per token but early ones). A failure prints its seed.
+fn on_host_runs(n: u64, waves: u64, mut check: impl FnMut(&Rig, Vec<(SentToken, EopMarker)>)) {
+    for seed in seeds(n) {
+        let _guard = SeedGuard { seed };
+        let rig = host_run(seed, waves);
+        let pairs = host_mode_eops(&rig);
+        check(&rig, pairs);
+    }
+}
+
+/// The pulses of [`expected_pulses`] that have an EOP marker, each with its marker.
+fn pulses_with_eop(rig: &Rig) -> Vec<(PulseExpect, &EopMarker)> {
+    expected_pulses(rig)
+        .into_iter()
+        .filter_map(|p| rig.receiver.eop_for(p.ts).map(|e| (p, e)))
+        .collect()
+}
+
+/// A plain (non-isotach) message from `source` to [`HOST`], encoded as the network delivers it.
+fn plain_to_host(source: HostId, payload: &[u8]) -> Vec<u8> {
+    let mut q = Vec::new();
+    packet::PlainMessage {
+        source,
+        dest: HOST,
+        payload: payload.to_vec(),
+    }
+    .encode(&mut q);
+    q
+}
+
+/// A normal generation-1 token with `seq` from `source_port`, encoded.
+fn token_from(source_port: u16, seq: u8) -> Vec<u8> {
+    Token {
+        seq,
+        source_port,
+        generation: 1,
+        ..Token::default()
+    }
+    .to_bytes()
+    .to_vec()
+}
+
+/// The isotach messages the token manager received since it had received `before`.
+fn messages_since(rig: &Rig, before: usize) -> Vec<IsotachMessage> {
+    rig.bouncer
+        .messages_received()
+        .skip(before)
+        .cloned()
+        .collect()
 }
 
 fn soi(iso_id: u32, distance: u16, send_delta: u32) -> StartOfIsochron {
@@ -76,11 +172,27 @@ fn write_value(m: &IsotachMessage) -> u64 {
     }
 }
 
+/// A barrier/signal marker entering the barriers in `barrier` for `barrier_count` rounds, with
+/// no signals.
+fn enter_barrier(barrier: u8, barrier_count: u32) -> BarrierSignalMarker {
+    BarrierSignalMarker {
+        barrier,
+        barrier_count,
+        ..BarrierSignalMarker::default()
+    }
+}
+
 fn decode_token(bytes: &[u8]) -> Option<Token> {
     (packet::peek_kind(bytes).ok()? == Kind::Token).then(|| Token::decode(bytes).ok())?
 }
 
-/// Sends a whole isochron of writes (value = `iso_id << 32 | index`); returns the messages as the
+/// The address and value of write `i` of isochron `iso_id` (`iso_id << 32 | i`): unique within
+/// a run, and it names its isochron.
+fn isochron_value(iso_id: u32, i: usize) -> u64 {
+    (u64::from(iso_id) << 32) | i as u64
+}
+
+/// Sends a whole isochron of writes (value [`isochron_value`]); returns the messages as the
 /// token manager received them and the isochron marker the host got.
 fn send_isochron(
     rig: &mut Rig,
@@ -91,24 +203,24 @@ fn send_isochron(
     let writes: Vec<(HostId, u64)> = dests
         .iter()
         .enumerate()
-        .map(|(i, &d)| (d, (u64::from(s.iso_id) << 32) | i as u64))
+        .map(|(i, &d)| (d, isochron_value(s.iso_id, i)))
         .collect();
     let packets = rig.host.isochron(s, &writes);
     rig.host_send_all(&packets);
-    let msgs: Vec<IsotachMessage> = rig
-        .bouncer
-        .messages_received()
-        .skip(before)
-        .cloned()
-        .collect();
+    let msgs = messages_since(rig, before);
     let marker = **rig.receiver.markers().last().expect("an isochron marker");
     assert_eq!(marker.iso_id, s.iso_id, "the marker of this isochron");
     (msgs, marker)
 }
 
+/// TS of the isochron `s` of one write to [`NEAR`].
+fn isochron_ts(rig: &mut Rig, s: StartOfIsochron) -> u64 {
+    send_isochron(rig, s, &[NEAR]).1.ts
+}
+
 /// TS of a one-message isochron to [`NEAR`] with distance 1 and no send delta.
 fn probe_ts(rig: &mut Rig, iso_id: u32) -> u64 {
-    send_isochron(rig, soi(iso_id, 1, 0), &[NEAR]).1.ts
+    isochron_ts(rig, soi(iso_id, 1, 0))
 }
 
 /// The SIU's normal tokens on the link: `(trace position, wave, token)`, wave counted from 1.
@@ -227,6 +339,12 @@ const RUN: RunOpts = RunOpts {
     bits: true,
 };
 
+/// [`RUN`] with pulses crowded beyond the sort vector's [`SORT_VECTOR_MAX`] entries.
+const CROWDED: RunOpts = RunOpts {
+    net_messages_max: 45,
+    ..RUN
+};
+
 /// An SIU-mode run driven by `seed`: every pulse, the token manager forwards random messages
 /// for this and the next two pulses (random sources, random unique sequums), the host may send
 /// an isochron and enter a barrier, and the next token carries random bits. Returns the rig and,
@@ -269,11 +387,7 @@ fn siu_run(seed: u64, opts: RunOpts) -> (Rig, Vec<(u64, u64)>) {
             if rng.chance(1, 4) && !busy[b] {
                 round[b] += 1;
                 busy[b] = true;
-                let m = rig.host.barrier_marker(BarrierSignalMarker {
-                    barrier: 1 << b,
-                    barrier_count: 1,
-                    ..BarrierSignalMarker::default()
-                });
+                let m = rig.host.barrier_marker(enter_barrier(1 << b, 1));
                 rig.host_send(&m)
                     .expect("a barrier marker for the next round");
             }
@@ -383,16 +497,7 @@ fn req_01_start_sequence_is_one() {
     assert!(!sent[0].repeat && !sent[0].reset);
     // Only a token with sequence number `start` is accepted first.
     for seq in [2, 3, 0] {
-        rig.bouncer.send(
-            Token {
-                seq,
-                source_port: rig.bouncer.port(),
-                generation: 1,
-                ..Token::default()
-            }
-            .to_bytes()
-            .to_vec(),
-        );
+        rig.bouncer.send(token_from(rig.bouncer.port(), seq));
         rig.pump();
         assert_eq!(
             rig.bouncer.tokens_received().count(),
@@ -410,9 +515,7 @@ fn req_01_start_sequence_is_one() {
     assert_eq!(rig.siu.recvclock(), 1);
 
     // The initiating SIU: a reset token, then token 1.
-    let mut cfg = siu_config(HOST, Mode::Siu);
-    cfg.initiates_reset = true;
-    let mut rig = Rig::new(cfg);
+    let mut rig = siu_rig_with(|cfg| cfg.initiates_reset = true);
     rig.bouncer.pause_after(0);
     rig.start();
     let sent: Vec<Token> = rig.bouncer.tokens_received().copied().collect();
@@ -462,10 +565,7 @@ fn req_02_reply_is_receiveseq_plus_one() {
 /// `sendclock + 1 + distance ≤ TS`) must have no token left unsent.
 #[test]
 fn req_03_never_holds_an_allowed_token() {
-    for seed in seeds(40) {
-        let _guard = SeedGuard { seed };
-        let mut rng = XorShift::new(seed);
-        let mut rig = siu_rig();
+    on_siu_rigs(40, |rig, rng| {
         let mut open: Option<(u32, u64, u64)> = None; // (iso_id, TS, distance)
         let mut iso_id = 0;
         let mut released = 0;
@@ -482,18 +582,15 @@ fn req_03_never_holds_an_allowed_token() {
                     let delta = rng.below(4);
                     let s = soi(iso_id, d as u16, delta as u32);
                     let ts = rig.sendclock_on_wire() + d + delta;
-                    let bytes = rig.host.soi_with(s);
-                    rig.host_send(&bytes).unwrap();
+                    rig.host_sends(|h| h.soi_with(s));
                     open = Some((iso_id, ts, d));
                 }
                 3 if open.is_some() => {
-                    let m = rig.host.write(NEAR, step, step);
-                    rig.host_send(&m).unwrap();
+                    rig.host_sends(|h| h.write(NEAR, step, step));
                 }
                 4 if open.is_some() => {
                     let (id, ts, _) = open.take().unwrap();
-                    let e = rig.host.eoi(id);
-                    rig.host_send(&e).unwrap();
+                    rig.host_sends(|h| h.eoi(id));
                     let marker = rig.receiver.markers().last().map(|m| m.ts);
                     assert_eq!(marker, Some(ts), "the model's TS (requirement 29)");
                 }
@@ -511,7 +608,7 @@ fn req_03_never_holds_an_allowed_token() {
             assert!(sent <= received + 1, "the SIU ran ahead of the wave rule");
         }
         assert!(released > 50, "the loop let logical time advance");
-    }
+    });
 }
 
 /// Req 4: in SIU mode the sendclock counts normal tokens sent, not repeats.
@@ -552,8 +649,7 @@ fn req_05_host_mode_sendclock_counts_host_tokens() {
     let mut last = probe_ts(&mut rig, 100);
     assert_eq!(last, 1, "no token sent yet: TS = 0 + distance 1");
     for i in 0..12u32 {
-        let t = rig.host.host_token(TokenBits::default());
-        rig.host_send(&t).unwrap();
+        rig.host_sends(|h| h.host_token(TokenBits::default()));
         let ts = probe_ts(&mut rig, i);
         assert_eq!(
             ts,
@@ -567,8 +663,7 @@ fn req_05_host_mode_sendclock_counts_host_tokens() {
     for r in rig.host.repeats() {
         rig.host_send(&r).unwrap();
     }
-    let e = rig.host.early_token();
-    rig.host_send(&e).unwrap();
+    rig.host_sends(|h| h.early_token());
     assert_eq!(
         probe_ts(&mut rig, 50),
         last,
@@ -603,16 +698,7 @@ fn req_06_token_source_port_identifies_siu() {
     // Conversely the SIU takes tokens only from its own token manager's port.
     let mut rig = siu_rig();
     let sent = rig.bouncer.tokens_received().count();
-    rig.bouncer.send(
-        Token {
-            seq: 2,
-            source_port: Topology::switch_port(1),
-            generation: 1,
-            ..Token::default()
-        }
-        .to_bytes()
-        .to_vec(),
-    );
+    rig.bouncer.send(token_from(Topology::switch_port(1), 2));
     rig.pump();
     assert!(matches!(
         rig.net_errors[..],
@@ -655,8 +741,7 @@ fn req_07_bad_crc_tokens_dropped() {
 
     // Host mode, host side: a corrupt host token is not forwarded; the host's repeats recover.
     let mut rig = host_rig();
-    let t1 = rig.host.host_token(TokenBits::default());
-    rig.host_send(&t1).unwrap();
+    rig.host_sends(|h| h.host_token(TokenBits::default()));
     let t2 = rig.host.host_token(TokenBits::default());
     let err = rig.host_send(&ByteGenerator::corrupt_crc(&t2)).unwrap_err();
     assert!(matches!(
@@ -680,8 +765,7 @@ fn req_07_bad_crc_tokens_dropped() {
         2,
         "the repeat of the dropped token reaches the token manager"
     );
-    let t3 = rig.host.host_token(TokenBits::default());
-    rig.host_send(&t3).unwrap();
+    rig.host_sends(|h| h.host_token(TokenBits::default()));
     assert_eq!(rig.sendclock_on_wire(), 3, "and logical time goes on");
 
     // Host mode, network side: a corrupt token produces no EOP marker.
@@ -700,21 +784,18 @@ fn req_08_host_mode_early_host_token_dropped() {
     for i in 1..=20 {
         if i % 5 == 0 {
             let heard = rig.bouncer.tokens_received().count();
-            let e = rig.host.early_token();
-            rig.host_send(&e).unwrap();
+            rig.host_sends(|h| h.early_token());
             assert_eq!(
                 rig.bouncer.tokens_received().count(),
                 heard,
                 "early token {i} reached the network"
             );
         }
-        let t = rig.host.host_token(TokenBits::default());
-        rig.host_send(&t).unwrap();
+        rig.host_sends(|h| h.host_token(TokenBits::default()));
     }
     // A plain duplicate (the previous token resent without the repeat bit) is dropped too.
     let heard = rig.bouncer.tokens_received().count();
-    let again = rig.host.resend_previous().unwrap();
-    rig.host_send(&again).unwrap();
+    rig.host_sends(|h| h.resend_previous().unwrap());
     assert_eq!(
         rig.bouncer.tokens_received().count(),
         heard,
@@ -795,9 +876,7 @@ fn req_09_token_timer_resends_last_two() {
 
     // The SIU that starts logical time sent a reset and token 1: those are its last two tokens
     // until the token manager answers, so a lost reset is resent too and time still starts.
-    let mut cfg = siu_config(HOST, Mode::Siu);
-    cfg.initiates_reset = true;
-    let mut rig = Rig::new(cfg);
+    let mut rig = siu_rig_with(|cfg| cfg.initiates_reset = true);
     rig.siu.start(0);
     let lost = rig.siu.poll_net().expect("the reset token");
     let reset = Token::decode(&lost.bytes).unwrap();
@@ -836,10 +915,8 @@ fn req_09_token_timer_resends_last_two() {
 #[test]
 fn req_10_eop_iff_significant() {
     let mut kinds = [0usize; 4];
-    for seed in seeds(30) {
-        let _guard = SeedGuard { seed };
-        let (rig, _) = siu_run(seed, RUN);
-        let pulses = expected_pulses(&rig);
+    on_siu_runs(30, RUN, |rig, _| {
+        let pulses = expected_pulses(rig);
         assert_eq!(pulses.len() as u64, RUN.pulses + 1);
         for p in &pulses {
             let eops: Vec<&EopMarker> = rig
@@ -860,7 +937,7 @@ fn req_10_eop_iff_significant() {
             kinds[2] += usize::from(t.reset || (t.end_of_epoch && t.signals != 0));
             kinds[3] += usize::from(!p.significant());
         }
-    }
+    });
     assert!(
         kinds.iter().all(|&k| k > 10),
         "every kind of pulse occurred: {kinds:?}"
@@ -871,10 +948,7 @@ fn req_10_eop_iff_significant() {
 /// network.
 #[test]
 fn req_11_host_mode_eop_per_token() {
-    for seed in seeds(10) {
-        let _guard = SeedGuard { seed };
-        let rig = host_run(seed, 40);
-        let pairs = host_mode_eops(&rig);
+    on_host_runs(10, 40, |_, pairs| {
         let repeats = pairs.iter().filter(|(t, _)| t.token.repeat).count();
         assert!(
             repeats >= 20 && pairs.len() >= 60,
@@ -884,16 +958,15 @@ fn req_11_host_mode_eop_per_token() {
         for (t, e) in &pairs {
             assert_eq!(e.token_crc, packet::carried_crc(&t.bytes), "{t:?} / {e:?}");
         }
-    }
+    });
 }
 
 /// Req 12: in host mode early tokens from the network and from the host are dropped.
 #[test]
 fn req_12_host_mode_early_tokens_dropped() {
-    for seed in seeds(10) {
-        let _guard = SeedGuard { seed };
-        let rig = host_run(seed, 40);
-        let early: Vec<u32> = tm_tokens(&rig)
+    // on_host_runs checks that every token but the early ones made exactly one EOP marker.
+    on_host_runs(10, 40, |rig, _| {
+        let early: Vec<u32> = tm_tokens(rig)
             .iter()
             .filter(|(_, s)| s.role == TokenRole::Early)
             .map(|(_, s)| packet::carried_crc(&s.bytes))
@@ -905,14 +978,13 @@ fn req_12_host_mode_early_tokens_dropped() {
                 "an early token made EOP {e:?}"
             );
         }
-        host_mode_eops(&rig); // and every other token made exactly one
         assert_eq!(
             rig.bouncer.early(),
             0,
             "no early host token reached the network"
         );
         assert_eq!(rig.sendclock_on_wire(), 40);
-    }
+    });
 }
 
 /// Req 13: the EOP marker for pulse i comes after every isotach message with TS i, and the SIU
@@ -920,9 +992,7 @@ fn req_12_host_mode_early_tokens_dropped() {
 #[test]
 fn req_13_eop_after_messages_of_its_pulse() {
     let mut checked = 0;
-    for seed in seeds(30) {
-        let _guard = SeedGuard { seed };
-        let (rig, eop_wave) = siu_run(seed, RUN);
+    on_siu_runs(30, RUN, |rig, eop_wave| {
         for (ts, wave) in eop_wave {
             assert_eq!(wave, ts + 1, "EOP {ts} went out when token {wave} arrived");
         }
@@ -936,7 +1006,7 @@ fn req_13_eop_after_messages_of_its_pulse() {
             }
         }
         assert_eq!(rig.siu.stats().messages_late, 0);
-    }
+    });
     assert!(checked > 1000, "{checked}");
     // A message for a pulse that already ended is flagged as late.
     let mut rig = siu_rig();
@@ -950,19 +1020,12 @@ fn req_13_eop_after_messages_of_its_pulse() {
 #[test]
 fn req_14_eop_after_markers_of_its_pulse() {
     let mut checked = 0;
-    for seed in seeds(30) {
-        let _guard = SeedGuard { seed };
-        let mut rng = XorShift::new(seed);
-        let mut rig = siu_rig();
+    on_siu_rigs(30, |rig, rng| {
         for iso_id in 0..40 {
             let d = rng.range(1, 2) as u16;
             let dest = if d == 1 { NEAR } else { FAR };
             let n = rng.below(3) as usize;
-            send_isochron(
-                &mut rig,
-                soi(iso_id, d, rng.below(3) as u32),
-                &vec![dest; n],
-            );
+            send_isochron(rig, soi(iso_id, d, rng.below(3) as u32), &vec![dest; n]);
             rig.run_pulses(rng.below(3));
         }
         rig.run_pulses(6);
@@ -977,7 +1040,7 @@ fn req_14_eop_after_markers_of_its_pulse() {
                 checked += 1;
             }
         }
-    }
+    });
     assert!(checked >= 1000);
 }
 
@@ -988,9 +1051,7 @@ fn req_14_eop_after_markers_of_its_pulse() {
 #[test]
 fn req_15_eop_before_next_congruent_pulse() {
     const W: u64 = 8;
-    let mut cfg = siu_config(HOST, Mode::Siu);
-    cfg.limits.pulses_ahead_max = W as u32;
-    let mut rig = Rig::new(cfg);
+    let mut rig = siu_rig_with(|cfg| cfg.limits.pulses_ahead_max = W as u32);
     rig.start();
     let mut unique = 0;
     for _ in 0..40 {
@@ -1062,10 +1123,8 @@ fn req_15_eop_before_next_congruent_pulse() {
 /// Req 16: the EOP marker carries the packet type and CRC of token i + 1.
 #[test]
 fn req_16_eop_copies_token_kind_and_crc() {
-    for seed in seeds(20) {
-        let _guard = SeedGuard { seed };
-        let (rig, _) = siu_run(seed, RUN);
-        let pulses = expected_pulses(&rig);
+    on_siu_runs(20, RUN, |rig, _| {
+        let pulses = expected_pulses(rig);
         for e in rig.receiver.eops() {
             let token = &pulses[e.ts as usize].token;
             assert_eq!(e.token_kind, Kind::Token as u8);
@@ -1077,7 +1136,7 @@ fn req_16_eop_copies_token_kind_and_crc() {
                 e.ts
             );
         }
-    }
+    });
     // Host mode, repeat tokens included.
     let rig = host_run(1, 30);
     for (t, e) in host_mode_eops(&rig) {
@@ -1117,15 +1176,12 @@ fn req_17_eop_ts_is_pulse() {
 /// Req 18: in host mode the EOP repeat bit is set iff the token was a repeat.
 #[test]
 fn req_18_host_mode_repeat_bit_iff_repeat_token() {
-    for seed in seeds(10) {
-        let _guard = SeedGuard { seed };
-        let rig = host_run(seed, 40);
-        let pairs = host_mode_eops(&rig);
+    on_host_runs(10, 40, |_, pairs| {
         assert!(pairs.iter().any(|(t, _)| t.token.repeat));
         for (t, e) in pairs {
             assert_eq!(e.repeat, t.token.repeat, "{t:?} / {e:?}");
         }
-    }
+    });
 }
 
 /// Req 19: the EOP marker counts every isotach message and isochron marker with its TS, even
@@ -1133,22 +1189,18 @@ fn req_18_host_mode_repeat_bit_iff_repeat_token() {
 #[test]
 fn req_19_eop_count_messages_and_markers() {
     let mut over = 0;
-    for seed in seeds(20) {
-        let _guard = SeedGuard { seed };
-        let opts = RunOpts {
-            net_messages_max: 40,
-            ..RUN
-        };
-        let (rig, _) = siu_run(seed, opts);
-        for p in expected_pulses(&rig) {
-            if let Some(e) = rig.receiver.eop_for(p.ts) {
-                assert_eq!(e.count as usize, p.packets.len(), "pulse {}", p.ts);
-                over += usize::from(e.count as usize > SORT_VECTOR_MAX);
-            }
+    let opts = RunOpts {
+        net_messages_max: 40,
+        ..RUN
+    };
+    on_siu_runs(20, opts, |rig, _| {
+        for (p, e) in pulses_with_eop(rig) {
+            assert_eq!(e.count as usize, p.packets.len(), "pulse {}", p.ts);
+            over += usize::from(e.count as usize > SORT_VECTOR_MAX);
         }
         let markers = rig.receiver.markers();
         assert!(markers.iter().any(|m| rig.receiver.eop_for(m.ts).is_some()));
-    }
+    });
     assert!(over > 10, "counts above the bucket size occurred: {over}");
     let rig = host_run(2, 30);
     for (t, e) in host_mode_eops(&rig) {
@@ -1173,13 +1225,7 @@ fn req_20_plain_traffic_never_waits() {
         rig.siu.handle_host(rig.now_us, &p).unwrap();
         let out = rig.siu.poll_net().expect("host to net at once");
         assert_eq!((out.route, &out.bytes), (Route::Host(FAR), &p));
-        let mut q = Vec::new();
-        packet::PlainMessage {
-            source: FAR,
-            dest: HOST,
-            payload: tag.to_vec(),
-        }
-        .encode(&mut q);
+        let q = plain_to_host(FAR, tag);
         rig.siu.handle_net(rig.now_us, &q).unwrap();
         assert_eq!(rig.siu.poll_host(), Some(q), "net to host at once");
     };
@@ -1188,16 +1234,13 @@ fn req_20_plain_traffic_never_waits() {
     through(&mut rig, b"before start");
     // Paused logical time, an open isochron, a token held back by requirement 26.
     let mut rig = siu_rig();
-    let o = rig.host.soi(1, 1);
-    rig.host_send(&o).unwrap();
-    let m = rig.host.write(NEAR, 1, 1);
-    rig.host_send(&m).unwrap();
+    rig.host_sends(|h| h.soi(1, 1));
+    rig.host_sends(|h| h.write(NEAR, 1, 1));
     rig.run_pulses(1);
     assert_eq!(rig.siu.recvclock(), rig.siu.sendclock(), "a token is held");
     through(&mut rig, b"held");
     rig.drain_siu();
-    let e = rig.host.eoi(1);
-    rig.host_send(&e).unwrap();
+    rig.host_sends(|h| h.eoi(1));
     rig.run_pulses(4);
     for e in rig.receiver.eops() {
         assert_eq!(
@@ -1207,19 +1250,10 @@ fn req_20_plain_traffic_never_waits() {
         );
     }
     // A full queue in one direction does not hold plain traffic in the other.
-    let mut cfg = siu_config(HOST, Mode::Siu);
-    cfg.limits.queue_packets_max = 4;
-    let mut rig = Rig::new(cfg);
+    let mut rig = siu_rig_with(|cfg| cfg.limits.queue_packets_max = 4);
     rig.start();
     for i in 0..4u8 {
-        let mut q = Vec::new();
-        packet::PlainMessage {
-            source: FAR,
-            dest: HOST,
-            payload: vec![i],
-        }
-        .encode(&mut q);
-        rig.siu.handle_net(0, &q).unwrap();
+        rig.siu.handle_net(0, &plain_to_host(FAR, &[i])).unwrap();
     }
     let p = rig.host.plain(FAR, b"host-bound queue is full");
     assert_eq!(
@@ -1233,13 +1267,7 @@ fn req_20_plain_traffic_never_waits() {
         rig.siu.handle_host(0, &p).unwrap();
     }
     assert_eq!(rig.siu.queue_depths().1, 4);
-    let mut q = Vec::new();
-    packet::PlainMessage {
-        source: FAR,
-        dest: HOST,
-        payload: b"net-bound queue is full".to_vec(),
-    }
-    .encode(&mut q);
+    let q = plain_to_host(FAR, b"net-bound queue is full");
     assert_eq!(
         rig.siu.handle_net(0, &q),
         Ok(()),
@@ -1253,27 +1281,21 @@ fn req_20_plain_traffic_never_waits() {
 /// Req 21: isotach messages leave the SIU in the order they arrived, in both directions.
 #[test]
 fn req_21_isotach_messages_fifo() {
-    for seed in seeds(10) {
-        let _guard = SeedGuard { seed };
-        let mut rng = XorShift::new(seed);
-        let mut rig = siu_rig();
+    on_siu_rigs(10, |rig, rng| {
         let mut to_net = Vec::new();
         let mut to_host = Vec::new();
         for iso_id in 0..30u32 {
-            let o = rig.host.soi_with(soi(iso_id, 2, rng.below(3) as u32));
-            rig.host_send(&o).unwrap();
+            rig.host_sends(|h| h.soi_with(soi(iso_id, 2, rng.below(3) as u32)));
             for _ in 0..rng.range(1, 5) {
                 let value = to_net.len() as u64;
                 let dest = rng.below(4) as HostId;
-                let m = rig.host.write(dest, value, value);
-                rig.host_send(&m).unwrap();
+                rig.host_sends(|h| h.write(dest, value, value));
                 to_net.push(value);
                 if rng.chance(1, 3) {
                     rig.run_pulses(1);
                 }
             }
-            let e = rig.host.eoi(iso_id);
-            rig.host_send(&e).unwrap();
+            rig.host_sends(|h| h.eoi(iso_id));
             let w = rig.bouncer.waves_sent();
             for _ in 0..rng.range(0, 6) {
                 let sequum = to_host.len() as u64;
@@ -1287,7 +1309,7 @@ fn req_21_isotach_messages_fifo() {
         assert_eq!(got, to_net, "host to net");
         let got: Vec<u64> = rig.receiver.messages().iter().map(|m| m.sequum).collect();
         assert_eq!(got, to_host, "net to host");
-    }
+    });
 }
 
 /// Req 22: non-isotach messages leave the SIU in the order they arrived, in both directions,
@@ -1302,19 +1324,12 @@ fn req_22_plain_fifo() {
         let tag = i.to_be_bytes().to_vec();
         match rng.below(4) {
             0 => {
-                let p = rig.host.plain(rng.below(4) as HostId, &tag);
-                rig.host_send(&p).unwrap();
+                rig.host_sends(|h| h.plain(rng.below(4) as HostId, &tag));
                 to_net.push(tag);
             }
             1 => {
-                let mut q = Vec::new();
-                packet::PlainMessage {
-                    source: OTHERS[rng.below(3) as usize],
-                    dest: HOST,
-                    payload: tag.clone(),
-                }
-                .encode(&mut q);
-                rig.bouncer.send(q);
+                rig.bouncer
+                    .send(plain_to_host(OTHERS[rng.below(3) as usize], &tag));
                 to_host.push(tag);
             }
             2 => {
@@ -1357,25 +1372,23 @@ fn req_23_host_mode_order_to_net() {
             match rng.below(3) {
                 0 => {
                     counter = counter.wrapping_add(1);
-                    let t = rig.host.host_token(TokenBits {
-                        signals: counter,
-                        ..TokenBits::default()
+                    let t = rig.host_sends(|h| {
+                        h.host_token(TokenBits {
+                            signals: counter,
+                            ..TokenBits::default()
+                        })
                     });
-                    rig.host_send(&t).unwrap();
                     expected.push(Packet::decode(&t).unwrap());
                 }
                 1 => {
                     iso_id += 1;
-                    let o = rig.host.soi(iso_id, 2);
-                    rig.host_send(&o).unwrap();
+                    rig.host_sends(|h| h.soi(iso_id, 2));
                     for _ in 0..rng.range(1, 3) {
                         let v = rng.next_u64();
-                        let m = rig.host.write(rng.below(4) as HostId, v, v);
-                        rig.host_send(&m).unwrap();
+                        let m = rig.host_sends(|h| h.write(rng.below(4) as HostId, v, v));
                         expected.push(Packet::decode(&m).unwrap());
                     }
-                    let e = rig.host.eoi(iso_id);
-                    rig.host_send(&e).unwrap();
+                    rig.host_sends(|h| h.eoi(iso_id));
                 }
                 _ => {
                     let e = rig.host.early_token(); // dropped (requirement 8)
@@ -1435,42 +1448,31 @@ fn send_isochron_slowly(
     dests: &[HostId],
 ) -> (Vec<IsotachMessage>, IsochronMarker) {
     let before = rig.bouncer.messages_received().count();
-    let o = rig.host.soi_with(s);
-    rig.host_send(&o).unwrap();
+    rig.host_sends(|h| h.soi_with(s));
     for (i, &d) in dests.iter().enumerate() {
-        let v = (u64::from(s.iso_id) << 32) | i as u64;
-        let m = rig.host.write(d, v, v);
-        rig.host_send(&m).unwrap();
+        let v = isochron_value(s.iso_id, i);
+        rig.host_sends(|h| h.write(d, v, v));
         rig.run_pulses(rng.below(3));
     }
-    let e = rig.host.eoi(s.iso_id);
-    rig.host_send(&e).unwrap();
-    let msgs = rig
-        .bouncer
-        .messages_received()
-        .skip(before)
-        .cloned()
-        .collect();
+    rig.host_sends(|h| h.eoi(s.iso_id));
+    let msgs = messages_since(rig, before);
     (msgs, **rig.receiver.markers().last().unwrap())
 }
 
 /// Req 24: every message of an isochron carries the same TS.
 #[test]
 fn req_24_one_ts_per_isochron() {
-    for seed in seeds(30) {
-        let _guard = SeedGuard { seed };
-        let mut rng = XorShift::new(seed);
-        let mut rig = siu_rig();
+    on_siu_rigs(30, |rig, rng| {
         for iso_id in 0..25 {
-            let (s, dests) = random_isochron(&mut rng, iso_id);
-            let (msgs, marker) = send_isochron_slowly(&mut rig, &mut rng, s, &dests);
+            let (s, dests) = random_isochron(rng, iso_id);
+            let (msgs, marker) = send_isochron_slowly(rig, rng, s, &dests);
             assert_eq!(msgs.len(), dests.len());
             for m in &msgs {
                 assert_eq!(m.ts, marker.ts, "isochron {iso_id}: {msgs:?}");
                 assert_eq!(m.source, HOST);
             }
         }
-    }
+    });
 }
 
 /// Req 25: TS ≥ sendclock (when the TS is computed) + distance + send delta. Clocks and TS are
@@ -1479,15 +1481,12 @@ fn req_24_one_ts_per_isochron() {
 /// narrow hardware counters does not apply.
 #[test]
 fn req_25_ts_at_least_sendclock_distance_delta() {
-    for seed in seeds(30) {
-        let _guard = SeedGuard { seed };
-        let mut rng = XorShift::new(seed);
-        let mut rig = siu_rig();
+    on_siu_rigs(30, |rig, rng| {
         for iso_id in 0..25 {
             rig.run_pulses(rng.below(4));
-            let (s, dests) = random_isochron(&mut rng, iso_id);
+            let (s, dests) = random_isochron(rng, iso_id);
             let sendclock = rig.sendclock_on_wire();
-            let (msgs, marker) = send_isochron_slowly(&mut rig, &mut rng, s, &dests);
+            let (msgs, marker) = send_isochron_slowly(rig, rng, s, &dests);
             let bound = sendclock + u64::from(s.distance) + u64::from(s.send_delta);
             assert!(
                 marker.ts >= bound,
@@ -1496,7 +1495,7 @@ fn req_25_ts_at_least_sendclock_distance_delta() {
             );
             assert!(msgs.iter().all(|m| m.ts == marker.ts));
         }
-    }
+    });
 }
 
 /// Req 26: TS ≥ sendclock when the isochron's last message leaves + distance: while an
@@ -1506,15 +1505,12 @@ fn req_25_ts_at_least_sendclock_distance_delta() {
 #[test]
 fn req_26_ts_covers_sendclock_at_last_flit() {
     let mut tight = 0;
-    for seed in seeds(30) {
-        let _guard = SeedGuard { seed };
-        let mut rng = XorShift::new(seed);
-        let mut rig = siu_rig();
+    on_siu_rigs(30, |rig, rng| {
         let mut distance = Vec::new();
         for iso_id in 0..25 {
-            let (s, dests) = random_isochron(&mut rng, iso_id);
+            let (s, dests) = random_isochron(rng, iso_id);
             distance.push(u64::from(s.distance));
-            send_isochron_slowly(&mut rig, &mut rng, s, &dests);
+            send_isochron_slowly(rig, rng, s, &dests);
         }
         let mut tokens_ahead = 0u64;
         let mut heard = rig.bouncer.heard_tokens().iter();
@@ -1545,26 +1541,22 @@ fn req_26_ts_covers_sendclock_at_last_flit() {
                 _ => {}
             }
         }
-    }
+    });
     assert!(tight > 100, "the bound was reached often: {tight}");
     // The report's scenario: stop the bouncer, send part of an isochron with send delta 3, let
     // ten tokens through, send the rest: only three tokens may have gone out meanwhile.
     let mut rig = siu_rig();
     let s = rig.sendclock_on_wire();
-    let o = rig.host.soi_with(soi(1, 1, 3));
-    rig.host_send(&o).unwrap();
-    let m = rig.host.write(NEAR, 1, 1);
-    rig.host_send(&m).unwrap();
+    rig.host_sends(|h| h.soi_with(soi(1, 1, 3)));
+    rig.host_sends(|h| h.write(NEAR, 1, 1));
     rig.run_pulses(10);
     assert_eq!(
         rig.sendclock_on_wire(),
         s + 3,
         "send delta 3 lets exactly 3 tokens go"
     );
-    let m = rig.host.write(NEAR, 2, 2);
-    rig.host_send(&m).unwrap();
-    let e = rig.host.eoi(1);
-    rig.host_send(&e).unwrap();
+    rig.host_sends(|h| h.write(NEAR, 2, 2));
+    rig.host_sends(|h| h.eoi(1));
     let ts = rig.receiver.markers()[0].ts;
     assert_eq!(ts, s + 1 + 3);
     assert!(
@@ -1575,19 +1567,16 @@ fn req_26_ts_covers_sendclock_at_last_flit() {
     // (requirement 23), so keeping requirement 26 is the host's job. A host that lets logical
     // time pass an open isochron's TS gets its marker flagged late (and no crash).
     let mut rig = host_rig();
-    let o = rig.host.soi(9, 1);
-    rig.host_send(&o).unwrap();
+    rig.host_sends(|h| h.soi(9, 1));
     for _ in 0..3 {
-        let t = rig.host.host_token(TokenBits::default());
-        rig.host_send(&t).unwrap();
+        rig.host_sends(|h| h.host_token(TokenBits::default()));
     }
     assert_eq!(
         rig.siu.recvclock(),
         4,
         "pulse 1, the isochron's TS, has ended"
     );
-    let e = rig.host.eoi(9);
-    rig.host_send(&e).unwrap();
+    rig.host_sends(|h| h.eoi(9));
     assert_eq!(rig.receiver.markers().len(), 1);
     assert_eq!(rig.siu.stats().messages_late, 1);
 }
@@ -1599,60 +1588,54 @@ fn req_27_logged_ts_bounds_other_set() {
     let mut rig = siu_rig();
     let s = rig.sendclock_on_wire();
     let iso = |id, channel, seqset, logged, send_delta| StartOfIsochron {
-        iso_id: id,
         channel,
         seqset,
         logged,
         send_delta,
-        distance: 1,
-        ..StartOfIsochron::default()
+        ..soi(id, 1, 0)
     };
-    let ts = |rig: &mut Rig, s: StartOfIsochron| send_isochron(rig, s, &[NEAR]).1.ts;
-    let a = ts(&mut rig, iso(1, 0, 0, true, 10));
+    let a = isochron_ts(&mut rig, iso(1, 0, 0, true, 10));
     assert_eq!(a, s + 11);
     assert_eq!(
-        ts(&mut rig, iso(2, 0, 1, false, 0)),
+        isochron_ts(&mut rig, iso(2, 0, 1, false, 0)),
         a,
         "other set: bounded by A"
     );
     assert_eq!(
-        ts(&mut rig, iso(3, 0, 0, true, 0)),
+        isochron_ts(&mut rig, iso(3, 0, 0, true, 0)),
         s + 1,
         "same set: not bounded"
     );
     assert_eq!(
-        ts(&mut rig, iso(4, 1, 1, true, 0)),
+        isochron_ts(&mut rig, iso(4, 1, 1, true, 0)),
         s + 1,
         "other channel: not bounded"
     );
-    assert_eq!(ts(&mut rig, iso(5, 2, 0, false, 10)), s + 11);
+    assert_eq!(isochron_ts(&mut rig, iso(5, 2, 0, false, 10)), s + 11);
     assert_eq!(
-        ts(&mut rig, iso(6, 2, 1, true, 0)),
+        isochron_ts(&mut rig, iso(6, 2, 1, true, 0)),
         s + 1,
         "unlogged: bounds nothing"
     );
     rig.run_pulses(4);
     assert_eq!(
-        ts(&mut rig, iso(7, 0, 1, true, 0)),
+        isochron_ts(&mut rig, iso(7, 0, 1, true, 0)),
         a,
         "the bound outlives sendclock ticks"
     );
     // Over random isochrons.
-    for seed in seeds(30) {
-        let _guard = SeedGuard { seed };
-        let mut rng = XorShift::new(seed);
-        let mut rig = siu_rig();
+    on_siu_rigs(30, |rig, rng| {
         let mut latest = [[0u64; 2]; 4];
         for iso_id in 0..40 {
-            let (s, dests) = random_isochron(&mut rng, iso_id);
-            let (_, marker) = send_isochron_slowly(&mut rig, &mut rng, s, &dests);
+            let (s, dests) = random_isochron(rng, iso_id);
+            let (_, marker) = send_isochron_slowly(rig, rng, s, &dests);
             let (ch, set) = (usize::from(s.channel), usize::from(s.seqset));
             assert!(marker.ts >= latest[ch][1 - set], "isochron {iso_id}");
             if s.logged {
                 latest[ch][set] = latest[ch][set].max(marker.ts);
             }
         }
-    }
+    });
 }
 
 /// Req 28: a logged host-timestamped isochron writes its SOI gap into `gap[x][y]`, which then
@@ -1662,20 +1645,17 @@ fn req_28_host_gap_written_to_gap() {
     let mut rig = siu_rig();
     let s = rig.sendclock_on_wire();
     let iso = |id, seqset, logged, host_gap, gap| StartOfIsochron {
-        iso_id: id,
         channel: 1,
         seqset,
         logged,
         host_gap,
         gap,
-        distance: 1,
-        ..StartOfIsochron::default()
+        ..soi(id, 1, 0)
     };
-    let ts = |rig: &mut Rig, s: StartOfIsochron| send_isochron(rig, s, &[NEAR]).1.ts;
-    assert_eq!(ts(&mut rig, iso(1, 0, true, true, 20)), s + 1);
+    assert_eq!(isochron_ts(&mut rig, iso(1, 0, true, true, 20)), s + 1);
     assert_eq!(rig.siu.gap(1, 0), 20);
     assert_eq!(
-        ts(&mut rig, iso(2, 1, false, false, 0)),
+        isochron_ts(&mut rig, iso(2, 1, false, false, 0)),
         s + 20,
         "gap[1][0] bounds set 1"
     );
@@ -1685,14 +1665,14 @@ fn req_28_host_gap_written_to_gap() {
         15,
         "decremented as the sendclock advanced"
     );
-    assert_eq!(ts(&mut rig, iso(3, 1, false, false, 0)), s + 20);
+    assert_eq!(isochron_ts(&mut rig, iso(3, 1, false, false, 0)), s + 20);
     // The gap is written, not maxed; an unlogged isochron writes nothing.
-    assert_eq!(ts(&mut rig, iso(4, 0, false, true, 99)), s + 6);
+    assert_eq!(isochron_ts(&mut rig, iso(4, 0, false, true, 99)), s + 6);
     assert_eq!(rig.siu.gap(1, 0), 15, "unlogged: not written");
-    ts(&mut rig, iso(5, 0, true, true, 2));
+    isochron_ts(&mut rig, iso(5, 0, true, true, 2));
     assert_eq!(rig.siu.gap(1, 0), 2);
     assert_eq!(
-        ts(&mut rig, iso(6, 1, false, false, 0)),
+        isochron_ts(&mut rig, iso(6, 1, false, false, 0)),
         s + 5 + 2,
         "the bound is now sendclock + 2, below the earlier s + 20"
     );
@@ -1704,20 +1684,17 @@ fn req_28_host_gap_written_to_gap() {
 /// `max(sendclock + distance + send delta, latest logged TS of the channel's other set)`.
 #[test]
 fn req_29_earliest_ts() {
-    for seed in seeds(40) {
-        let _guard = SeedGuard { seed };
-        let mut rng = XorShift::new(seed);
-        let mut rig = siu_rig();
+    on_siu_rigs(40, |rig, rng| {
         let mut latest = [[0u64; 2]; 4];
         for iso_id in 0..40 {
             rig.run_pulses(rng.below(3));
-            let (mut s, dests) = random_isochron(&mut rng, iso_id);
+            let (mut s, dests) = random_isochron(rng, iso_id);
             if s.logged && rng.chance(1, 4) {
                 s.host_gap = true;
                 s.gap = rng.below(8) as u32;
             }
             let sendclock = rig.sendclock_on_wire();
-            let (_, marker) = send_isochron_slowly(&mut rig, &mut rng, s, &dests);
+            let (_, marker) = send_isochron_slowly(rig, rng, s, &dests);
             let (ch, set) = (usize::from(s.channel), usize::from(s.seqset));
             let expect = (sendclock + u64::from(s.distance) + u64::from(s.send_delta))
                 .max(latest[ch][1 - set]);
@@ -1730,7 +1707,7 @@ fn req_29_earliest_ts() {
                 };
             }
         }
-    }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1788,10 +1765,8 @@ fn req_31_marker_after_last_message() {
     // An isochron the host leaves open is closed by the SIU; the marker waits for that.
     let mut rig = siu_rig();
     let limit = rig.siu.poll_timeout().unwrap().max(1_000_000);
-    let o = rig.host.soi(8, 1);
-    rig.host_send(&o).unwrap();
-    let m = rig.host.write(NEAR, 1, 1);
-    rig.host_send(&m).unwrap();
+    rig.host_sends(|h| h.soi(8, 1));
+    rig.host_sends(|h| h.write(NEAR, 1, 1));
     rig.advance_us(limit - 1);
     assert!(rig.receiver.markers().is_empty());
     rig.advance_us(1);
@@ -1808,27 +1783,23 @@ fn req_31_marker_after_last_message() {
 /// left the SIU.
 #[test]
 fn req_32_marker_crc_is_xor_of_message_crcs() {
-    for seed in seeds(20) {
-        let _guard = SeedGuard { seed };
-        let mut rng = XorShift::new(seed);
-        let mut rig = siu_rig();
+    on_siu_rigs(20, |rig, rng| {
         for iso_id in 0..30u32 {
-            let o = rig.host.soi(iso_id, 2);
-            rig.host_send(&o).unwrap();
+            rig.host_sends(|h| h.soi(iso_id, 2));
             let before = rig.trace.len();
             for _ in 0..rng.below(6) {
                 let payload: Vec<u8> = (0..rng.below(40)).map(|_| rng.below(256) as u8).collect();
-                let m = rig.host.message(
-                    rng.below(4) as HostId,
-                    Sref::Msg {
-                        handler: rng.below(9) as u16,
-                        payload,
-                    },
-                );
-                rig.host_send(&m).unwrap();
+                rig.host_sends(|h| {
+                    h.message(
+                        rng.below(4) as HostId,
+                        Sref::Msg {
+                            handler: rng.below(9) as u16,
+                            payload,
+                        },
+                    )
+                });
             }
-            let e = rig.host.eoi(iso_id);
-            rig.host_send(&e).unwrap();
+            rig.host_sends(|h| h.eoi(iso_id));
             let mut xor = 0;
             for w in &rig.trace[before..] {
                 if let Wire::ToTm(b) = w
@@ -1844,7 +1815,7 @@ fn req_32_marker_crc_is_xor_of_message_crcs() {
             rig.bouncer.undecodable().is_empty(),
             "stamped messages carry valid CRCs"
         );
-    }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1853,20 +1824,16 @@ fn req_32_marker_crc_is_xor_of_message_crcs() {
 /// Req 33: every EOP marker carries its pulse's sort vector, except host-mode repeats.
 #[test]
 fn req_33_eop_carries_sort_vector() {
-    for seed in seeds(20) {
-        let _guard = SeedGuard { seed };
-        let (rig, _) = siu_run(seed, RUN);
-        for p in expected_pulses(&rig) {
-            if let Some(e) = rig.receiver.eop_for(p.ts) {
-                assert_eq!(
-                    e.sort_vector.is_empty(),
-                    p.packets.is_empty(),
-                    "pulse {}: {e:?}",
-                    p.ts
-                );
-            }
+    on_siu_runs(20, RUN, |rig, _| {
+        for (p, e) in pulses_with_eop(rig) {
+            assert_eq!(
+                e.sort_vector.is_empty(),
+                p.packets.is_empty(),
+                "pulse {}: {e:?}",
+                p.ts
+            );
         }
-    }
+    });
     let rig = host_run(3, 30);
     for (t, e) in host_mode_eops(&rig) {
         match t.role {
@@ -1884,28 +1851,26 @@ fn req_33_eop_carries_sort_vector() {
 #[test]
 fn req_34_sort_vector_one_entry_per_packet() {
     let mut full = 0;
-    for seed in seeds(20) {
-        let _guard = SeedGuard { seed };
-        let opts = RunOpts {
-            net_messages_max: 45,
-            ..RUN
-        };
-        let (rig, _) = siu_run(seed, opts);
-        for p in expected_pulses(&rig) {
-            if let Some(e) = rig.receiver.eop_for(p.ts) {
-                let n = p.packets.len().min(SORT_VECTOR_MAX);
-                assert_eq!(e.sort_vector.len(), n, "pulse {}", p.ts);
-                let mut seen = e.sort_vector.clone();
-                seen.sort_unstable();
-                assert!(
-                    seen.iter().copied().eq(0..n as u8),
-                    "a permutation of 0..{n}"
-                );
-                full += usize::from(n == SORT_VECTOR_MAX);
-            }
+    on_siu_runs(20, CROWDED, |rig, _| {
+        for (p, e) in pulses_with_eop(rig) {
+            let n = p.packets.len().min(SORT_VECTOR_MAX);
+            assert_eq!(e.sort_vector.len(), n, "pulse {}", p.ts);
+            assert_permutation(&e.sort_vector, n);
+            full += usize::from(n == SORT_VECTOR_MAX);
         }
-    }
+    });
     assert!(full > 10);
+}
+
+/// `v` holds each of `0..n` exactly once.
+#[track_caller]
+fn assert_permutation(v: &[u8], n: usize) {
+    let mut seen = v.to_vec();
+    seen.sort_unstable();
+    assert!(
+        seen.iter().copied().eq(0..n as u8),
+        "a permutation of 0..{n}"
+    );
 }
 
 /// Req 35: element k of the sort vector names the k-th packet in (source, sequum) order, over
@@ -1913,17 +1878,8 @@ fn req_34_sort_vector_one_entry_per_packet() {
 #[test]
 fn req_35_sort_vector_source_then_sequum() {
     let mut sorted = 0;
-    for seed in seeds(30) {
-        let _guard = SeedGuard { seed };
-        let opts = RunOpts {
-            net_messages_max: 45,
-            ..RUN
-        };
-        let (rig, _) = siu_run(seed, opts);
-        for p in expected_pulses(&rig) {
-            let Some(e) = rig.receiver.eop_for(p.ts) else {
-                continue;
-            };
+    on_siu_runs(30, CROWDED, |rig, _| {
+        for (p, e) in pulses_with_eop(rig) {
             let first = &p.packets[..p.packets.len().min(SORT_VECTOR_MAX)];
             let order: Vec<(u16, u64)> = e
                 .sort_vector
@@ -1940,7 +1896,7 @@ fn req_35_sort_vector_source_then_sequum() {
             assert_eq!(order, expect);
             sorted += usize::from(first.windows(2).any(|w| w[0] > w[1]));
         }
-    }
+    });
     assert!(
         sorted > 100,
         "arrival order differed from sorted order often: {sorted}"
@@ -1958,10 +1914,7 @@ fn req_35_sort_vector_source_then_sequum() {
 fn req_36_barrier_bit_after_prior_isochrons() {
     let mut rounds_checked = 0;
     let mut signals_checked = 0;
-    for seed in seeds(30) {
-        let _guard = SeedGuard { seed };
-        let mut rng = XorShift::new(seed);
-        let mut rig = siu_rig();
+    on_siu_rigs(30, |rig, rng| {
         rig.bouncer.echo_barriers(true);
         let mut sent_values: Vec<u64> = Vec::new();
         // Per marker: (barrier bit, messages sent before it, trace length when it was handed in).
@@ -1993,24 +1946,20 @@ fn req_36_barrier_bit_after_prior_isochrons() {
                         markers.push((1 << b, sent_values.len(), rig.trace.len()));
                     }
                     signal_markers.push((signals, sent_values.len(), rig.trace.len()));
-                    let m = rig.host.barrier_marker(m);
-                    rig.host_send(&m).unwrap();
+                    rig.host_sends(|h| h.barrier_marker(m));
                 }
                 1 if open.is_none() => {
                     iso_id += 1;
-                    let o = rig.host.soi_with(soi(iso_id, 2, rng.below(4) as u32));
-                    rig.host_send(&o).unwrap();
+                    rig.host_sends(|h| h.soi_with(soi(iso_id, 2, rng.below(4) as u32)));
                     open = Some(iso_id);
                 }
                 2 | 3 if open.is_some() => {
                     let v = sent_values.len() as u64;
-                    let m = rig.host.write(rng.below(4) as HostId, v, v);
-                    rig.host_send(&m).unwrap();
+                    rig.host_sends(|h| h.write(rng.below(4) as HostId, v, v));
                     sent_values.push(v);
                 }
                 4 if open.is_some() => {
-                    let e = rig.host.eoi(open.take().unwrap());
-                    rig.host_send(&e).unwrap();
+                    rig.host_sends(|h| h.eoi(open.take().unwrap()));
                 }
                 _ => rig.run_pulses(1),
             }
@@ -2024,7 +1973,7 @@ fn req_36_barrier_bit_after_prior_isochrons() {
                 msg_pos[write_value(&m) as usize] = pos;
             }
         }
-        let waves = siu_waves(&rig);
+        let waves = siu_waves(rig);
         assert!(waves.iter().all(|(_, wave, t)| *wave > 1 || t.barrier == 0));
         for b in [1u8, 2] {
             let tokens: Vec<&(usize, u64, Token)> = waves
@@ -2065,7 +2014,7 @@ fn req_36_barrier_bit_after_prior_isochrons() {
             }
             signals_checked += 1;
         }
-    }
+    });
     assert!(rounds_checked > 200, "{rounds_checked}");
     assert!(signals_checked > 200, "{signals_checked}");
 }
@@ -2074,10 +2023,8 @@ fn req_36_barrier_bit_after_prior_isochrons() {
 /// copied), and the reset signal is copied.
 #[test]
 fn req_37_eop_signal_field() {
-    for seed in seeds(20) {
-        let _guard = SeedGuard { seed };
-        let (rig, _) = siu_run(seed, RUN);
-        let pulses = expected_pulses(&rig);
+    on_siu_runs(20, RUN, |rig, _| {
+        let pulses = expected_pulses(rig);
         for e in rig.receiver.eops() {
             let t = pulses[e.ts as usize].token.token;
             let signals = if t.end_of_epoch { t.signals } else { 0 };
@@ -2085,7 +2032,7 @@ fn req_37_eop_signal_field() {
             assert_eq!(e.reset, t.reset);
             assert_eq!(e.end_of_epoch, t.end_of_epoch);
         }
-    }
+    });
     // End-of-epoch tokens with and without signals, on otherwise empty pulses.
     let mut rig = siu_rig();
     let signals = |signals, end_of_epoch| TokenBits {
@@ -2118,16 +2065,12 @@ fn req_37_eop_signal_field() {
 #[test]
 fn req_38_eop_barrier_field() {
     let mut completions = 0;
-    for seed in seeds(20) {
-        let _guard = SeedGuard { seed };
-        let (rig, _) = siu_run(seed, RUN);
-        for p in expected_pulses(&rig) {
-            if let Some(e) = rig.receiver.eop_for(p.ts) {
-                assert_eq!(e.barrier, p.completed, "pulse {}", p.ts);
-                completions += usize::from(e.barrier != 0);
-            }
+    on_siu_runs(20, RUN, |rig, _| {
+        for (p, e) in pulses_with_eop(rig) {
+            assert_eq!(e.barrier, p.completed, "pulse {}", p.ts);
+            completions += usize::from(e.barrier != 0);
         }
-    }
+    });
     assert!(completions > 100);
     // The first wave's credit and bits the host did not ask for complete nothing.
     let mut rig = siu_rig();
@@ -2142,12 +2085,7 @@ fn req_38_eop_barrier_field() {
     assert!(rig.receiver.eops().is_empty(), "{:?}", rig.receiver.eops());
     // Entering barrier 1: its bit goes out, the answer completes it.
     rig.bouncer.echo_barriers(true);
-    let m = rig.host.barrier_marker(BarrierSignalMarker {
-        barrier: 0b10,
-        barrier_count: 1,
-        ..BarrierSignalMarker::default()
-    });
-    rig.host_send(&m).unwrap();
+    rig.host_sends(|h| h.barrier_marker(enter_barrier(0b10, 1)));
     // Wave 4 lets the SIU send token 5 with the bit; wave 5 was already due (the token
     // manager runs one wave ahead), so wave 6 answers it and ends pulse 5.
     rig.run_pulses(3);
@@ -2159,12 +2097,7 @@ fn req_38_eop_barrier_field() {
         .collect();
     assert_eq!(got, vec![(5, 0b10)]);
     // A barrier in progress cannot be entered again, and a count of zero runs no round.
-    let busy = rig.host.barrier_marker(BarrierSignalMarker {
-        barrier: 0b01,
-        barrier_count: 2,
-        ..BarrierSignalMarker::default()
-    });
-    rig.host_send(&busy).unwrap();
+    let busy = rig.host_sends(|h| h.barrier_marker(enter_barrier(0b01, 2)));
     assert!(matches!(
         rig.host_send(&busy),
         Err(SiuError::Barrier {
@@ -2172,11 +2105,7 @@ fn req_38_eop_barrier_field() {
             count: 2
         })
     ));
-    let zero = rig.host.barrier_marker(BarrierSignalMarker {
-        barrier: 0b10,
-        barrier_count: 0,
-        ..BarrierSignalMarker::default()
-    });
+    let zero = rig.host.barrier_marker(enter_barrier(0b10, 0));
     assert!(matches!(
         rig.host_send(&zero),
         Err(SiuError::Barrier {
@@ -2209,10 +2138,7 @@ fn barrier_tokens(rig: &Rig, bits: u8) -> usize {
 /// repeat token.
 #[test]
 fn req_39_host_mode_copies_signal_and_barrier() {
-    for seed in seeds(10) {
-        let _guard = SeedGuard { seed };
-        let rig = host_run(seed, 40);
-        let pairs = host_mode_eops(&rig);
+    on_host_runs(10, 40, |_, pairs| {
         let mut nonzero = 0;
         for (t, e) in pairs {
             assert_eq!(
@@ -2223,7 +2149,7 @@ fn req_39_host_mode_copies_signal_and_barrier() {
             nonzero += usize::from(e.signals != 0 && !t.token.end_of_epoch);
         }
         assert!(nonzero > 10, "signals copied even off the end of an epoch");
-    }
+    });
 }
 
 /// Not a requirement of the report: the count the admin service shows as outstanding
