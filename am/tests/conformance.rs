@@ -15,7 +15,7 @@ use isotach_am::backend::mem::FaultModel;
 use isotach_am::{
     AmError, Bundle, Config, DEFAULT_HANDLERS, DEFAULT_TRANSLATIONS, EndpointName, EpId, EventMask,
     HandlerId, MAX_ARGS, MAX_HANDLERS, MAX_LONG_BYTES, MAX_MEDIUM_BYTES, MAX_TRANSLATIONS, Opcode,
-    Status, Tag, TransIdx, Transport,
+    Request, Status, Tag, TransIdx, Transport,
 };
 
 const ECHO: HandlerId = HandlerId(1);
@@ -40,6 +40,70 @@ fn bind_echo<T: Transport>(b: &mut Bundle<T>) {
     .unwrap();
 }
 
+/// The log of the replies a node received: the arguments of each.
+type Replies = Arc<Mutex<Vec<Vec<u64>>>>;
+
+/// Node 0 sends node 1 an echo request with argument `arg`, then the network steps until `got`
+/// holds `replies` replies.
+fn echo_and_wait<T: Transport>(h: &mut H<T>, what: &str, arg: u64, got: &Replies, replies: usize) {
+    h.nodes[0].request_short(EP, t(1), ECHO, &[arg]).unwrap();
+    h.run(what, |_| got.lock().unwrap().len() == replies);
+}
+
+/// Sets every node up ([`H::setup`], segments of `seg` bytes), binds the echo handler at node 1
+/// and returns the log of the replies node 0 receives.
+fn node_1_echoes<T: Transport>(h: &mut H<T>, seg: usize) -> Replies {
+    h.setup(seg);
+    bind_echo(&mut h.nodes[1]);
+    reply_recorder(&mut h.nodes[0], REPLY)
+}
+
+/// Binds request handler `handler` of endpoint `ep` at `b` to `then`, counting its runs.
+fn counting_handler<T: Transport>(
+    b: &mut Bundle<T>,
+    ep: EpId,
+    handler: HandlerId,
+    mut then: impl FnMut(Request<'_>) + Send + 'static,
+) -> Arc<AtomicUsize> {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    b.set_request_handler(ep, handler, move |req| {
+        r.fetch_add(1, Ordering::SeqCst);
+        then(req);
+    })
+    .unwrap();
+    runs
+}
+
+/// Whether a `try_*` send went out: false when it would block; any other error fails the
+/// test.
+#[track_caller]
+fn went_out(r: Result<(), AmError>) -> bool {
+    match r {
+        Ok(()) => true,
+        Err(AmError::WouldBlock) => false,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// `v` in ascending order.
+fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+    v.sort();
+    v
+}
+
+/// `(first argument, status, opcode)` of every message returned to node `i`, by first
+/// argument.
+fn returned_by_arg<T: Transport>(h: &H<T>, i: usize) -> Vec<(u64, Status, Opcode)> {
+    let mut r: Vec<(u64, Status, Opcode)> = h
+        .returned(i)
+        .iter()
+        .map(|r| (r.args()[0], r.status, r.opcode))
+        .collect();
+    r.sort_by_key(|r| r.0);
+    r
+}
+
 fn t(i: usize) -> TransIdx {
     TransIdx(i as u16)
 }
@@ -48,12 +112,47 @@ fn mem_cfg() -> Config {
     Config::default()
 }
 
+/// Fault-free networks of `n` nodes, one builder per backend, each with its backend's test
+/// configuration and seeded with `seed(s)`.
+mod clean {
+    use super::common::{self, H, seed, udp_cfg};
+    use isotach_am::backend::chan::ChanTransport;
+    use isotach_am::backend::fault::Faulty;
+    use isotach_am::backend::mem::{FaultModel, MemTransport};
+    use isotach_am::backend::quic::QuicTransport;
+    use isotach_am::backend::udp::UdpTransport;
+
+    pub(crate) fn mem(n: usize, s: u64) -> H<MemTransport> {
+        common::mem(n, FaultModel::none(), &super::mem_cfg(), seed(s))
+    }
+    pub(crate) fn udp(n: usize, s: u64) -> H<Faulty<UdpTransport>> {
+        common::udp(n, &udp_cfg(), 0.0, 0.0, seed(s))
+    }
+    pub(crate) fn quic(n: usize, s: u64) -> H<Faulty<QuicTransport>> {
+        common::quic(n, &udp_cfg(), 0.0, 0.0, seed(s))
+    }
+    pub(crate) fn chan(n: usize, s: u64) -> H<Faulty<ChanTransport>> {
+        common::chan(n, &udp_cfg(), 0.0, 0.0, seed(s))
+    }
+}
+
+/// One `#[test]` per `name => (args)` entry, each calling `scenario(args)`: the tests of one
+/// scenario, on one backend each.
+macro_rules! backend_tests {
+    ($scenario:ident: $($name:ident => ($($arg:expr),+ $(,)?)),+ $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $scenario($($arg),+);
+            }
+        )+
+    };
+}
+
 // ------------------------------------------------------------------ short messages
 
 fn short_args<T: Transport>(mut h: H<T>) {
-    h.setup(0);
-    bind_echo(&mut h.nodes[1]);
-    let got = reply_recorder(&mut h.nodes[0], REPLY);
+    let got = node_1_echoes(&mut h, 0);
     let patterns = [
         0u64,
         u64::MAX,
@@ -72,21 +171,14 @@ fn short_args<T: Transport>(mut h: H<T>) {
     let total = sent.len();
     let mut queue = sent.clone();
     h.run("short args", |h| {
-        while let Some(a) = queue.last() {
-            match h.nodes[0].try_request_short(EP, t(1), ECHO, a) {
-                Ok(()) => {
-                    queue.pop();
-                }
-                Err(AmError::WouldBlock) => break,
-                Err(e) => panic!("{e}"),
-            }
+        while let Some(a) = queue.last()
+            && went_out(h.nodes[0].try_request_short(EP, t(1), ECHO, a))
+        {
+            queue.pop();
         }
         got.lock().unwrap().len() == total
     });
-    let mut g = got.lock().unwrap().clone();
-    g.sort();
-    sent.sort();
-    assert_eq!(g, sent);
+    assert_eq!(sorted(got.lock().unwrap().clone()), sorted(sent));
     assert_eq!(
         h.nodes[0]
             .try_request_short(EP, t(1), ECHO, &[0; MAX_ARGS + 1])
@@ -96,21 +188,11 @@ fn short_args<T: Transport>(mut h: H<T>) {
     );
 }
 
-#[test]
-fn conf_short_roundtrip_all_arg_patterns_mem() {
-    short_args(mem(2, FaultModel::none(), &mem_cfg(), seed(1)));
-}
-#[test]
-fn conf_short_roundtrip_all_arg_patterns_udp() {
-    short_args(udp(2, &udp_cfg(), 0.0, 0.0, seed(1)));
-}
-#[test]
-fn conf_short_roundtrip_all_arg_patterns_quic() {
-    short_args(quic(2, &udp_cfg(), 0.0, 0.0, seed(1)));
-}
-#[test]
-fn conf_short_roundtrip_all_arg_patterns_chan() {
-    short_args(chan(2, &udp_cfg(), 0.0, 0.0, seed(1)));
+backend_tests! { short_args:
+    conf_short_roundtrip_all_arg_patterns_mem => (clean::mem(2, 1)),
+    conf_short_roundtrip_all_arg_patterns_udp => (clean::udp(2, 1)),
+    conf_short_roundtrip_all_arg_patterns_quic => (clean::quic(2, 1)),
+    conf_short_roundtrip_all_arg_patterns_chan => (clean::chan(2, 1)),
 }
 
 // ------------------------------------------------------------------ medium messages
@@ -137,14 +219,11 @@ fn medium_sizes<T: Transport>(mut h: H<T>) {
     }
     let n = payloads.len();
     h.run("medium", |_| got.lock().unwrap().len() == n);
-    let mut want: Vec<Vec<u64>> = payloads
+    let want: Vec<Vec<u64>> = payloads
         .iter()
         .map(|p| vec![p.len() as u64, fnv(p)])
         .collect();
-    let mut g = got.lock().unwrap().clone();
-    want.sort();
-    g.sort();
-    assert_eq!(g, want);
+    assert_eq!(sorted(got.lock().unwrap().clone()), sorted(want));
     let too_big = vec![0u8; MAX_MEDIUM_BYTES + 1];
     assert!(matches!(
         h.nodes[0].try_request_medium(EP, t(1), MEDIUM_SUM, &too_big, &[]),
@@ -152,21 +231,11 @@ fn medium_sizes<T: Transport>(mut h: H<T>) {
     ));
 }
 
-#[test]
-fn conf_medium_sizes_and_max_plus_one_rejected_mem() {
-    medium_sizes(mem(2, FaultModel::none(), &mem_cfg(), seed(2)));
-}
-#[test]
-fn conf_medium_sizes_and_max_plus_one_rejected_udp() {
-    medium_sizes(udp(2, &udp_cfg(), 0.0, 0.0, seed(2)));
-}
-#[test]
-fn conf_medium_sizes_and_max_plus_one_rejected_quic() {
-    medium_sizes(quic(2, &udp_cfg(), 0.0, 0.0, seed(2)));
-}
-#[test]
-fn conf_medium_sizes_and_max_plus_one_rejected_chan() {
-    medium_sizes(chan(2, &udp_cfg(), 0.0, 0.0, seed(2)));
+backend_tests! { medium_sizes:
+    conf_medium_sizes_and_max_plus_one_rejected_mem => (clean::mem(2, 2)),
+    conf_medium_sizes_and_max_plus_one_rejected_udp => (clean::udp(2, 2)),
+    conf_medium_sizes_and_max_plus_one_rejected_quic => (clean::quic(2, 2)),
+    conf_medium_sizes_and_max_plus_one_rejected_chan => (clean::chan(2, 2)),
 }
 
 // ------------------------------------------------------------------ bulk transfers
@@ -227,12 +296,7 @@ fn bulk_edges<T: Transport>(mut h: H<T>) {
         &expect_seg[..],
         "bad transfers must not write"
     );
-    let mut statuses: Vec<(u64, Status, Opcode)> = h
-        .returned(0)
-        .iter()
-        .map(|r| (r.args()[0], r.status, r.opcode))
-        .collect();
-    statuses.sort_by_key(|s| s.0);
+    let statuses = returned_by_arg(&h, 0);
     let mut exp: Vec<(u64, Status, Opcode)> = bad
         .iter()
         .map(|&(o, _, s)| (o as u64, s, Opcode::RequestXfer))
@@ -250,36 +314,21 @@ fn bulk_edges<T: Transport>(mut h: H<T>) {
     ));
 }
 
-#[test]
-fn conf_bulk_at_segment_edges_mem() {
-    bulk_edges(mem(2, FaultModel::none(), &mem_cfg(), seed(3)));
-}
-#[test]
-fn conf_bulk_at_segment_edges_udp() {
-    bulk_edges(udp(2, &udp_cfg(), 0.0, 0.0, seed(3)));
-}
-#[test]
-fn conf_bulk_at_segment_edges_quic() {
-    bulk_edges(quic(2, &udp_cfg(), 0.0, 0.0, seed(3)));
-}
-#[test]
-fn conf_bulk_at_segment_edges_chan() {
-    bulk_edges(chan(2, &udp_cfg(), 0.0, 0.0, seed(3)));
+backend_tests! { bulk_edges:
+    conf_bulk_at_segment_edges_mem => (clean::mem(2, 3)),
+    conf_bulk_at_segment_edges_udp => (clean::udp(2, 3)),
+    conf_bulk_at_segment_edges_quic => (clean::quic(2, 3)),
+    conf_bulk_at_segment_edges_chan => (clean::chan(2, 3)),
 }
 
 #[test]
 fn conf_bulk_under_loss_lands_intact_mem() {
     let mut h = mem(2, FaultModel::lossy(0.1), &mem_cfg(), seed(31));
     h.setup(SEG);
-    let hits = Arc::new(AtomicUsize::new(0));
-    let c = hits.clone();
-    h.nodes[1]
-        .set_request_handler(EP, XFER_SUM, move |req| {
-            c.fetch_add(1, Ordering::SeqCst);
-            let r = [fnv(req.data())];
-            req.reply_short(REPLY, &r).unwrap();
-        })
-        .unwrap();
+    let hits = counting_handler(&mut h.nodes[1], EP, XFER_SUM, |req| {
+        let r = [fnv(req.data())];
+        req.reply_short(REPLY, &r).unwrap();
+    });
     let got = reply_recorder(&mut h.nodes[0], REPLY);
     let data: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
     let part = 12 * 1024;
@@ -339,9 +388,10 @@ fn get_xfer<T: Transport>(mut h: H<T>) {
         0,
         "no handler runs at the replier"
     );
-    let mut d = done.lock().unwrap().clone();
-    d.sort();
-    assert_eq!(d, vec![(10, 5000, vec![42]), (20_000, 65_536, vec![43])]);
+    assert_eq!(
+        sorted(done.lock().unwrap().clone()),
+        vec![(10, 5000, vec![42]), (20_000, 65_536, vec![43])]
+    );
     // Out of range at the remote end comes back; at the local end fails at the call.
     h.nodes[0]
         .get_xfer(EP, t(1), (SEG - 10) as u32, GOT, 0, 11, &[44])
@@ -362,17 +412,10 @@ fn get_xfer<T: Transport>(mut h: H<T>) {
     ));
 }
 
-#[test]
-fn conf_get_xfer_runs_handler_only_at_requester_mem() {
-    get_xfer(mem(2, FaultModel::none(), &mem_cfg(), seed(4)));
-}
-#[test]
-fn conf_get_xfer_runs_handler_only_at_requester_udp() {
-    get_xfer(udp(2, &udp_cfg(), 0.0, 0.0, seed(4)));
-}
-#[test]
-fn conf_get_xfer_runs_handler_only_at_requester_chan() {
-    get_xfer(chan(2, &udp_cfg(), 0.0, 0.0, seed(4)));
+backend_tests! { get_xfer:
+    conf_get_xfer_runs_handler_only_at_requester_mem => (clean::mem(2, 4)),
+    conf_get_xfer_runs_handler_only_at_requester_udp => (clean::udp(2, 4)),
+    conf_get_xfer_runs_handler_only_at_requester_chan => (clean::chan(2, 4)),
 }
 
 // ------------------------------------------------------------------ exactly once
@@ -396,12 +439,8 @@ fn fetch_add<T: Transport>(mut h: H<T>, per_client: u64) {
     let total = per_client * clients as u64;
     h.run("fetch-and-add", |h| {
         for (i, l) in left.iter_mut().enumerate().skip(1) {
-            while *l > 0 {
-                match h.nodes[i].try_request_short(EP, t(0), FETCH_ADD, &[1]) {
-                    Ok(()) => *l -= 1,
-                    Err(AmError::WouldBlock) => break,
-                    Err(e) => panic!("{e}"),
-                }
+            while *l > 0 && went_out(h.nodes[i].try_request_short(EP, t(0), FETCH_ADD, &[1])) {
+                *l -= 1;
             }
         }
         logs.iter()
@@ -411,13 +450,12 @@ fn fetch_add<T: Transport>(mut h: H<T>, per_client: u64) {
     });
     let counter = u64::from_le_bytes(h.nodes[0].segment(EP).unwrap()[..8].try_into().unwrap());
     assert_eq!(counter, total, "counter exact (seed {})", h.seed);
-    let mut olds: Vec<u64> = logs
+    let olds: Vec<u64> = logs
         .iter()
         .flat_map(|l| l.lock().unwrap().iter().map(|r| r[0]).collect::<Vec<_>>())
         .collect();
-    olds.sort_unstable();
     assert_eq!(
-        olds,
+        sorted(olds),
         (0..total).collect::<Vec<_>>(),
         "every old value seen once (seed {})",
         h.seed
@@ -439,17 +477,10 @@ fn conf_fetch_add_exact_under_loss_dup_many_seeds_mem() {
         fetch_add(mem(3, FaultModel::lossy(0.1), &mem_cfg(), s), 60);
     }
 }
-#[test]
-fn conf_fetch_add_exact_under_loss_dup_udp() {
-    fetch_add(udp(3, &udp_cfg(), 0.1, 0.1, seed(6)), 150);
-}
-#[test]
-fn conf_fetch_add_exact_under_loss_dup_quic() {
-    fetch_add(quic(3, &udp_cfg(), 0.1, 0.1, seed(7)), 100);
-}
-#[test]
-fn conf_fetch_add_exact_under_loss_dup_chan() {
-    fetch_add(chan(3, &udp_cfg(), 0.1, 0.1, seed(6)), 150);
+backend_tests! { fetch_add:
+    conf_fetch_add_exact_under_loss_dup_udp => (udp(3, &udp_cfg(), 0.1, 0.1, seed(6)), 150),
+    conf_fetch_add_exact_under_loss_dup_quic => (quic(3, &udp_cfg(), 0.1, 0.1, seed(7)), 100),
+    conf_fetch_add_exact_under_loss_dup_chan => (chan(3, &udp_cfg(), 0.1, 0.1, seed(6)), 150),
 }
 
 #[test]
@@ -460,14 +491,9 @@ fn conf_duplicate_request_replays_cached_reply_mem() {
     };
     let mut h = mem(2, f, &mem_cfg(), seed(8));
     h.setup(0);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
-    h.nodes[1]
-        .set_request_handler(EP, ECHO, move |req| {
-            r.fetch_add(1, Ordering::SeqCst);
-            req.reply_short(REPLY, &[7]).unwrap();
-        })
-        .unwrap();
+    let runs = counting_handler(&mut h.nodes[1], EP, ECHO, |req| {
+        req.reply_short(REPLY, &[7]).unwrap();
+    });
     let got = reply_recorder(&mut h.nodes[0], REPLY);
     let mut sent = 0;
     h.run("dups", |h| {
@@ -492,28 +518,22 @@ fn conf_duplicate_request_replays_cached_reply_mem() {
     );
 }
 
-#[test]
-fn conf_sequence_wrap_mem() {
-    let cfg = Config {
+/// `cfg` with one credit and a sequence number that wraps after six requests.
+fn wrapping_one_slot(cfg: Config) -> Config {
+    Config {
         credits: 1,
         initial_seq: u32::MAX - 5,
-        ..Config::default()
-    };
-    let mut h = mem(2, FaultModel::lossy(0.1), &cfg, seed(9));
-    fetch_add_single(&mut h, 40);
-}
-#[test]
-fn conf_sequence_wrap_udp() {
-    let cfg = Config {
-        credits: 1,
-        initial_seq: u32::MAX - 5,
-        ..udp_cfg()
-    };
-    let mut h = udp(2, &cfg, 0.05, 0.05, seed(10));
-    fetch_add_single(&mut h, 40);
+        ..cfg
+    }
 }
 
-fn fetch_add_single<T: Transport>(h: &mut H<T>, n: u64) {
+backend_tests! { fetch_add_single:
+    conf_sequence_wrap_mem =>
+        (mem(2, FaultModel::lossy(0.1), &wrapping_one_slot(mem_cfg()), seed(9)), 40),
+    conf_sequence_wrap_udp => (udp(2, &wrapping_one_slot(udp_cfg()), 0.05, 0.05, seed(10)), 40),
+}
+
+fn fetch_add_single<T: Transport>(mut h: H<T>, n: u64) {
     h.setup(8);
     let runs = Arc::new(AtomicU64::new(0));
     let r = runs.clone();
@@ -564,12 +584,10 @@ fn storm<T: Transport>(mut h: H<T>, per_pair: usize) {
                 if i == j {
                     continue;
                 }
-                while left[i][j] > 0 {
-                    match h.nodes[i].try_request_short(EP, t(j), ECHO, &[i as u64, j as u64]) {
-                        Ok(()) => left[i][j] -= 1,
-                        Err(AmError::WouldBlock) => break,
-                        Err(e) => panic!("{e}"),
-                    }
+                while left[i][j] > 0
+                    && went_out(h.nodes[i].try_request_short(EP, t(j), ECHO, &[i as u64, j as u64]))
+                {
+                    left[i][j] -= 1;
                 }
             }
         }
@@ -580,17 +598,11 @@ fn storm<T: Transport>(mut h: H<T>, per_pair: usize) {
     }
 }
 
-#[test]
-fn conf_all_to_all_storm_full_credits_mem() {
-    storm(mem(6, FaultModel::lossy(0.05), &mem_cfg(), seed(11)), 100);
-}
-#[test]
-fn conf_all_to_all_storm_full_credits_udp() {
-    storm(udp(4, &udp_cfg(), 0.0, 0.0, seed(12)), 200);
-}
-#[test]
-fn conf_all_to_all_storm_full_credits_chan() {
-    storm(chan(4, &udp_cfg(), 0.0, 0.0, seed(12)), 200);
+backend_tests! { storm:
+    conf_all_to_all_storm_full_credits_mem =>
+        (mem(6, FaultModel::lossy(0.05), &mem_cfg(), seed(11)), 100),
+    conf_all_to_all_storm_full_credits_udp => (clean::udp(4, 12), 200),
+    conf_all_to_all_storm_full_credits_chan => (clean::chan(4, 12), 200),
 }
 
 /// Each node on its own thread with blocking sends: a blocked send services incoming
@@ -644,9 +656,7 @@ fn conf_all_to_all_storm_blocking_threads_udp() {
 }
 
 fn credits_bounded<T: Transport>(mut h: H<T>) {
-    h.setup(0);
-    bind_echo(&mut h.nodes[1]);
-    let got = reply_recorder(&mut h.nodes[0], REPLY);
+    let got = node_1_echoes(&mut h, 0);
     let credits = h.nodes[0].core().config().credits;
     for _ in 0..credits {
         h.nodes[0].try_request_short(EP, t(1), ECHO, &[1]).unwrap();
@@ -664,51 +674,24 @@ fn credits_bounded<T: Transport>(mut h: H<T>) {
     assert_eq!(h.nodes[0].credits_available(h.addr(1)), credits);
 }
 
-#[test]
-fn conf_credits_bounded_try_would_block_mem() {
-    credits_bounded(mem(
-        3,
-        FaultModel::none(),
-        &Config {
-            credits: 3,
-            ..Config::default()
-        },
-        seed(14),
-    ));
+/// `cfg` with `credits` credits per peer.
+fn with_credits(credits: usize, cfg: Config) -> Config {
+    Config { credits, ..cfg }
 }
-#[test]
-fn conf_credits_bounded_try_would_block_udp() {
-    credits_bounded(udp(
-        3,
-        &Config {
-            credits: 8,
-            ..udp_cfg()
-        },
-        0.0,
-        0.0,
-        seed(14),
-    ));
-}
-#[test]
-fn conf_credits_bounded_try_would_block_chan() {
-    credits_bounded(chan(
-        3,
-        &Config {
-            credits: 8,
-            ..udp_cfg()
-        },
-        0.0,
-        0.0,
-        seed(14),
-    ));
+
+backend_tests! { credits_bounded:
+    conf_credits_bounded_try_would_block_mem =>
+        (mem(3, FaultModel::none(), &with_credits(3, mem_cfg()), seed(14))),
+    conf_credits_bounded_try_would_block_udp =>
+        (udp(3, &with_credits(8, udp_cfg()), 0.0, 0.0, seed(14))),
+    conf_credits_bounded_try_would_block_chan =>
+        (chan(3, &with_credits(8, udp_cfg()), 0.0, 0.0, seed(14))),
 }
 
 // ------------------------------------------------------------------ tags and protection
 
 fn tag_mismatch<T: Transport>(mut h: H<T>) {
-    h.setup(0);
-    bind_echo(&mut h.nodes[1]);
-    let _got = reply_recorder(&mut h.nodes[0], REPLY);
+    let _got = node_1_echoes(&mut h, 0);
     let wrong = h.nodes[1].name(EP);
     h.nodes[0].map(EP, t(9), wrong, Tag(0xBAD)).unwrap();
     h.nodes[0].request_short(EP, t(9), ECHO, &[5, 6]).unwrap();
@@ -731,21 +714,11 @@ fn tag_mismatch<T: Transport>(mut h: H<T>) {
     );
 }
 
-#[test]
-fn conf_tag_mismatch_returns_to_sender_mem() {
-    tag_mismatch(mem(2, FaultModel::none(), &mem_cfg(), seed(15)));
-}
-#[test]
-fn conf_tag_mismatch_returns_to_sender_udp() {
-    tag_mismatch(udp(2, &udp_cfg(), 0.0, 0.0, seed(15)));
-}
-#[test]
-fn conf_tag_mismatch_returns_to_sender_quic() {
-    tag_mismatch(quic(2, &udp_cfg(), 0.0, 0.0, seed(15)));
-}
-#[test]
-fn conf_tag_mismatch_returns_to_sender_chan() {
-    tag_mismatch(chan(3, &udp_cfg(), 0.0, 0.0, seed(15)));
+backend_tests! { tag_mismatch:
+    conf_tag_mismatch_returns_to_sender_mem => (clean::mem(2, 15)),
+    conf_tag_mismatch_returns_to_sender_udp => (clean::udp(2, 15)),
+    conf_tag_mismatch_returns_to_sender_quic => (clean::quic(2, 15)),
+    conf_tag_mismatch_returns_to_sender_chan => (clean::chan(3, 15)),
 }
 
 #[test]
@@ -764,10 +737,8 @@ fn conf_tag_matrix_all_none_mem() {
     ];
     for (k, &(dst, msg, ok)) in cases.iter().enumerate() {
         assert_eq!(msg.admits(dst), ok, "case {k}");
-        let mut h = mem(2, FaultModel::none(), &mem_cfg(), seed(16));
-        h.setup(0);
-        bind_echo(&mut h.nodes[1]);
-        let got = reply_recorder(&mut h.nodes[0], REPLY);
+        let mut h = clean::mem(2, 16);
+        let got = node_1_echoes(&mut h, 0);
         h.nodes[1].set_tag(EP, dst).unwrap();
         let name = h.nodes[1].name(EP);
         h.nodes[0].map(EP, t(50), name, msg).unwrap();
@@ -787,12 +758,9 @@ fn conf_tag_matrix_all_none_mem() {
 
 #[test]
 fn conf_set_tag_revokes_old_tag_mem() {
-    let mut h = mem(2, FaultModel::none(), &mem_cfg(), seed(17));
-    h.setup(0);
-    bind_echo(&mut h.nodes[1]);
-    let got = reply_recorder(&mut h.nodes[0], REPLY);
-    h.nodes[0].request_short(EP, t(1), ECHO, &[1]).unwrap();
-    h.run("before", |_| got.lock().unwrap().len() == 1);
+    let mut h = clean::mem(2, 17);
+    let got = node_1_echoes(&mut h, 0);
+    echo_and_wait(&mut h, "before", 1, &got, 1);
     h.nodes[1].set_tag(EP, Tag(99)).unwrap();
     h.nodes[0].request_short(EP, t(1), ECHO, &[2]).unwrap();
     h.run("after", |h| h.returned(0).len() == 1);
@@ -805,7 +773,7 @@ fn conf_set_tag_revokes_old_tag_mem() {
 
 #[test]
 fn conf_bad_handler_and_bad_endpoint_return_mem() {
-    let mut h = mem(2, FaultModel::none(), &mem_cfg(), seed(18));
+    let mut h = clean::mem(2, 18);
     h.setup(0);
     bind_echo(&mut h.nodes[1]);
     let _ = reply_recorder(&mut h.nodes[1], REPLY); // a reply handler: wrong kind for requests
@@ -829,15 +797,9 @@ fn conf_bad_handler_and_bad_endpoint_return_mem() {
         .request_medium(EP, t(20), ECHO, b"hi", &[5])
         .unwrap();
     h.run("bad handlers", |h| h.returned(0).len() == 5);
-    let mut got: Vec<(u64, Status, Opcode)> = h
-        .returned(0)
-        .iter()
-        .map(|r| (r.args()[0], r.status, r.opcode))
-        .collect();
-    got.sort_by_key(|g| g.0);
     use Status::*;
     assert_eq!(
-        got,
+        returned_by_arg(&h, 0),
         vec![
             (1, BadHandler, Opcode::RequestShort),
             (2, BadHandler, Opcode::RequestShort),
@@ -861,7 +823,7 @@ fn conf_bad_handler_and_bad_endpoint_return_mem() {
 fn conf_tables_defaults_limits_and_resize_mem() {
     const { assert!(MAX_ARGS >= 8 && MAX_MEDIUM_BYTES >= 512 && MAX_LONG_BYTES >= 8192) };
     const { assert!(DEFAULT_HANDLERS >= 256 && DEFAULT_TRANSLATIONS >= 256) };
-    let mut h = mem(2, FaultModel::none(), &mem_cfg(), seed(19));
+    let mut h = clean::mem(2, 19);
     let b = &mut h.nodes[0];
     let ep = b.alloc_endpoint().unwrap();
     assert_eq!(b.tag(ep).unwrap(), Tag::NONE);
@@ -909,7 +871,7 @@ fn conf_tables_defaults_limits_and_resize_mem() {
     ));
 
     // Shrinking leaves stale indices that come back BadHandler.
-    let mut h = mem(2, FaultModel::none(), &mem_cfg(), seed(19));
+    let mut h = clean::mem(2, 19);
     h.setup(0);
     h.nodes[1].set_num_handlers(EP, 600).unwrap();
     h.nodes[1]
@@ -943,13 +905,7 @@ fn conf_self_map_loopback_mem() {
 fn conf_auto_ack_when_handler_does_not_reply_mem() {
     let mut h = mem(2, FaultModel::lossy(0.1), &mem_cfg(), seed(21));
     h.setup(0);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
-    h.nodes[1]
-        .set_request_handler(EP, SILENT, move |_req| {
-            r.fetch_add(1, Ordering::SeqCst);
-        })
-        .unwrap();
+    let runs = counting_handler(&mut h.nodes[1], EP, SILENT, |_req| {});
     let got = reply_recorder(&mut h.nodes[0], REPLY);
     let mut sent = 0;
     h.run("auto ack", |h| {
@@ -978,9 +934,7 @@ fn conf_reply_at_most_once_enforced_by_type_mem() {
         ..FaultModel::lossy(0.1)
     };
     let mut h = mem(2, f, &mem_cfg(), seed(22));
-    h.setup(0);
-    bind_echo(&mut h.nodes[1]);
-    let got = reply_recorder(&mut h.nodes[0], REPLY);
+    let got = node_1_echoes(&mut h, 0);
     let mut k = 0;
     h.run("once", |h| {
         while k < 30 && h.nodes[0].try_request_short(EP, t(1), ECHO, &[k]).is_ok() {
@@ -989,9 +943,8 @@ fn conf_reply_at_most_once_enforced_by_type_mem() {
         got.lock().unwrap().len() == 30 && h.nodes[0].outstanding() == 0
     });
     h.run_for(Duration::from_secs(1));
-    let mut g: Vec<u64> = got.lock().unwrap().iter().map(|a| a[0]).collect();
-    g.sort_unstable();
-    assert_eq!(g, (0..30).collect::<Vec<_>>());
+    let g: Vec<u64> = got.lock().unwrap().iter().map(|a| a[0]).collect();
+    assert_eq!(sorted(g), (0..30).collect::<Vec<_>>());
 }
 
 #[test]
@@ -1020,9 +973,7 @@ fn conf_bad_reply_handler_returns_reply_to_replier_mem() {
 // ------------------------------------------------------------------ unreachable, epochs
 
 fn unreachable<T: Transport>(mut h: H<T>, kill: impl FnOnce(&mut H<T>)) {
-    h.setup(SEG);
-    bind_echo(&mut h.nodes[1]);
-    let got = reply_recorder(&mut h.nodes[0], REPLY);
+    let got = node_1_echoes(&mut h, SEG);
     kill(&mut h);
     h.nodes[0].try_request_short(EP, t(1), ECHO, &[1]).unwrap();
     h.nodes[0]
@@ -1032,12 +983,10 @@ fn unreachable<T: Transport>(mut h: H<T>, kill: impl FnOnce(&mut H<T>)) {
         .request_xfer_async(EP, t(1), 0, ECHO, &[0; 3000], &[3])
         .unwrap();
     h.run("unreachable", |h| h.returned(0).len() == 3);
-    let mut r: Vec<(u64, Status)> = h
-        .returned(0)
-        .iter()
-        .map(|r| (r.args()[0], r.status))
+    let r: Vec<(u64, Status)> = returned_by_arg(&h, 0)
+        .into_iter()
+        .map(|(arg, status, _)| (arg, status))
         .collect();
-    r.sort_by_key(|x| x.0);
     assert_eq!(
         r,
         vec![
@@ -1088,9 +1037,7 @@ fn conf_unreachable_after_deadline_chan() {
 fn conf_late_reply_rejected_after_unreachable_mem() {
     let cfg = short_deadline(mem_cfg());
     let mut h = mem(2, FaultModel::none(), &cfg, seed(25));
-    h.setup(0);
-    bind_echo(&mut h.nodes[1]);
-    let got = reply_recorder(&mut h.nodes[0], REPLY);
+    let got = node_1_echoes(&mut h, 0);
     // Replies from 1 to 0 take 5 s; the requester gives up after 0.5 s.
     h.net
         .as_ref()
@@ -1116,18 +1063,14 @@ fn conf_late_reply_rejected_after_unreachable_mem() {
     );
     // After the epoch change the pair works again.
     h.net.as_ref().unwrap().set_link_delay(1, 0, Duration::ZERO);
-    h.nodes[0].request_short(EP, t(1), ECHO, &[78]).unwrap();
-    h.run("recovered", |_| got.lock().unwrap().len() == 1);
+    echo_and_wait(&mut h, "recovered", 78, &got, 1);
 }
 
 #[test]
 fn conf_restarted_peer_never_gets_old_epoch_messages_mem() {
-    let mut h = mem(2, FaultModel::none(), &mem_cfg(), seed(26));
-    h.setup(0);
-    bind_echo(&mut h.nodes[1]);
-    let got = reply_recorder(&mut h.nodes[0], REPLY);
-    h.nodes[0].request_short(EP, t(1), ECHO, &[1]).unwrap();
-    h.run("first", |_| got.lock().unwrap().len() == 1);
+    let mut h = clean::mem(2, 26);
+    let got = node_1_echoes(&mut h, 0);
+    echo_and_wait(&mut h, "first", 1, &got, 1);
     // Node 1 crashes; requests wait; node 1 restarts with a new incarnation.
     let net = h.net.clone().unwrap();
     net.crash(1);
@@ -1136,15 +1079,10 @@ fn conf_restarted_peer_never_gets_old_epoch_messages_mem() {
     let mut fresh = Bundle::new(net.restart(1), mem_cfg()).unwrap();
     let ep = fresh.alloc_endpoint().unwrap();
     fresh.set_tag(ep, TAG).unwrap();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
-    fresh
-        .set_request_handler(ep, ECHO, move |req| {
-            r.fetch_add(1, Ordering::SeqCst);
-            let a = req.args().to_vec();
-            req.reply_short(REPLY, &a).unwrap();
-        })
-        .unwrap();
+    let runs = counting_handler(&mut fresh, ep, ECHO, |req| {
+        let a = req.args().to_vec();
+        req.reply_short(REPLY, &a).unwrap();
+    });
     fresh
         .set_return_handler(ep, |r| panic!("unexpected return {r:?}"))
         .unwrap();
@@ -1156,8 +1094,7 @@ fn conf_restarted_peer_never_gets_old_epoch_messages_mem() {
         0,
         "old-epoch request never ran on the new incarnation"
     );
-    h.nodes[0].request_short(EP, t(1), ECHO, &[3]).unwrap();
-    h.run("new epoch", |_| got.lock().unwrap().len() == 2);
+    echo_and_wait(&mut h, "new epoch", 3, &got, 2);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
@@ -1202,11 +1139,10 @@ fn fifo<T: Transport>(mut h: H<T>, n: u64) -> u64 {
                 1 => h.nodes[0].try_request_medium(EP, t(1), ECHO, &[k as u8; 100], &[k]),
                 _ => h.nodes[0].request_xfer_async(EP, t(1), 0, ECHO, &[k as u8; 4000], &[k]),
             };
-            match r {
-                Ok(()) => k += 1,
-                Err(AmError::WouldBlock) => break,
-                Err(e) => panic!("{e}"),
+            if !went_out(r) {
+                break;
             }
+            k += 1;
         }
         seen.lock().unwrap().len() as u64 == n && h.nodes[0].outstanding() == 0
     });
@@ -1227,13 +1163,9 @@ fn conf_fifo_reorder_buffer_under_reordering_mem() {
         "early requests were parked in the reorder buffer, not dropped"
     );
 }
-#[test]
-fn conf_fifo_order_under_loss_udp() {
-    fifo(udp(2, &udp_cfg(), 0.1, 0.1, seed(29)), 300);
-}
-#[test]
-fn conf_fifo_order_under_loss_chan() {
-    fifo(chan(2, &udp_cfg(), 0.1, 0.1, seed(29)), 300);
+backend_tests! { fifo:
+    conf_fifo_order_under_loss_udp => (udp(2, &udp_cfg(), 0.1, 0.1, seed(29)), 300),
+    conf_fifo_order_under_loss_chan => (chan(2, &udp_cfg(), 0.1, 0.1, seed(29)), 300),
 }
 
 // ------------------------------------------------------------------ polling and events
@@ -1269,7 +1201,7 @@ fn conf_poll_is_bounded_per_call_mem() {
 
 #[test]
 fn conf_event_mask_and_binary_semaphore_mem() {
-    let mut h = mem(2, FaultModel::none(), &mem_cfg(), seed(32));
+    let mut h = clean::mem(2, 32);
     h.setup(0);
     h.nodes[1].set_request_handler(EP, SILENT, |_r| {}).unwrap();
     // No mask: times out (virtual time).
@@ -1328,13 +1260,9 @@ fn wait_blocks<T: Transport + 'static>(mut h: H<T>) {
     assert_eq!(got.lock().unwrap().len(), 100);
 }
 
-#[test]
-fn conf_wait_blocks_until_arrival_udp() {
-    wait_blocks(udp(2, &udp_cfg(), 0.0, 0.0, seed(34)));
-}
-#[test]
-fn conf_wait_blocks_until_arrival_chan() {
-    wait_blocks(chan(2, &udp_cfg(), 0.0, 0.0, seed(34)));
+backend_tests! { wait_blocks:
+    conf_wait_blocks_until_arrival_udp => (clean::udp(2, 34)),
+    conf_wait_blocks_until_arrival_chan => (clean::chan(2, 34)),
 }
 
 fn async_request<T: Transport + 'static>(make: impl FnOnce() -> H<T>) {
@@ -1376,13 +1304,9 @@ fn async_request<T: Transport + 'static>(make: impl FnOnce() -> H<T>) {
     });
 }
 
-#[test]
-fn conf_async_request_and_wait_udp() {
-    async_request(|| udp(2, &udp_cfg(), 0.0, 0.0, seed(35)));
-}
-#[test]
-fn conf_async_request_and_wait_chan() {
-    async_request(|| chan(2, &udp_cfg(), 0.0, 0.0, seed(35)));
+backend_tests! { async_request:
+    conf_async_request_and_wait_udp => (|| clean::udp(2, 35)),
+    conf_async_request_and_wait_chan => (|| clean::chan(2, 35)),
 }
 
 #[test]
@@ -1392,9 +1316,7 @@ fn conf_async_request_and_wait_mem() {
         .build()
         .unwrap();
     let mut h = mem(2, FaultModel::lossy(0.1), &mem_cfg(), seed(36));
-    h.setup(0);
-    bind_echo(&mut h.nodes[1]);
-    let got = reply_recorder(&mut h.nodes[0], REPLY);
+    let got = node_1_echoes(&mut h, 0);
     // Within the credit window (one thread drives both nodes, so a send must not block).
     rt.block_on(async {
         for k in 0..8u64 {
@@ -1420,9 +1342,7 @@ fn conf_async_request_and_wait_mem() {
 #[test]
 fn conf_hostile_datagrams_are_ignored_udp() {
     let mut h = udp(2, &udp_cfg(), 0.0, 0.0, seed(37));
-    h.setup(0);
-    bind_echo(&mut h.nodes[1]);
-    let got = reply_recorder(&mut h.nodes[0], REPLY);
+    let got = node_1_echoes(&mut h, 0);
     let target = match h.addr(1) {
         isotach_am::NodeAddr::Ip(a) => a,
         isotach_am::NodeAddr::Mem(_) => unreachable!(),
@@ -1439,8 +1359,7 @@ fn conf_hostile_datagrams_are_ignored_udp() {
         }
         junk.send_to(&d, target).unwrap();
     }
-    h.nodes[0].request_short(EP, t(1), ECHO, &[1]).unwrap();
-    h.run("after junk", |_| got.lock().unwrap().len() == 1);
+    echo_and_wait(&mut h, "after junk", 1, &got, 1);
     h.run("junk counted", |h| h.nodes[1].stats().bad_frames >= 400);
 }
 
@@ -1448,13 +1367,7 @@ fn conf_hostile_datagrams_are_ignored_udp() {
 fn conf_quic_unknown_peer_refused() {
     let mut h = quic(1, &short_deadline(udp_cfg()), 0.0, 0.0, seed(38));
     h.setup(0);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
-    h.nodes[0]
-        .set_request_handler(EP, ECHO, move |_req| {
-            r.fetch_add(1, Ordering::SeqCst);
-        })
-        .unwrap();
+    let runs = counting_handler(&mut h.nodes[0], EP, ECHO, |_req| {});
     // A stranger with a certificate from another CA.
     let other = isotach_am::backend::quic::make_ca("rogue CA").unwrap();
     let id = isotach_am::backend::quic::make_node_identity(&other, "rogue").unwrap();
@@ -1507,23 +1420,16 @@ fn conf_chan_full_inbox_drops_and_am_recovers() {
         seed: seed(39),
         returned: Vec::new(),
     };
-    h.setup(0);
-    bind_echo(&mut h.nodes[1]);
-    let got = reply_recorder(&mut h.nodes[0], REPLY);
+    let got = node_1_echoes(&mut h, 0);
     let mut sent = 0u64;
     h.run("overflowed burst", |h| {
-        while sent < 64 {
-            match h.nodes[0].try_request_short(EP, t(1), ECHO, &[sent]) {
-                Ok(()) => sent += 1,
-                Err(AmError::WouldBlock) => break,
-                Err(e) => panic!("{e}"),
-            }
+        while sent < 64 && went_out(h.nodes[0].try_request_short(EP, t(1), ECHO, &[sent])) {
+            sent += 1;
         }
         got.lock().unwrap().len() == 64
     });
-    let mut args: Vec<u64> = got.lock().unwrap().iter().map(|a| a[0]).collect();
-    args.sort_unstable();
-    assert_eq!(args, (0..64).collect::<Vec<_>>());
+    let args: Vec<u64> = got.lock().unwrap().iter().map(|a| a[0]).collect();
+    assert_eq!(sorted(args), (0..64).collect::<Vec<_>>());
     assert!(net.stats().inbox_full > 0, "the burst overflowed an inbox");
     assert!(h.nodes[0].stats().retransmits > 0);
 }
