@@ -407,7 +407,8 @@ impl State {
     fn on_hello(&mut self, peer: usize, incarnation: u64) {
         let p = &mut self.peers[peer];
         let known = p.incarnation;
-        if incarnation == 0 || known == incarnation {
+        // Incarnations grow across restarts: an older one is a late duplicate, not news.
+        if incarnation == 0 || incarnation <= known {
             return;
         }
         p.incarnation = incarnation;

@@ -275,7 +275,7 @@ impl SiuRole {
                 tracing::warn!(route = ?tx.route, "no peer for a network packet");
                 continue;
             };
-            if crate::tm::doomed(&self.rejoin, peer, &tx.bytes) {
+            if crate::tm::doomed(&self.rejoin, peer, self.siu.generation(), &tx.bytes) {
                 self.messages_doomed += 1;
                 continue;
             }

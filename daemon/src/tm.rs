@@ -140,7 +140,7 @@ impl Role for TmRole {
     fn poll_output(&mut self, _now_us: u64, _lane: usize) -> Option<(usize, Vec<u8>)> {
         loop {
             let (link, bytes) = self.tm.poll_transmit()?;
-            if !doomed(&self.rejoin, link, &bytes) {
+            if !doomed(&self.rejoin, link, self.tm.generation(), &bytes) {
                 return Some((link, bytes));
             }
             self.messages_doomed += 1;
@@ -185,14 +185,15 @@ impl Role for TmRole {
     }
 }
 
-/// An isotach message for a peer whose link is broken belongs to a generation that ends: the
-/// rejoin rule starts a new one when the peer is back (or another node already did), and
-/// queued on the link it would arrive ahead of that restart's token, a leftover the receiver
-/// cannot tell from a current message (isotach messages carry no generation). Dropped here.
-pub(crate) fn doomed(rejoin: &Rejoin, peer: usize, bytes: &[u8]) -> bool {
-    rejoin.is_broken(peer) && peek_kind(bytes) == Ok(Kind::IsotachMessage)
+/// An isotach message for a peer whose link broke during the generation in force belongs to a
+/// generation that ends: the rejoin rule starts a new one when the peer is back, and queued on
+/// the link it would arrive ahead of that restart's token, a leftover the receiver cannot tell
+/// from a current message (isotach messages carry no generation). Dropped here. A node that
+/// took a newer generation meanwhile (its restart token can arrive before the link is up on
+/// this side) sends as usual.
+pub(crate) fn doomed(rejoin: &Rejoin, peer: usize, generation: u32, bytes: &[u8]) -> bool {
+    rejoin.broken_during(peer, generation) && peek_kind(bytes) == Ok(Kind::IsotachMessage)
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,14 +215,18 @@ mod tests {
         .encode(&mut m);
         let t = Token::default().to_bytes();
         let mut r = Rejoin::new(2);
-        assert!(!doomed(&r, 1, &m), "the link is up");
+        assert!(!doomed(&r, 1, 7, &m), "the link is up");
         r.broken(1, 7);
-        assert!(doomed(&r, 1, &m));
+        assert!(doomed(&r, 1, 7, &m));
         assert!(
-            !doomed(&r, 1, &t),
+            !doomed(&r, 1, 7, &t),
             "tokens go: the receiver checks their generation"
         );
-        assert!(!doomed(&r, 0, &m), "another link");
-        assert!(!r.back(1, 8) && !doomed(&r, 1, &m), "back");
+        assert!(!doomed(&r, 0, 7, &m), "another link");
+        assert!(
+            !doomed(&r, 1, 8, &m),
+            "a newer generation taken before the link is up on this side is current"
+        );
+        assert!(!r.back(1, 8) && !doomed(&r, 1, 7, &m), "back");
     }
 }

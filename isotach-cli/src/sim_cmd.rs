@@ -422,7 +422,8 @@ fn sc_cmd(a: &ScArgs) -> anyhow::Result<ExitCode> {
         println!(
             "sim sc {}: {} runs, {} isochrons, {} reads checked; sc {} atomicity {} program-order {} \
              unexecuted {} unresolved {} diverged {} eop {} order {} stalled {} errors {}; \
-             app restarts {} (pages recovered {}, started empty {}, reads refused {})",
+             app restarts {} (pages recovered {}, started empty {}, reads refused {}); \
+             logical-time restarts {} ({} generations checked; discarded {} isochrons, {} reads)",
             if report.ok { "ok" } else { "FAILED" },
             report.runs,
             report.isochrons,
@@ -440,7 +441,11 @@ fn sc_cmd(a: &ScArgs) -> anyhow::Result<ExitCode> {
             report.app_restarts,
             report.pages_recovered,
             report.pages_started_empty,
-            report.reads_refused
+            report.reads_refused,
+            report.logical_restarts,
+            report.eras_checked,
+            report.discarded_isochrons,
+            report.discarded_reads
         );
     }
     if report.ok {
@@ -479,7 +484,8 @@ fn philo_cmd(a: &PhiloArgs) -> anyhow::Result<ExitCode> {
     } else {
         println!(
             "sim philo {}: {} meals of {} (fewest {}), safety violations {}, retries {}, \
-             max wait {} pulses, {} pulses, oracle: {} isochrons {} reads, {} violations",
+             max wait {} pulses, {} pulses, oracle: {} isochrons {} reads, {} violations; \
+             logical-time restarts {} ({} generations checked, {} isochrons discarded)",
             if r.ok { "ok" } else { "FAILED" },
             r.meals,
             r.meals_target * r.philosophers as u64,
@@ -490,7 +496,10 @@ fn philo_cmd(a: &PhiloArgs) -> anyhow::Result<ExitCode> {
             r.pulses,
             r.isochrons,
             r.reads_checked,
-            r.sc_violations
+            r.sc_violations,
+            r.logical_restarts,
+            r.eras_checked,
+            r.discarded_isochrons
         );
     }
     if r.ok {

@@ -110,9 +110,9 @@ impl Rejoin {
             .is_some_and(|g| g == generation)
     }
 
-    /// The link to `peer` is broken (and the peer not back yet).
-    pub fn is_broken(&self, peer: usize) -> bool {
-        self.broken_in.get(peer).is_some_and(Option::is_some)
+    /// The link to `peer` broke during `generation` and the peer is not back yet.
+    pub fn broken_during(&self, peer: usize, generation: u32) -> bool {
+        self.broken_in.get(peer).copied().flatten() == Some(generation)
     }
 
     /// Peers whose link is broken.
