@@ -25,6 +25,15 @@ fn packet(i: usize) -> Vec<u8> {
     (0..len).map(|j| (i + j) as u8).collect()
 }
 
+/// Two nodes on a lossy net, run until each has the other up.
+fn pair_up(seed: u64) -> LinkNet {
+    let mut net = LinkNet::full_mesh(2, lossy(), seed, QUEUE_MAX_DEFAULT);
+    run(&mut net, 1_000, 60 * SECOND_US, |net| {
+        net.links(0).is_up(0) && net.links(1).is_up(0)
+    });
+    net
+}
+
 /// Runs the net in steps until `done` holds; a liveness guard, not a timed assertion.
 fn run(net: &mut LinkNet, step_us: u64, limit_us: u64, mut done: impl FnMut(&mut LinkNet) -> bool) {
     while !done(net) {
@@ -145,10 +154,7 @@ fn credit_exhaustion_is_back_pressure_not_loss() {
 #[test]
 fn a_peer_paused_past_the_give_up_time_is_lost_and_rejoins() {
     for seed in 0..SEEDS {
-        let mut net = LinkNet::full_mesh(2, lossy(), seed, QUEUE_MAX_DEFAULT);
-        run(&mut net, 1_000, 60 * SECOND_US, |net| {
-            net.links(0).is_up(0) && net.links(1).is_up(0)
-        });
+        let mut net = pair_up(seed);
         net.take_events(0);
         net.pause(1);
         net.links(0).send(0, b"into the void".to_vec()).unwrap();
@@ -294,10 +300,7 @@ fn a_packet_cut_by_the_senders_broken_stream_does_not_corrupt_the_next() {
 #[test]
 fn a_peer_known_only_from_its_hello_reply_is_seen_to_restart() {
     for seed in 0..SEEDS {
-        let mut net = LinkNet::full_mesh(2, lossy(), seed, QUEUE_MAX_DEFAULT);
-        run(&mut net, 1_000, 60 * SECOND_US, |net| {
-            net.links(0).is_up(0) && net.links(1).is_up(0)
-        });
+        let mut net = pair_up(seed);
         // Node 0 restarts and says hello; node 1 dies again as soon as node 0 is up, before
         // node 1's own hello to node 0's new process may have arrived.
         net.restart(0);

@@ -76,21 +76,7 @@ fn wave_waits_for_every_neighbour() {
 #[test]
 fn messages_are_forwarded_before_the_next_token() {
     let mut t = started(2);
-    let m = IsotachMessage {
-        ts: 2,
-        source: 0,
-        dest: 1,
-        sequum: 0,
-        sref: Sref::Mem {
-            op: SrefOp::Write,
-            width: Width::W32,
-            addr: 4,
-            value: 9,
-            ref_id: 0,
-        },
-    };
-    let mut mb = Vec::new();
-    m.encode(&mut mb);
+    let mb = write_to(1);
     t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
     t.handle_input(1, 0, &mb).unwrap();
     t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
@@ -318,6 +304,7 @@ fn begin_restart_sends_the_next_generation_to_every_neighbour() {
     assert_eq!(t.generation(), 2);
 }
 
+/// An isotach write from host 0 to `dest`, encoded.
 fn write_to(dest: u16) -> Vec<u8> {
     let m = IsotachMessage {
         ts: 2,
