@@ -124,7 +124,8 @@ struct Link {
     /// The newest generation this neighbour's tokens (restart tokens included) showed: every
     /// node sends a generation's restart token on each link before anything of that
     /// generation, and links are FIFO, so a message arriving after a token of an older
-    /// generation than this TM's was sent in that older generation.
+    /// generation than this TM's was sent in that older generation. `None` (not known) also
+    /// after a token this TM could not read (a bad CRC): it may have been a restart token.
     generation: Option<u32>,
     last_two: LastTwo,
     /// Takes part in barriers (hosts and spanning-tree trunks).
@@ -319,6 +320,10 @@ impl TokenManager {
                 Ok(t) => self.token(now_us, link, t),
                 Err(e) => {
                     self.stats.tokens_dropped += 1;
+                    // It may have been the neighbour's restart token: what follows can be of
+                    // a newer generation, so the link's generation is unknown until the next
+                    // token this TM can read.
+                    self.links[link].generation = None;
                     Err(decode(e))
                 }
             },

@@ -374,3 +374,40 @@ fn messages_held_when_a_restart_comes_belong_to_the_old_generation() {
     assert!(out.iter().all(|(_, p)| p.kind() == Kind::Token));
     assert_eq!(t.stats().messages_stale, 1);
 }
+
+#[test]
+fn a_token_that_cannot_be_read_makes_the_links_generation_unknown() {
+    let mut t = started(2);
+    t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
+    drain(&mut t);
+    t.begin_restart(2);
+    drain(&mut t);
+    // Host 0's echo of generation 2 arrives corrupted; its messages of generation 2 follow.
+    let mut echo = Token {
+        generation: 2,
+        ..reset_token(0)
+    }
+    .to_bytes();
+    let last = echo.len() - 1;
+    echo[last] ^= 0xff;
+    assert!(t.handle_input(2, 0, &echo).is_err());
+    t.handle_input(
+        3,
+        1,
+        &Token {
+            generation: 2,
+            ..token(1, 1)
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    t.handle_input(3, 0, &write_to(1)).unwrap();
+    let out = drain(&mut t);
+    assert!(
+        out.iter()
+            .any(|(l, p)| *l == 1 && p.kind() == Kind::IsotachMessage),
+        "not dropped as stale: the unread token may have been the restart"
+    );
+    assert_eq!(t.stats().messages_stale, 0);
+}
