@@ -113,9 +113,8 @@ fn a_transfer_that_skips_the_log_after_the_image_is_caught() {
 
 /// Crashes of TMs and SIUs: every restart of logical time ends every application, a new one
 /// starts on empty memory, and each generation is replayed on its own. Seeds 11..=20 are a
-/// fixed sample (the run is deterministic). Not every seed is clean yet: an isochron the
-/// ending application sent just before its SIU's reset can still be stamped in the new
-/// generation (`docs/sim.md`, "Restarts in `sim sc` and `sim philo`").
+/// fixed sample (the run is deterministic); `docs/sim.md` ("Restarts in `sim sc` and `sim
+/// philo`") has the 1 000-seed run with every fault.
 #[test]
 fn crashes_of_tms_and_sius_end_every_era_cleanly() {
     let mut o = options(4, 2, 11);
