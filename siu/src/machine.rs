@@ -72,11 +72,6 @@ pub struct Siu {
     /// it sends a generation's restart token before anything of that generation, so an
     /// isotach message after a token of another generation than this SIU's is stale.
     tm_generation: Option<u32>,
-    /// A token from the TM could not be read since the last one that could: it may have been
-    /// a restart, so the generation of what follows is not known.
-    tm_unread_token: bool,
-    /// Isotach messages from the TM that came while `tm_unread_token`.
-    tm_doubtful: VecDeque<Vec<u8>>,
     /// The host was handed a reset EOP: its application's session ended, and its isotach
     /// packets are refused until a new application attaches.
     host_session_ended: bool,
@@ -122,8 +117,6 @@ impl Siu {
             to_net: VecDeque::new(),
             host_ts_max: 0,
             tm_generation: None,
-            tm_unread_token: false,
-            tm_doubtful: VecDeque::new(),
             host_session_ended: false,
             stats: SiuStats::default(),
             cfg,

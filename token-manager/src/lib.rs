@@ -124,13 +124,9 @@ struct Link {
     /// The newest generation this neighbour's tokens (restart tokens included) showed: every
     /// node sends a generation's restart token on each link before anything of that
     /// generation, and links are FIFO, so a message arriving after a token of an older
-    /// generation than this TM's was sent in that older generation.
+    /// generation than this TM's was sent in that older generation. `None` (not known) also
+    /// after a token this TM could not read (a bad CRC): it may have been a restart token.
     generation: Option<u32>,
-    /// A token from this neighbour could not be read (bad CRC) since the last one that could:
-    /// it may have been a restart, so the generation of what follows is not known.
-    unread_token: bool,
-    /// Isotach messages that came while `unread_token`: the next readable token decides.
-    doubtful: VecDeque<Vec<u8>>,
     last_two: LastTwo,
     /// Takes part in barriers (hosts and spanning-tree trunks).
     barrier_link: bool,
@@ -324,18 +320,16 @@ impl TokenManager {
                 Ok(t) => self.token(now_us, link, t),
                 Err(e) => {
                     self.stats.tokens_dropped += 1;
-                    // It may have been the neighbour's restart token: until the next token
-                    // this TM can read, its messages wait (see `settle_doubtful`).
-                    self.links[link].unread_token = true;
+                    // It may have been the neighbour's restart token: what follows can be of
+                    // a newer generation, so the link's generation is unknown until the next
+                    // token this TM can read.
+                    self.links[link].generation = None;
                     Err(decode(e))
                 }
             },
             Kind::IsotachMessage => {
                 // Checked in full (a forwarded message is never malformed) but not copied out.
                 let dest = IsotachMessage::validate(bytes).map_err(decode)?;
-                if self.links[link].unread_token {
-                    return self.doubt(link, bytes);
-                }
                 if self.sent_in_older_generation(link) {
                     self.stats.messages_stale += 1;
                     return Ok(());
@@ -382,60 +376,6 @@ impl TokenManager {
                 .is_some_and(|g| g != self.generation)
     }
 
-    /// A message after a token this TM could not read waits for the next readable one.
-    /// Bounded by the queue limit (beyond it the message is dropped and counted stale: the
-    /// doubt lasts one token interval, so only a flood reaches it).
-    fn doubt(&mut self, link: LinkId, bytes: &[u8]) -> Result<(), TmError> {
-        if self.doubtful_count() >= self.cfg.limits.queue_packets_max {
-            self.stats.messages_stale += 1;
-            return Ok(());
-        }
-        self.links[link].doubtful.push_back(bytes.to_vec());
-        Ok(())
-    }
-
-    fn doubtful_count(&self) -> usize {
-        self.links.iter().map(|l| l.doubtful.len()).sum()
-    }
-
-    /// The first readable token after an unreadable one settles the messages between them,
-    /// before the token itself acts (it may end their pulse). A fresh (non-repeat) restart
-    /// token means the neighbour took its generation only now, so they are older: dropped.
-    /// A normal token or a repeated restart of this TM's generation means they were sent in
-    /// it (the unreadable token was that restart, or an ordinary one): forwarded in order.
-    /// Returns the messages to forward: at once, or after the restart `t` starts (their
-    /// generation is the one `t` brings).
-    fn settle_doubtful(&mut self, link: LinkId, t: &Token) -> VecDeque<Vec<u8>> {
-        let restarts = t.restart && generation_newer(t.generation, self.generation);
-        let l = &mut self.links[link];
-        if !l.unread_token || (!self.started && !restarts) {
-            // Not started, and this token does not start it: the doubt stays until one does.
-            return VecDeque::new();
-        }
-        l.unread_token = false;
-        let doubtful = std::mem::take(&mut l.doubtful);
-        let in_force = (self.started || restarts).then_some(if restarts {
-            t.generation
-        } else {
-            self.generation
-        });
-        let current = (!t.restart || t.repeat) && in_force == Some(t.generation);
-        if !current {
-            self.stats.messages_stale += doubtful.len() as u64;
-            return VecDeque::new();
-        }
-        doubtful
-    }
-
-    /// Forwards messages taken out of doubt, in order.
-    fn forward_settled(&mut self, settled: VecDeque<Vec<u8>>) -> Result<(), TmError> {
-        for bytes in settled {
-            let dest = IsotachMessage::validate(&bytes).expect("validated when it arrived");
-            self.forward(dest, &bytes, true)?;
-        }
-        Ok(())
-    }
-
     /// The neighbour on `link` proved it started: its held messages go out, in order.
     fn release_held(&mut self, link: LinkId) {
         debug_assert_eq!(self.held, self.held_in_links());
@@ -460,7 +400,6 @@ impl TokenManager {
                 expected,
             });
         }
-        let settled = self.settle_doubtful(link, &t);
         let l = &mut self.links[link];
         if l.generation
             .is_none_or(|g| generation_newer(t.generation, g))
@@ -474,11 +413,8 @@ impl TokenManager {
                 // An echo of our own reset wave, or a repeat of a restart already taken.
                 self.stats.tokens_duplicate += 1;
             }
-            // After a restart: its links hold them until each neighbour's first token.
-            return self.forward_settled(settled);
+            return Ok(());
         }
-        // Before the token acts: it may end their pulse.
-        self.forward_settled(settled)?;
         if !self.started || t.generation != self.generation {
             self.stats.tokens_dropped += 1;
             return Ok(());
@@ -677,8 +613,6 @@ impl Link {
             port,
             accepted: 0,
             generation: None,
-            unread_token: false,
-            doubtful: VecDeque::new(),
             last_two: LastTwo::default(),
             barrier_link,
             barrier_recv: [0; BARRIERS],

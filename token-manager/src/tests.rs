@@ -375,79 +375,39 @@ fn messages_held_when_a_restart_comes_belong_to_the_old_generation() {
     assert_eq!(t.stats().messages_stale, 1);
 }
 
-/// Generation 2 running (host 1 answered), host 0 not yet heard from in it.
-fn restarted_to_generation_2() -> TokenManager {
+#[test]
+fn a_token_that_cannot_be_read_makes_the_links_generation_unknown() {
     let mut t = started(2);
     t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
     t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
     drain(&mut t);
     t.begin_restart(2);
-    let echo = Token {
-        generation: 2,
-        ..reset_token(1)
-    };
-    let first = Token {
-        generation: 2,
-        ..token(1, 1)
-    };
-    t.handle_input(2, 1, &echo.to_bytes()).unwrap();
-    t.handle_input(2, 1, &first.to_bytes()).unwrap();
     drain(&mut t);
-    t
-}
-
-fn corrupted(t: Token) -> Vec<u8> {
-    let mut b = t.to_bytes().to_vec();
-    let last = b.len() - 1;
-    b[last] ^= 0xff;
-    b
-}
-
-fn forwarded_to_host_1(out: &[(LinkId, Packet)]) -> usize {
-    out.iter()
-        .filter(|(l, p)| *l == 1 && p.kind() == Kind::IsotachMessage)
-        .count()
-}
-
-#[test]
-fn messages_after_an_unreadable_restart_go_when_its_repeat_arrives() {
-    let mut t = restarted_to_generation_2();
-    let echo = Token {
+    // Host 0's echo of generation 2 arrives corrupted; its messages of generation 2 follow.
+    let mut echo = Token {
         generation: 2,
         ..reset_token(0)
-    };
-    assert!(t.handle_input(3, 0, &corrupted(echo)).is_err());
-    t.handle_input(3, 0, &write_to(1)).unwrap();
-    assert_eq!(
-        forwarded_to_host_1(&drain(&mut t)),
-        0,
-        "waits for a readable token"
-    );
-    let repeat = Token {
-        repeat: true,
-        ..echo
-    };
-    t.handle_input(4, 0, &repeat.to_bytes()).unwrap();
-    assert_eq!(
-        forwarded_to_host_1(&drain(&mut t)),
+    }
+    .to_bytes();
+    let last = echo.len() - 1;
+    echo[last] ^= 0xff;
+    assert!(t.handle_input(2, 0, &echo).is_err());
+    t.handle_input(
+        3,
         1,
-        "sent in generation 2"
+        &Token {
+            generation: 2,
+            ..token(1, 1)
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    t.handle_input(3, 0, &write_to(1)).unwrap();
+    let out = drain(&mut t);
+    assert!(
+        out.iter()
+            .any(|(l, p)| *l == 1 && p.kind() == Kind::IsotachMessage),
+        "not dropped as stale: the unread token may have been the restart"
     );
     assert_eq!(t.stats().messages_stale, 0);
-}
-
-#[test]
-fn messages_after_an_unreadable_token_are_stale_when_a_fresh_restart_follows() {
-    let mut t = restarted_to_generation_2();
-    // Host 0 is still in generation 1: its token is unreadable, its message follows, then it
-    // takes generation 2 and echoes the restart.
-    assert!(t.handle_input(3, 0, &corrupted(token(0, 2))).is_err());
-    t.handle_input(3, 0, &write_to(1)).unwrap();
-    let echo = Token {
-        generation: 2,
-        ..reset_token(0)
-    };
-    t.handle_input(4, 0, &echo.to_bytes()).unwrap();
-    assert_eq!(forwarded_to_host_1(&drain(&mut t)), 0);
-    assert_eq!(t.stats().messages_stale, 1);
 }

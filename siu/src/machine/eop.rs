@@ -73,14 +73,6 @@ impl Siu {
             self.stats.messages_refused += 1;
             return Err(SiuError::NotStarted);
         }
-        if self.tm_unread_token {
-            if self.tm_doubtful.len() >= self.cfg.limits.queue_packets_max {
-                self.stats.messages_stale += 1;
-            } else {
-                self.tm_doubtful.push_back(bytes.to_vec());
-            }
-            return Ok(());
-        }
         if self.tm_generation.is_some_and(|g| g != self.generation) {
             self.stats.messages_stale += 1;
             return Ok(());

@@ -10,7 +10,6 @@ use crate::pulse::{PulseLog, PulseSlot};
 use crate::{Mode, Route, Side, SiuError, Transmit};
 use isotach_proto::packet::{self, BARRIERS, Token};
 use isotach_proto::wave::{Arrival, classify, generation_newer, seq_of};
-use std::collections::VecDeque;
 
 /// Tokens the lost-token timer resends at each expiry: the last two sent (requirement 9).
 const REPEATS_PER_TIMEOUT_MAX: usize = 2;
@@ -103,7 +102,6 @@ impl Siu {
             self.stats.tokens_stale += 1;
             return Err(SiuError::ForeignToken(t.source_port));
         }
-        let settled = self.settle_doubtful(&t);
         if self
             .tm_generation
             .is_none_or(|g| generation_newer(t.generation, g))
@@ -112,18 +110,12 @@ impl Siu {
         }
         if t.restart {
             if generation_newer(t.generation, self.generation) {
-                // Their generation is the one this restart starts: taken after it.
-                let r = self.reset_from_net(now_us, t, bytes);
-                self.take_settled(settled);
-                return r;
+                return self.reset_from_net(now_us, t, bytes);
             }
             // An echo or a repeat of the restart that started this generation.
             self.stats.tokens_duplicate += 1;
-            self.take_settled(settled);
             return Ok(());
         }
-        // Before the token acts: it may end their pulse.
-        self.take_settled(settled);
         if !self.started || t.generation != self.generation {
             self.stats.tokens_stale += 1;
             return Ok(());
@@ -144,41 +136,6 @@ impl Siu {
             Arrival::Early => self.stats.tokens_early += 1,
         }
         Ok(())
-    }
-
-    /// The first readable token after an unreadable one settles the TM's messages between
-    /// them, before the token acts (it may end their pulse): after a fresh (non-repeat)
-    /// restart token they are older, dropped; after a normal token or a repeated restart of
-    /// this SIU's generation they are current, taken in order.
-    fn settle_doubtful(&mut self, t: &Token) -> VecDeque<Vec<u8>> {
-        if !self.tm_unread_token {
-            return VecDeque::new();
-        }
-        self.tm_unread_token = false;
-        let doubtful = std::mem::take(&mut self.tm_doubtful);
-        let restarts = t.restart && generation_newer(t.generation, self.generation);
-        let in_force = (self.started || restarts).then_some(if restarts {
-            t.generation
-        } else {
-            self.generation
-        });
-        if (!t.restart || t.repeat) && in_force == Some(t.generation) {
-            return doubtful;
-        }
-        self.stats.messages_stale += doubtful.len() as u64;
-        VecDeque::new()
-    }
-
-    /// Takes messages out of doubt, in order, as if they arrived now.
-    fn take_settled(&mut self, settled: VecDeque<Vec<u8>>) {
-        if settled.is_empty() {
-            return;
-        }
-        self.tm_generation = Some(self.generation);
-        for bytes in settled {
-            // Validated when it arrived; a refusal now (too far ahead) is counted as then.
-            let _ = self.message_from_net(&bytes);
-        }
     }
 
     /// The pulse a duplicate token ended (one of the two before the next).
