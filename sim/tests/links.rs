@@ -34,6 +34,17 @@ fn pair_up(seed: u64) -> LinkNet {
     net
 }
 
+/// Node 0 sends "after" to node 1; returns what node 1 received once it got something.
+fn send_after(net: &mut LinkNet) -> Vec<(usize, Vec<u8>)> {
+    net.links(0).send(0, b"after".to_vec()).unwrap();
+    let mut got = Vec::new();
+    run(net, 1_000, 120 * SECOND_US, |net| {
+        drain(net, 1, &mut got);
+        !got.is_empty()
+    });
+    got
+}
+
 /// Runs the net in steps until `done` holds; a liveness guard, not a timed assertion.
 fn run(net: &mut LinkNet, step_us: u64, limit_us: u64, mut done: impl FnMut(&mut LinkNet) -> bool) {
     while !done(net) {
@@ -228,13 +239,11 @@ fn a_restarted_peer_breaks_the_stream_and_comes_back() {
             "seed {seed}: {ev:?}"
         );
         assert_eq!(net.links(0).stats().links_lost, 1, "seed {seed}");
-        net.links(0).send(0, b"after".to_vec()).unwrap();
-        let mut got = Vec::new();
-        run(&mut net, 1_000, 120 * SECOND_US, |net| {
-            drain(net, 1, &mut got);
-            !got.is_empty()
-        });
-        assert_eq!(got, vec![(0, b"after".to_vec())], "seed {seed}");
+        assert_eq!(
+            send_after(&mut net),
+            vec![(0, b"after".to_vec())],
+            "seed {seed}"
+        );
     }
 }
 
@@ -307,12 +316,10 @@ fn a_peer_known_only_from_its_hello_reply_is_seen_to_restart() {
         run(&mut net, 10, 60 * SECOND_US, |net| net.links(0).is_up(0));
         net.restart(1);
         net.run_until(net.now_us() + 2 * SECOND_US);
-        net.links(0).send(0, b"after".to_vec()).unwrap();
-        let mut got = Vec::new();
-        run(&mut net, 1_000, 120 * SECOND_US, |net| {
-            drain(net, 1, &mut got);
-            !got.is_empty()
-        });
-        assert_eq!(got, vec![(0, b"after".to_vec())], "seed {seed}");
+        assert_eq!(
+            send_after(&mut net),
+            vec![(0, b"after".to_vec())],
+            "seed {seed}"
+        );
     }
 }

@@ -324,41 +324,43 @@ fn write_to(dest: u16) -> Vec<u8> {
     b
 }
 
-#[test]
-fn messages_of_an_older_generation_are_dropped_not_forwarded() {
+/// Generation 2 started here (a TM restart) after wave 1 of generation 1 was answered.
+fn restarted_to_generation_2() -> TokenManager {
     let mut t = started(2);
     t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
     t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
     drain(&mut t);
-    // Generation 2 starts here; host 0 has not taken it yet, so what it sends now was sent
-    // in generation 1 and would land in a pulse of generation 2.
     t.begin_restart(2);
     drain(&mut t);
+    t
+}
+
+/// `t` in generation 2.
+fn in_generation_2(t: Token) -> Vec<u8> {
+    Token { generation: 2, ..t }.to_bytes().to_vec()
+}
+
+/// Isotach messages in `out` towards `link`.
+fn messages_to(out: &[(LinkId, Packet)], link: LinkId) -> usize {
+    out.iter()
+        .filter(|(l, p)| *l == link && p.kind() == Kind::IsotachMessage)
+        .count()
+}
+
+#[test]
+fn messages_of_an_older_generation_are_dropped_not_forwarded() {
+    let mut t = restarted_to_generation_2();
+    // Host 0 has not taken generation 2 yet, so what it sends now was sent in generation 1
+    // and would land in a pulse of generation 2.
     t.handle_input(3, 0, &write_to(1)).unwrap();
     assert!(drain(&mut t).is_empty(), "a stale message is not forwarded");
     assert_eq!(t.stats().messages_stale, 1);
     // Its echo of generation 2 comes first on the link before anything it sends in it.
-    let echo = Token {
-        generation: 2,
-        ..reset_token(0)
-    };
-    t.handle_input(4, 0, &echo.to_bytes()).unwrap();
-    t.handle_input(
-        4,
-        1,
-        &Token {
-            generation: 2,
-            ..token(1, 1)
-        }
-        .to_bytes(),
-    )
-    .unwrap();
+    t.handle_input(4, 0, &in_generation_2(reset_token(0)))
+        .unwrap();
+    t.handle_input(4, 1, &in_generation_2(token(1, 1))).unwrap();
     t.handle_input(4, 0, &write_to(1)).unwrap();
-    let out = drain(&mut t);
-    assert!(
-        out.iter()
-            .any(|(l, p)| *l == 1 && p.kind() == Kind::IsotachMessage)
-    );
+    assert_eq!(messages_to(&drain(&mut t), 1), 1);
     assert_eq!(t.stats().messages_stale, 1);
 }
 
@@ -377,36 +379,17 @@ fn messages_held_when_a_restart_comes_belong_to_the_old_generation() {
 
 #[test]
 fn a_token_that_cannot_be_read_makes_the_links_generation_unknown() {
-    let mut t = started(2);
-    t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
-    t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
-    drain(&mut t);
-    t.begin_restart(2);
-    drain(&mut t);
+    let mut t = restarted_to_generation_2();
     // Host 0's echo of generation 2 arrives corrupted; its messages of generation 2 follow.
-    let mut echo = Token {
-        generation: 2,
-        ..reset_token(0)
-    }
-    .to_bytes();
+    let mut echo = in_generation_2(reset_token(0));
     let last = echo.len() - 1;
     echo[last] ^= 0xff;
     assert!(t.handle_input(2, 0, &echo).is_err());
-    t.handle_input(
-        3,
-        1,
-        &Token {
-            generation: 2,
-            ..token(1, 1)
-        }
-        .to_bytes(),
-    )
-    .unwrap();
+    t.handle_input(3, 1, &in_generation_2(token(1, 1))).unwrap();
     t.handle_input(3, 0, &write_to(1)).unwrap();
-    let out = drain(&mut t);
-    assert!(
-        out.iter()
-            .any(|(l, p)| *l == 1 && p.kind() == Kind::IsotachMessage),
+    assert_eq!(
+        messages_to(&drain(&mut t), 1),
+        1,
         "not dropped as stale: the unread token may have been the restart"
     );
     assert_eq!(t.stats().messages_stale, 0);
