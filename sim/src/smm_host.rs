@@ -240,7 +240,9 @@ impl SmmPort {
 
 /// An EOP marker with the reset bit outside an epoch's end: logical time restarted.
 fn is_restart_eop(bytes: &[u8]) -> bool {
-    EopMarker::decode(bytes).is_ok_and(|e| e.reset && !e.end_of_epoch && !e.repeat)
+    // Every packet from the SIU passes here: decode only EOP markers.
+    packet::peek_kind(bytes) == Ok(Kind::EopMarker)
+        && EopMarker::decode(bytes).is_ok_and(|e| e.reset && !e.end_of_epoch && !e.repeat)
 }
 
 /// Runs `sim` until every host is `done` and every node and SIU has drained everything, then
