@@ -221,19 +221,14 @@ impl<R: Role> Pump<R> {
             return 0;
         };
         let peer = l.peer;
-        let dropped = l.inbox.len() + self.drop_held_from_local(peer);
+        let dropped = l.inbox.len() + self.drop_held_from(peer);
+        if let Some(l) = self.local.as_mut() {
+            l.inbox.clear();
+        }
         let now_us = now.0 / NS_PER_US;
         self.role.link_lost(now_us, peer, LossReason::Detached, 0);
         self.role.link_up(now_us, peer);
         dropped
-    }
-
-    /// Clears the local peer's inbox and held input; returns how many held packets went.
-    fn drop_held_from_local(&mut self, peer: usize) -> usize {
-        if let Some(l) = self.local.as_mut() {
-            l.inbox.clear();
-        }
-        self.drop_held_from(peer)
     }
 
     /// Drops input held from `peer` (it is gone); returns how many.

@@ -376,6 +376,15 @@ impl Role for SiuRole {
     }
 
     fn link_up(&mut self, now_us: u64, peer: usize) {
+        if peer == PEER_TM && self.messages_doomed > 0 {
+            tracing::warn!(
+                host = self.siu.host(),
+                dropped = self.messages_doomed,
+                "dropped isotach messages for the token manager while its link was broken: \
+                 their generation ends"
+            );
+            self.messages_doomed = 0;
+        }
         tracing::info!(
             host = self.siu.host(),
             peer = self.peer_name(peer),

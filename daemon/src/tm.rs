@@ -87,11 +87,6 @@ impl TmRole {
         &mut self.tm
     }
 
-    /// Isotach messages dropped because their link was broken (see [`doomed`]).
-    pub fn messages_doomed(&self) -> u64 {
-        self.messages_doomed
-    }
-
     /// Links whose neighbour is gone and not back yet.
     pub fn broken_links(&self) -> usize {
         self.rejoin.pending()
@@ -153,6 +148,15 @@ impl Role for TmRole {
 
     fn link_up(&mut self, now_us: u64, link: usize) {
         let generation = self.tm.generation();
+        if self.messages_doomed > 0 {
+            tracing::warn!(
+                switch = self.tm.config().switch,
+                dropped = self.messages_doomed,
+                "dropped isotach messages for neighbours whose link was broken: their \
+                 generation ends"
+            );
+            self.messages_doomed = 0;
+        }
         tracing::info!(
             switch = self.tm.config().switch,
             link,

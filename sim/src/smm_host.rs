@@ -62,8 +62,6 @@ pub(crate) struct SmmPort {
     pub(crate) index_base: u64,
     /// Nodes this host started after the first.
     nodes_started: u32,
-    /// Packets of ended nodes the SIU refused after the restart (allowed).
-    pub(crate) refused_after_restart: u64,
 }
 
 impl SmmPort {
@@ -83,7 +81,6 @@ impl SmmPort {
             ended: Vec::new(),
             index_base: 0,
             nodes_started: 0,
-            refused_after_restart: 0,
         }
     }
 
@@ -220,15 +217,9 @@ impl SmmPort {
             }
             // Packets sent before the application learned of the restart (the reset EOP may
             // still be on its way): refused by the new generation, or by a fresh SIU process.
-            // That is what a restart discards.
-            SiuError::SessionEnded => {
-                self.refused_after_restart += 1;
-                return;
-            }
-            SiuError::NotStarted if !self.ended.is_empty() => {
-                self.refused_after_restart += 1;
-                return;
-            }
+            // That is what a restart discards; the SIU counts it (`host_refused_after_reset`).
+            SiuError::SessionEnded => return,
+            SiuError::NotStarted if !self.ended.is_empty() => return,
             _ => {}
         }
         self.problems.push(format!(
