@@ -155,6 +155,7 @@ fn net_message(ts: u64, source: u16, sequum: u64) -> IsotachMessage {
         source,
         dest: HOST,
         sequum,
+        generation: 1,
         sref: Sref::Mem {
             op: SrefOp::Write,
             width: Width::W64,
@@ -1396,7 +1397,7 @@ fn req_23_host_mode_order_to_net() {
                 }
             }
         }
-        // Compare with the stamps cleared: the SIU fills in TS, source and sequum.
+        // Compare with the stamps cleared: the SIU fills in TS, source, sequum and generation.
         let got: Vec<Packet> = rig
             .to_tm()
             .into_iter()
@@ -1405,6 +1406,7 @@ fn req_23_host_mode_order_to_net() {
                     ts: 0,
                     source: 0,
                     sequum: 0,
+                    generation: 0,
                     ..m
                 }),
                 p => p,

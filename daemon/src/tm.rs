@@ -211,6 +211,7 @@ mod tests {
             source: 0,
             dest: 1,
             sequum: 0,
+            generation: 1,
             sref: Sref::Msg {
                 handler: 0,
                 payload: vec![],

@@ -9,7 +9,7 @@
 
 use isotach_proto::packet::{
     BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind, Packet,
-    PlainMessage, Sref, SrefOp, StartOfIsochron, Token, Width,
+    PlainMessage, Sref, SrefOp, Stamp, StartOfIsochron, Token, Width,
 };
 use std::path::Path;
 
@@ -38,6 +38,7 @@ fn examples() -> Vec<(&'static str, Packet)> {
         source: 0,
         dest: 2,
         sequum: 0,
+        generation: 0,
         sref: Sref::Mem {
             op: SrefOp::Write,
             width: Width::W32,
@@ -69,6 +70,7 @@ fn examples() -> Vec<(&'static str, Packet)> {
                 source: 0,
                 dest: 1,
                 sequum: 0,
+                generation: 0,
                 sref: Sref::Msg {
                     handler: 3,
                     payload: b"hi".to_vec(),
@@ -147,9 +149,15 @@ fn main() {
         unreachable!()
     };
     let mut bytes = Packet::IsotachMessage(m.clone()).to_vec();
-    let crc = IsotachMessage::stamp_in_place(&mut bytes, 12, 0, 5);
+    let stamp = Stamp {
+        ts: 12,
+        source: 0,
+        sequum: 5,
+        generation: 1,
+    };
+    let crc = IsotachMessage::stamp_in_place(&mut bytes, stamp);
     println!(
-        "isotach_message stamped ts=12 source=0 sequum=5 (crc {crc:08x}):\n  {}",
+        "isotach_message stamped ts=12 source=0 sequum=5 generation=1 (crc {crc:08x}):\n  {}",
         hex(&bytes)
     );
     if let Some(dir) = &corpus {

@@ -116,14 +116,22 @@ fn message_checks(m: &IsotachMessage, bytes: &[u8]) {
         IsotachMessage::peek_stamp(bytes),
         Some((m.ts, m.source, m.sequum))
     );
+    assert_eq!(IsotachMessage::peek_generation(bytes), Some(m.generation));
     if let Sref::Mem { width, value, .. } = &m.sref {
         assert!(*value <= width.max_value());
     }
     // Stamp values derived from the input so they vary with it.
     let h = u64::from(packet::crc32(bytes));
     let (ts, source, sequum) = (h.rotate_left(17) ^ m.sequum, (h >> 7) as u16, !m.ts ^ h);
+    let generation = (h >> 3) as u32 ^ m.generation;
     let mut stamped = bytes.to_vec();
-    let crc = IsotachMessage::stamp_in_place(&mut stamped, ts, source, sequum);
+    let stamp = packet::Stamp {
+        ts,
+        source,
+        sequum,
+        generation,
+    };
+    let crc = IsotachMessage::stamp_in_place(&mut stamped, stamp);
     assert_eq!(crc, packet::carried_crc(&stamped));
     let back = IsotachMessage::decode(&stamped).expect("a stamped valid message must decode");
     assert_eq!(
@@ -132,6 +140,7 @@ fn message_checks(m: &IsotachMessage, bytes: &[u8]) {
             ts,
             source,
             sequum,
+            generation,
             ..m.clone()
         }
     );
@@ -651,6 +660,7 @@ fn fuzz_message(inp: &mut Input<'_>, hosts: usize) -> IsotachMessage {
         source: 0,
         dest: u16::from(inp.u8()) % (hosts as u16 + 1),
         sequum: 0,
+        generation: 0,
         sref: fuzz_sref(inp),
     }
 }
@@ -853,6 +863,8 @@ pub fn run_siu(data: &[u8]) {
                 }
                 m.source = u16::from(inp.u8() % 8);
                 m.sequum = u64::from(inp.u8());
+                // Mostly of the SIU's generation (else stale and dropped at once).
+                m.generation = siu.generation().wrapping_sub(u32::from(f & 4 != 0));
                 let b = encode_maybe_corrupt(&mut inp, corrupt, &Packet::IsotachMessage(m));
                 let _ = siu.handle_net(now, &b);
             }
@@ -1009,6 +1021,8 @@ pub fn run_tm(data: &[u8]) {
                 let mut m = fuzz_message(&mut inp, hosts);
                 m.ts = u64::from(inp.u8());
                 m.source = u16::from(inp.u8() % 8);
+                // Mostly of the TM's generation (else stale and dropped at once).
+                m.generation = tm.generation().wrapping_sub(u32::from(inp.u8() & 3 == 0));
                 let b = encode_maybe_corrupt(&mut inp, corrupt, &Packet::IsotachMessage(m));
                 let _ = tm.handle_input(now, l, &b);
             }

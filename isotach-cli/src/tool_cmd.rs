@@ -674,6 +674,8 @@ fn random_message(
         source,
         dest,
         sequum,
+        // `TokenBouncer::send_message` stamps its generation.
+        generation: 0,
         sref,
     }
 }

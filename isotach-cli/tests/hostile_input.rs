@@ -92,6 +92,7 @@ fn isotach_packets() -> Vec<Vec<u8>> {
             source: 0,
             dest: 1,
             sequum: 0,
+            generation: 1,
             sref: Sref::Mem {
                 op: SrefOp::Write,
                 width: Width::W64,

@@ -325,6 +325,8 @@ fn net_message(ts: u64, source: u16, sequum: u64, payload: usize) -> IsotachMess
         source,
         dest: HOST,
         sequum,
+        // `TokenBouncer::send_message` stamps its generation.
+        generation: 0,
         sref,
     }
 }

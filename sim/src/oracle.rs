@@ -521,6 +521,7 @@ mod tests {
             source,
             dest,
             sequum,
+            generation: 1,
             sref: Sref::Msg {
                 handler: 0,
                 payload: vec![],

@@ -634,6 +634,7 @@ impl WavesHost {
                 source: 0,
                 dest,
                 sequum: 0,
+                generation: 0,
                 sref: random_sref(ctx),
             };
             let mut bytes = Vec::with_capacity(m.encoded_len());

@@ -220,6 +220,7 @@ fn send_isochron_to_host_1(m: &mut Mini) {
         source: 0,
         dest: 1,
         sequum: 0,
+        generation: 1,
         sref: Sref::Msg {
             handler: 0,
             payload: vec![],

@@ -68,10 +68,6 @@ pub struct Siu {
     to_net: VecDeque<Transmit>,
     /// Largest TS of an isotach message handed to the host in this generation.
     host_ts_max: u64,
-    /// The newest generation the token manager's tokens (restart tokens included) showed:
-    /// it sends a generation's restart token before anything of that generation, so an
-    /// isotach message after a token of another generation than this SIU's is stale.
-    tm_generation: Option<u32>,
     /// The host was handed a reset EOP: its application's session ended, and its isotach
     /// packets are refused until a new application attaches.
     host_session_ended: bool,
@@ -116,7 +112,6 @@ impl Siu {
             to_host: VecDeque::new(),
             to_net: VecDeque::new(),
             host_ts_max: 0,
-            tm_generation: None,
             host_session_ended: false,
             stats: SiuStats::default(),
             cfg,

@@ -24,6 +24,7 @@ fn message(op: SrefOp, ref_id: u32) -> Vec<u8> {
         source: 2,
         dest: 1,
         sequum: 4,
+        generation: 1,
         sref: Sref::Mem {
             op,
             width: Width::W64,

@@ -607,6 +607,7 @@ mod tests {
             source: 0,
             dest: 0,
             sequum: ts,
+            generation: 1,
             sref: packet::Sref::Mem {
                 op: packet::SrefOp::Write,
                 width: Width::W64,

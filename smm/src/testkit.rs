@@ -48,6 +48,7 @@ pub fn pulse(srefs: usize, kind: SortKind) -> (SmmNode, Vec<u8>) {
             source,
             dest: 0,
             sequum,
+            generation: 1,
             sref: Sref::Mem {
                 op: SrefOp::Write,
                 width: Width::W64,

@@ -102,9 +102,9 @@ pub struct TmStats {
     pub messages_forwarded: u64,
     /// Isotach messages held for a neighbour that had not started yet (released later).
     pub messages_held: u64,
-    /// Isotach messages of an older generation dropped: sent by a neighbour that had not yet
-    /// taken the restart this TM is in, or held here when a restart came. Their pulse belongs
-    /// to a generation that ended; delivered, they would land in the new one.
+    /// Isotach messages of another generation than this TM's dropped (stamped by their
+    /// source SIU): sent before a restart this TM took, or held here when one came.
+    /// Delivered, they would land in a pulse of another generation.
     pub messages_stale: u64,
     /// Barrier rounds sent to hosts (barrier waves).
     pub barrier_rounds: u64,
@@ -121,12 +121,6 @@ struct Link {
     port: u16,
     /// In-sequence tokens accepted from this neighbour.
     accepted: u64,
-    /// The newest generation this neighbour's tokens (restart tokens included) showed: every
-    /// node sends a generation's restart token on each link before anything of that
-    /// generation, and links are FIFO, so a message arriving after a token of an older
-    /// generation than this TM's was sent in that older generation. `None` (not known) also
-    /// after a token this TM could not read (a bad CRC): it may have been a restart token.
-    generation: Option<u32>,
     last_two: LastTwo,
     /// Takes part in barriers (hosts and spanning-tree trunks).
     barrier_link: bool,
@@ -320,17 +314,13 @@ impl TokenManager {
                 Ok(t) => self.token(now_us, link, t),
                 Err(e) => {
                     self.stats.tokens_dropped += 1;
-                    // It may have been the neighbour's restart token: what follows can be of
-                    // a newer generation, so the link's generation is unknown until the next
-                    // token this TM can read.
-                    self.links[link].generation = None;
                     Err(decode(e))
                 }
             },
             Kind::IsotachMessage => {
                 // Checked in full (a forwarded message is never malformed) but not copied out.
                 let dest = IsotachMessage::validate(bytes).map_err(decode)?;
-                if self.sent_in_older_generation(link) {
+                if self.started && !self.in_this_generation(bytes) {
                     self.stats.messages_stale += 1;
                     return Ok(());
                 }
@@ -367,13 +357,27 @@ impl TokenManager {
         Ok(())
     }
 
-    /// The neighbour on `link` last showed an older generation than this TM's: what it sends
-    /// now was sent before it took this TM's restart.
-    fn sent_in_older_generation(&self, link: LinkId) -> bool {
-        self.started
-            && self.links[link]
-                .generation
-                .is_some_and(|g| g != self.generation)
+    /// The message was sent in this TM's generation. One of another was sent before a
+    /// restart (or, from a faulty peer, after one this TM has not taken): forwarded, it would
+    /// land in a pulse of another generation. A neighbour gets this generation's messages
+    /// only after its first token of it, so a correct one never sends a newer generation's.
+    fn in_this_generation(&self, bytes: &[u8]) -> bool {
+        IsotachMessage::peek_generation(bytes) == Some(self.generation)
+    }
+
+    /// At a restart, held messages of the generation that ends are dropped; on a first start
+    /// those of the generation it starts (from neighbours that started it first) stay held.
+    fn drop_held_of_other_generations(&mut self) {
+        let generation = self.generation;
+        for l in &mut self.links {
+            let before = l.held.len();
+            l.held
+                .retain(|b| IsotachMessage::peek_generation(b) == Some(generation));
+            let dropped = before - l.held.len();
+            self.held -= dropped;
+            self.stats.messages_stale += dropped as u64;
+        }
+        debug_assert_eq!(self.held, self.held_in_links());
     }
 
     /// The neighbour on `link` proved it started: its held messages go out, in order.
@@ -399,12 +403,6 @@ impl TokenManager {
                 port: t.source_port,
                 expected,
             });
-        }
-        let l = &mut self.links[link];
-        if l.generation
-            .is_none_or(|g| generation_newer(t.generation, g))
-        {
-            l.generation = Some(t.generation);
         }
         if t.restart {
             if generation_newer(t.generation, self.generation) {
@@ -441,20 +439,13 @@ impl TokenManager {
     fn restart(&mut self, now_us: u64, generation: u32) {
         if self.started {
             self.stats.resets += 1;
-            // Everything held was accepted in the generation that ends here.
-            for l in &mut self.links {
-                self.stats.messages_stale += l.held.len() as u64;
-                l.held.clear();
-            }
-            self.held = 0;
         }
         self.started = true;
         self.generation = generation;
+        self.drop_held_of_other_generations();
         self.waves = 0;
         self.epoch_signals = [EpochSignals::default(); 2];
         for l in &mut self.links {
-            // On a first start, held messages stay held: they came before any generation
-            // here, from neighbours that started this one.
             l.accepted = 0;
             l.last_two.clear();
             l.barrier_recv = [0; BARRIERS];
@@ -612,7 +603,6 @@ impl Link {
             peer,
             port,
             accepted: 0,
-            generation: None,
             last_two: LastTwo::default(),
             barrier_link,
             barrier_recv: [0; BARRIERS],

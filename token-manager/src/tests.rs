@@ -230,6 +230,7 @@ fn unknown_destination_and_markers_are_refused() {
         source: 0,
         dest: 5,
         sequum: 0,
+        generation: 1,
         sref: Sref::Msg {
             handler: 1,
             payload: vec![1, 2],
@@ -304,13 +305,19 @@ fn begin_restart_sends_the_next_generation_to_every_neighbour() {
     assert_eq!(t.generation(), 2);
 }
 
-/// An isotach write from host 0 to `dest`, encoded.
+/// An isotach write from host 0 to `dest` stamped in generation 1, encoded.
 fn write_to(dest: u16) -> Vec<u8> {
+    write_in(1, dest)
+}
+
+/// An isotach write from host 0 to `dest` stamped in `generation`, encoded.
+fn write_in(generation: u32, dest: u16) -> Vec<u8> {
     let m = IsotachMessage {
         ts: 2,
         source: 0,
         dest,
         sequum: 0,
+        generation,
         sref: Sref::Mem {
             op: SrefOp::Write,
             width: Width::W32,
@@ -350,16 +357,15 @@ fn messages_to(out: &[(LinkId, Packet)], link: LinkId) -> usize {
 #[test]
 fn messages_of_an_older_generation_are_dropped_not_forwarded() {
     let mut t = restarted_to_generation_2();
-    // Host 0 has not taken generation 2 yet, so what it sends now was sent in generation 1
-    // and would land in a pulse of generation 2.
-    t.handle_input(3, 0, &write_to(1)).unwrap();
+    // Host 0 has not taken generation 2 yet: what it sends now, stamped in generation 1,
+    // would land in a pulse of generation 2.
+    t.handle_input(3, 0, &write_in(1, 1)).unwrap();
     assert!(drain(&mut t).is_empty(), "a stale message is not forwarded");
     assert_eq!(t.stats().messages_stale, 1);
-    // Its echo of generation 2 comes first on the link before anything it sends in it.
     t.handle_input(4, 0, &in_generation_2(reset_token(0)))
         .unwrap();
     t.handle_input(4, 1, &in_generation_2(token(1, 1))).unwrap();
-    t.handle_input(4, 0, &write_to(1)).unwrap();
+    t.handle_input(4, 0, &write_in(2, 1)).unwrap();
     assert_eq!(messages_to(&drain(&mut t), 1), 1);
     assert_eq!(t.stats().messages_stale, 1);
 }
@@ -378,19 +384,53 @@ fn messages_held_when_a_restart_comes_belong_to_the_old_generation() {
 }
 
 #[test]
-fn a_token_that_cannot_be_read_makes_the_links_generation_unknown() {
+fn a_corrupted_token_does_not_hide_a_messages_generation() {
     let mut t = restarted_to_generation_2();
-    // Host 0's echo of generation 2 arrives corrupted; its messages of generation 2 follow.
+    t.handle_input(2, 1, &in_generation_2(token(1, 1))).unwrap();
+    // Host 0's last token of generation 1 arrives corrupted (it may have been anything), then
+    // a message it sent in generation 1, then, after its echo, one it sent in generation 2.
+    let mut last = token(0, 2).to_bytes().to_vec();
+    let at = last.len() - 1;
+    last[at] ^= 0xff;
+    assert!(t.handle_input(3, 0, &last).is_err());
+    t.handle_input(3, 0, &write_in(1, 1)).unwrap();
+    assert_eq!(messages_to(&drain(&mut t), 1), 0, "stamped in generation 1");
+    assert_eq!(t.stats().messages_stale, 1);
     let mut echo = in_generation_2(reset_token(0));
-    let last = echo.len() - 1;
-    echo[last] ^= 0xff;
-    assert!(t.handle_input(2, 0, &echo).is_err());
-    t.handle_input(3, 1, &in_generation_2(token(1, 1))).unwrap();
-    t.handle_input(3, 0, &write_to(1)).unwrap();
+    let at = echo.len() - 1;
+    echo[at] ^= 0xff;
+    assert!(t.handle_input(4, 0, &echo).is_err());
+    t.handle_input(4, 0, &write_in(2, 1)).unwrap();
+    assert_eq!(messages_to(&drain(&mut t), 1), 1, "stamped in generation 2");
+    assert_eq!(t.stats().messages_stale, 1);
+}
+
+#[test]
+fn a_tm_not_started_keeps_only_the_messages_of_the_generation_it_starts() {
+    let mut t = tm(2, 1, 0);
+    // Neighbours that started before this TM (a restarted process) send what they have.
+    t.handle_input(0, 0, &write_in(3, 1)).unwrap();
+    t.handle_input(0, 0, &write_in(4, 1)).unwrap();
+    assert_eq!(t.stats().messages_held, 2);
+    let restart = Token {
+        generation: 4,
+        ..reset_token(0)
+    };
+    t.handle_input(1, 0, &restart.to_bytes()).unwrap();
     assert_eq!(
-        messages_to(&drain(&mut t), 1),
+        t.stats().messages_stale,
         1,
-        "not dropped as stale: the unread token may have been the restart"
+        "generation 3 ended before this start"
     );
-    assert_eq!(t.stats().messages_stale, 0);
+    t.handle_input(
+        2,
+        1,
+        &Token {
+            generation: 4,
+            ..token(1, 1)
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    assert_eq!(messages_to(&drain(&mut t), 1), 1, "generation 4 goes");
 }

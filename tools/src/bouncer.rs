@@ -166,8 +166,14 @@ impl TokenBouncer {
         self.out.push_back(bytes);
     }
 
-    /// Queues an isotach message (as if forwarded from another host) before the next token.
+    /// Queues an isotach message (as if forwarded from another host) before the next token,
+    /// in the bouncer's generation whatever `message.generation` says (as its source SIU
+    /// would have stamped it). [`TokenBouncer::send`] sends any bytes as they are.
     pub fn send_message(&mut self, message: &IsotachMessage) {
+        let message = IsotachMessage {
+            generation: self.generation,
+            ..message.clone()
+        };
         let mut bytes = Vec::with_capacity(message.encoded_len());
         message.encode(&mut bytes);
         self.send(bytes);

@@ -63,7 +63,7 @@ impl ByteGenerator {
     }
 
     /// An isotach message carrying a 64-bit `write` of `value` to `addr` at `dest`. The TS,
-    /// source and sequum fields are zero: the SIU stamps them.
+    /// source, sequum and generation fields are zero: the SIU stamps them.
     pub fn write(&mut self, dest: HostId, addr: u64, value: u64) -> Vec<u8> {
         self.message(
             dest,
@@ -84,6 +84,7 @@ impl ByteGenerator {
             source: 0,
             dest,
             sequum: 0,
+            generation: 0,
             sref,
         };
         let mut v = Vec::with_capacity(m.encoded_len());

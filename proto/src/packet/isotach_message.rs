@@ -8,9 +8,9 @@ use super::{DecodeError, Kind};
 /// Largest payload of a `msg` sref.
 pub const MSG_PAYLOAD_MAX: usize = 1024;
 /// Encoded length of a memory sref message (read, write, sched, assign).
-pub const MEM_MESSAGE_LEN: usize = 48;
+pub const MEM_MESSAGE_LEN: usize = 52;
 /// Encoded length of a `msg` sref message without its payload.
-pub const MSG_MESSAGE_LEN_MIN: usize = 32;
+pub const MSG_MESSAGE_LEN_MIN: usize = 36;
 
 /// Operation codes of srefs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -122,8 +122,24 @@ pub struct IsotachMessage {
     pub dest: u16,
     /// Per-source sequence number; stamped by the SIU; orders messages of one source in a pulse.
     pub sequum: u64,
+    /// The generation of logical time it was sent in; stamped by the SIU. A node takes only
+    /// messages of its own generation, so nothing sent before a restart lands after it.
+    pub generation: u32,
     /// The reference.
     pub sref: Sref,
+}
+
+/// The fields the source SIU stamps into a message (see [`IsotachMessage::stamp_in_place`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// The isochron's timestamp.
+    pub ts: u64,
+    /// The SIU's host.
+    pub source: u16,
+    /// The SIU's next sequence number.
+    pub sequum: u64,
+    /// The SIU's generation.
+    pub generation: u32,
 }
 
 /// Byte offsets of the fields the SIU stamps in place.
@@ -131,6 +147,7 @@ const MSG_TS_AT: usize = 4;
 const MSG_SOURCE_AT: usize = 12;
 const MSG_DEST_AT: usize = 14;
 const MSG_SEQUUM_AT: usize = 16;
+const MSG_GENERATION_AT: usize = 24;
 
 impl IsotachMessage {
     /// Encoded length.
@@ -153,6 +170,7 @@ impl IsotachMessage {
         push_u16(out, self.source);
         push_u16(out, self.dest);
         push_u64(out, self.sequum);
+        push_u32(out, self.generation);
         match &self.sref {
             Sref::Mem {
                 addr,
@@ -204,6 +222,7 @@ impl IsotachMessage {
         let source = f.u16()?;
         let dest = f.u16()?;
         let sequum = f.u64()?;
+        let generation = f.u32()?;
         let mut payload = None;
         let sref = if op == SrefOp::Msg {
             if width_byte != 0 {
@@ -255,6 +274,7 @@ impl IsotachMessage {
             source,
             dest,
             sequum,
+            generation,
             sref,
         };
         Ok((m, payload))
@@ -278,13 +298,26 @@ impl IsotachMessage {
         ))
     }
 
-    /// Stamps `ts`, `source` and `sequum` into an encoded, valid message in place and
-    /// recomputes its CRC, which it returns. The SIU's hot path: no re-encoding.
-    pub fn stamp_in_place(bytes: &mut [u8], ts: u64, source: u16, sequum: u64) -> u32 {
+    /// Reads the generation of an encoded message whose CRC was already checked.
+    pub fn peek_generation(bytes: &[u8]) -> Option<u32> {
+        let b = bytes.get(MSG_GENERATION_AT..MSG_GENERATION_AT + 4)?;
+        Some(u32::from_be_bytes(b.try_into().ok()?))
+    }
+
+    /// Stamps `ts`, `source`, `sequum` and `generation` into an encoded, valid message in
+    /// place and recomputes its CRC, which it returns. The SIU's hot path: no re-encoding.
+    pub fn stamp_in_place(bytes: &mut [u8], stamp: Stamp) -> u32 {
         debug_assert!(bytes.len() >= MSG_MESSAGE_LEN_MIN);
+        let Stamp {
+            ts,
+            source,
+            sequum,
+            generation,
+        } = stamp;
         bytes[MSG_TS_AT..MSG_TS_AT + 8].copy_from_slice(&ts.to_be_bytes());
         bytes[MSG_SOURCE_AT..MSG_SOURCE_AT + 2].copy_from_slice(&source.to_be_bytes());
         bytes[MSG_SEQUUM_AT..MSG_SEQUUM_AT + 8].copy_from_slice(&sequum.to_be_bytes());
+        bytes[MSG_GENERATION_AT..MSG_GENERATION_AT + 4].copy_from_slice(&generation.to_be_bytes());
         let at = bytes.len() - CRC_LEN;
         let crc = crc32(&bytes[..at]);
         bytes[at..].copy_from_slice(&crc.to_be_bytes());

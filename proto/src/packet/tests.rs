@@ -94,15 +94,19 @@ fn arb_message() -> impl Strategy<Value = IsotachMessage> {
         any::<u16>(),
         any::<u16>(),
         any::<u64>(),
+        any::<u32>(),
         arb_sref(),
     )
-        .prop_map(|(ts, source, dest, sequum, sref)| IsotachMessage {
-            ts,
-            source,
-            dest,
-            sequum,
-            sref,
-        })
+        .prop_map(
+            |(ts, source, dest, sequum, generation, sref)| IsotachMessage {
+                ts,
+                source,
+                dest,
+                sequum,
+                generation,
+                sref,
+            },
+        )
 }
 
 fn arb_eop() -> impl Strategy<Value = EopMarker> {
@@ -245,16 +249,17 @@ proptest! {
     }
 
     #[test]
-    fn stamping_in_place_matches_encoding(m in arb_message(), ts in any::<u64>(), source in any::<u16>(), sequum in any::<u64>()) {
+    fn stamping_in_place_matches_encoding(m in arb_message(), ts in any::<u64>(), source in any::<u16>(), sequum in any::<u64>(), generation in any::<u32>()) {
         let mut bytes = m.to_packet_bytes();
-        let crc = IsotachMessage::stamp_in_place(&mut bytes, ts, source, sequum);
-        let stamped = IsotachMessage { ts, source, sequum, ..m };
+        let crc = IsotachMessage::stamp_in_place(&mut bytes, Stamp { ts, source, sequum, generation });
+        let stamped = IsotachMessage { ts, source, sequum, generation, ..m };
         let mut expect = Vec::new();
         let expect_crc = stamped.encode(&mut expect);
         prop_assert_eq!(crc, expect_crc);
         prop_assert_eq!(&bytes, &expect);
         prop_assert_eq!(IsotachMessage::peek_stamp(&bytes), Some((ts, source, sequum)));
         prop_assert_eq!(IsotachMessage::peek_dest(&bytes), Some(stamped.dest));
+        prop_assert_eq!(IsotachMessage::peek_generation(&bytes), Some(generation));
     }
 }
 
@@ -405,6 +410,7 @@ fn thirty_two_bit_value_must_fit() {
         source: 0,
         dest: 1,
         sequum: 0,
+        generation: 1,
         sref: Sref::Mem {
             op: SrefOp::Write,
             width: Width::W32,
@@ -414,7 +420,7 @@ fn thirty_two_bit_value_must_fit() {
         },
     };
     let mut b = m.to_packet_bytes();
-    b[32] = 1; // high byte of value
+    b[36] = 1; // high byte of value
     reseal(&mut b);
     assert!(matches!(
         IsotachMessage::decode(&b),

@@ -73,7 +73,9 @@ impl Siu {
             self.stats.messages_refused += 1;
             return Err(SiuError::NotStarted);
         }
-        if self.tm_generation.is_some_and(|g| g != self.generation) {
+        if IsotachMessage::peek_generation(bytes) != Some(self.generation) {
+            // Sent before a restart this SIU took (or, from a faulty peer, after one it has
+            // not): delivered, it would land in a pulse of another generation.
             self.stats.messages_stale += 1;
             return Ok(());
         }

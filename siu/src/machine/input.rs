@@ -135,9 +135,6 @@ impl Siu {
                 Ok(t) => self.token_from_net(now_us, t, bytes),
                 Err(e) => {
                     self.stats.tokens_bad += 1;
-                    // Perhaps a restart token: the TM's generation is unknown until the next
-                    // token this SIU can read.
-                    self.tm_generation = None;
                     Err(decode(e))
                 }
             },

@@ -7,7 +7,9 @@
 use super::Siu;
 use crate::pulse::Placement;
 use crate::{Mode, Route, Side, SiuError, Transmit};
-use isotach_proto::packet::{self, EndOfIsochron, IsochronMarker, IsotachMessage, StartOfIsochron};
+use isotach_proto::packet::{
+    self, EndOfIsochron, IsochronMarker, IsotachMessage, Stamp, StartOfIsochron,
+};
 
 /// The isochron the host is sending now.
 #[derive(Debug, Clone, Copy)]
@@ -116,7 +118,13 @@ impl Siu {
         }
         let mut out = bytes.to_vec();
         let sequum = self.next_sequum;
-        let crc = IsotachMessage::stamp_in_place(&mut out, open.ts, self.port, sequum);
+        let stamp = Stamp {
+            ts: open.ts,
+            source: self.port,
+            sequum,
+            generation: self.generation,
+        };
+        let crc = IsotachMessage::stamp_in_place(&mut out, stamp);
         self.next_sequum += 1;
         open.messages += 1;
         open.crc_xor ^= crc;

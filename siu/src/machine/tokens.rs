@@ -102,12 +102,6 @@ impl Siu {
             self.stats.tokens_stale += 1;
             return Err(SiuError::ForeignToken(t.source_port));
         }
-        if self
-            .tm_generation
-            .is_none_or(|g| generation_newer(t.generation, g))
-        {
-            self.tm_generation = Some(t.generation);
-        }
         if t.restart {
             if generation_newer(t.generation, self.generation) {
                 return self.reset_from_net(now_us, t, bytes);

@@ -541,6 +541,7 @@ fn pulses_going_back_report_a_restart_of_logical_time() {
         source: 1,
         dest: 0,
         sequum: 0,
+        generation: 2,
         sref: Sref::Mem {
             op: SrefOp::Write,
             width: Width::W64,

@@ -118,6 +118,8 @@ impl SmmNode {
                 source: me,
                 dest: *dest,
                 sequum: 0,
+                // ts, sequum and generation are stamped by the SIU.
+                generation: 0,
                 sref: sref.clone(),
             };
             let mut out = Vec::with_capacity(m.encoded_len());
