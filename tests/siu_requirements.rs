@@ -7,12 +7,14 @@
 //! receiver (its host) and a token bouncer (its token manager); see `isotach_tests`. Property
 //! loops run seeds `0..N`; a failure prints its seed, and `ISOTACH_TEST_SEED=<seed>` replays it.
 
+use isotach_proto::Generation;
+use isotach_proto::WaveSeq;
 use isotach_proto::packet::{
     self, BarrierSignalMarker, DecodeError, EopMarker, IsochronMarker, IsotachMessage, Kind,
     Packet, SORT_VECTOR_MAX, Sref, SrefOp, StartOfIsochron, Token, Width,
 };
 use isotach_proto::topology::{HostId, Topology};
-use isotach_proto::wave::{Arrival, seq_of};
+use isotach_proto::wave::Arrival;
 use isotach_siu::{Mode, Route, Side, SiuConfig, SiuError};
 use isotach_tests::{
     ByteGenerator, Rig, SeedGuard, SentToken, TokenBits, TokenRole, Wire, XorShift, seeds,
@@ -120,9 +122,9 @@ fn plain_to_host(source: HostId, payload: &[u8]) -> Vec<u8> {
 /// A normal generation-1 token with `seq` from `source_port`, encoded.
 fn token_from(source_port: u16, seq: u8) -> Vec<u8> {
     Token {
-        seq,
+        seq: WaveSeq::from_bits(seq),
         source_port,
-        generation: 1,
+        generation: Generation::new(1),
         ..Token::default()
     }
     .to_bytes()
@@ -155,7 +157,7 @@ fn net_message(ts: u64, source: u16, sequum: u64) -> IsotachMessage {
         source,
         dest: HOST,
         sequum,
-        generation: 1,
+        generation: Generation::new(1),
         sref: Sref::Mem {
             op: SrefOp::Write,
             width: Width::W64,
@@ -494,7 +496,11 @@ fn req_01_start_sequence_is_one() {
         1,
         "after the reset the SIU sends one token: {sent:?}"
     );
-    assert_eq!(sent[0].seq, 1, "the first token carries start = 1");
+    assert_eq!(
+        sent[0].seq,
+        WaveSeq::from_bits(1),
+        "the first token carries start = 1"
+    );
     assert!(!sent[0].repeat && !sent[0].reset);
     // Only a token with sequence number `start` is accepted first.
     for seq in [2, 3, 0] {
@@ -507,7 +513,11 @@ fn req_01_start_sequence_is_one() {
         );
     }
     rig.run_pulses(1);
-    let sent: Vec<u8> = rig.bouncer.tokens_received().map(|t| t.seq).collect();
+    let sent: Vec<u8> = rig
+        .bouncer
+        .tokens_received()
+        .map(|t| t.seq.bits())
+        .collect();
     assert_eq!(
         sent,
         vec![1, 2],
@@ -520,9 +530,16 @@ fn req_01_start_sequence_is_one() {
     rig.bouncer.pause_after(0);
     rig.start();
     let sent: Vec<Token> = rig.bouncer.tokens_received().copied().collect();
-    assert!(sent[0].restart && sent[0].generation == 1, "{sent:?}");
-    assert_eq!((sent[1].seq, sent[1].reset), (1, false), "{sent:?}");
-    assert_eq!(rig.bouncer.generation(), 1, "the bouncer adopted the reset");
+    assert!(
+        sent[0].restart && sent[0].generation == Generation::new(1),
+        "{sent:?}"
+    );
+    assert_eq!((sent[1].seq.bits(), sent[1].reset), (1, false), "{sent:?}");
+    assert_eq!(
+        rig.bouncer.generation(),
+        Generation::new(1),
+        "the bouncer adopted the reset"
+    );
 }
 
 /// Req 2: after receiving normal token `r` the SIU sends `(r + 1) mod 4`.
@@ -537,7 +554,7 @@ fn req_02_reply_is_receiveseq_plus_one() {
         .collect();
     assert_eq!(tm.len(), 22);
     assert_eq!(siu.len(), 23, "every token received was answered");
-    assert_eq!(siu[0].2.seq, 1);
+    assert_eq!(siu[0].2.seq, WaveSeq::from_bits(1));
     for (k, (pos, tm_token)) in tm.iter().enumerate() {
         let (reply_pos, _, reply) = siu[k + 1];
         assert!(
@@ -547,13 +564,13 @@ fn req_02_reply_is_receiveseq_plus_one() {
             k + 1
         );
         assert_eq!(
-            reply.seq,
-            (tm_token.token.seq + 1) % 4,
+            reply.seq.after(tm_token.token.seq),
+            1,
             "reply to {}",
             tm_token.token.seq
         );
     }
-    let seqs: Vec<u8> = siu.iter().map(|s| s.2.seq).collect();
+    let seqs: Vec<u8> = siu.iter().map(|s| s.2.seq.bits()).collect();
     assert_eq!(
         &seqs[..6],
         &[1, 2, 3, 0, 1, 2],
@@ -867,13 +884,16 @@ fn req_09_token_timer_resends_last_two() {
     rig.drain_siu();
     assert_eq!(rig.bouncer.tokens_received().count(), heard);
     rig.advance_us(1_000);
-    let seqs: Vec<(u8, bool)> = rig
+    let seqs: Vec<(WaveSeq, bool)> = rig
         .bouncer
         .tokens_received()
         .skip(heard)
         .map(|t| (t.seq, t.repeat))
         .collect();
-    assert_eq!(seqs, vec![(seq_of(6), true), (seq_of(7), true)]);
+    assert_eq!(
+        seqs,
+        vec![(WaveSeq::of_wave(6), true), (WaveSeq::of_wave(7), true)]
+    );
 
     // The SIU that starts logical time sent a reset and token 1: those are its last two tokens
     // until the token manager answers, so a lost reset is resent too and time still starts.
@@ -883,7 +903,11 @@ fn req_09_token_timer_resends_last_two() {
     let reset = Token::decode(&lost.bytes).unwrap();
     assert!(reset.restart);
     rig.pump();
-    assert_eq!(rig.bouncer.generation(), 0, "token 1 alone starts nothing");
+    assert_eq!(
+        rig.bouncer.generation(),
+        Generation::new(0),
+        "token 1 alone starts nothing"
+    );
     rig.advance_us(1_000);
     let resent: Vec<Token> = rig
         .bouncer
@@ -899,10 +923,10 @@ fn req_09_token_timer_resends_last_two() {
             ..reset
         }
     );
-    assert_eq!((resent[1].seq, resent[1].repeat), (1, true));
+    assert_eq!((resent[1].seq.bits(), resent[1].repeat), (1, true));
     assert_eq!(
         rig.bouncer.generation(),
-        1,
+        Generation::new(1),
         "the resent reset started the token manager"
     );
     assert_eq!(rig.siu.recvclock(), 1);
@@ -1406,7 +1430,7 @@ fn req_23_host_mode_order_to_net() {
                     ts: 0,
                     source: 0,
                     sequum: 0,
-                    generation: 0,
+                    generation: Generation::new(0),
                     ..m
                 }),
                 p => p,

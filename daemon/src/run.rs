@@ -251,7 +251,7 @@ impl Publish for TmRole {
         let tm = pump.role().tm();
         TmSnapshot {
             started: tm.started(),
-            generation: tm.generation(),
+            generation: tm.generation().get(),
             waves: tm.waves(),
             queue_depth: tm.queue_depth(),
             held: pump.held() + pump.stalled(),
@@ -338,7 +338,7 @@ impl Publish for SiuRole {
         let (to_host, to_net) = siu.queue_depths();
         SiuSnapshot {
             started: siu.started(),
-            generation: siu.generation(),
+            generation: siu.generation().get(),
             sendclock: siu.sendclock(),
             recvclock: siu.recvclock(),
             to_host,

@@ -397,7 +397,7 @@ impl Role for SiuRole {
         if self.rejoin.back(peer, generation) && self.siu.started() {
             tracing::warn!(
                 host = self.siu.host(),
-                generation = generation.wrapping_add(1),
+                generation = %generation.next(),
                 "token manager back after a broken link: starting a new generation"
             );
             self.token_in_us = None;
@@ -420,7 +420,7 @@ impl Role for SiuRole {
             peer = self.peer_name(peer),
             ?reason,
             dropped,
-            generation,
+            %generation,
             "lost peer"
         );
         if peer == PEER_TM {

@@ -8,6 +8,7 @@ use crate::DaemonError;
 use crate::pump::{Role, Verdict};
 use isotach_am_proto::NodeAddr;
 use isotach_am_proto::link::LossReason;
+use isotach_proto::Generation;
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::{Kind, Token, peek_kind};
 use isotach_proto::topology::{Hop, SwitchId};
@@ -167,7 +168,7 @@ impl Role for TmRole {
             tracing::warn!(
                 switch = self.tm.config().switch,
                 link,
-                generation = generation.wrapping_add(1),
+                generation = %generation.next(),
                 "neighbour back after a broken link: starting a new generation"
             );
             self.tm.begin_restart(now_us);
@@ -182,7 +183,7 @@ impl Role for TmRole {
             peer = self.peer_names[link],
             ?reason,
             dropped,
-            generation,
+            %generation,
             "lost neighbour: logical time waits until it is back"
         );
         self.rejoin.broken(link, generation);
@@ -195,7 +196,7 @@ impl Role for TmRole {
 /// from a current message (isotach messages carry no generation). Dropped here. A node that
 /// took a newer generation meanwhile (its restart token can arrive before the link is up on
 /// this side) sends as usual.
-pub(crate) fn doomed(rejoin: &Rejoin, peer: usize, generation: u32, bytes: &[u8]) -> bool {
+pub(crate) fn doomed(rejoin: &Rejoin, peer: usize, generation: Generation, bytes: &[u8]) -> bool {
     rejoin.broken_during(peer, generation) && peek_kind(bytes) == Ok(Kind::IsotachMessage)
 }
 #[cfg(test)]
@@ -211,7 +212,7 @@ mod tests {
             source: 0,
             dest: 1,
             sequum: 0,
-            generation: 1,
+            generation: Generation::new(1),
             sref: Sref::Msg {
                 handler: 0,
                 payload: vec![],
@@ -220,18 +221,21 @@ mod tests {
         .encode(&mut m);
         let t = Token::default().to_bytes();
         let mut r = Rejoin::new(2);
-        assert!(!doomed(&r, 1, 7, &m), "the link is up");
-        r.broken(1, 7);
-        assert!(doomed(&r, 1, 7, &m));
+        assert!(!doomed(&r, 1, Generation::new(7), &m), "the link is up");
+        r.broken(1, Generation::new(7));
+        assert!(doomed(&r, 1, Generation::new(7), &m));
         assert!(
-            !doomed(&r, 1, 7, &t),
+            !doomed(&r, 1, Generation::new(7), &t),
             "tokens go: the receiver checks their generation"
         );
-        assert!(!doomed(&r, 0, 7, &m), "another link");
+        assert!(!doomed(&r, 0, Generation::new(7), &m), "another link");
         assert!(
-            !doomed(&r, 1, 8, &m),
+            !doomed(&r, 1, Generation::new(8), &m),
             "a newer generation taken before the link is up on this side is current"
         );
-        assert!(!r.back(1, 8) && !doomed(&r, 1, 7, &m), "back");
+        assert!(
+            !r.back(1, Generation::new(8)) && !doomed(&r, 1, Generation::new(7), &m),
+            "back"
+        );
     }
 }

@@ -11,6 +11,7 @@ use isotach_proto::packet::{
     BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind, Packet,
     PlainMessage, Sref, SrefOp, Stamp, StartOfIsochron, Token, Width,
 };
+use isotach_proto::{Generation, WaveSeq};
 use std::path::Path;
 
 fn hex(bytes: &[u8]) -> String {
@@ -23,7 +24,7 @@ fn hex(bytes: &[u8]) -> String {
 
 fn examples() -> Vec<(&'static str, Packet)> {
     let token = Token {
-        seq: 1,
+        seq: WaveSeq::from_bits(1),
         repeat: false,
         reset: false,
         end_of_epoch: false,
@@ -31,14 +32,14 @@ fn examples() -> Vec<(&'static str, Packet)> {
         barrier: 0b11,
         signals: 0,
         source_port: 0x8000,
-        generation: 1,
+        generation: Generation::new(1),
     };
     let message = IsotachMessage {
         ts: 0,
         source: 0,
         dest: 2,
         sequum: 0,
-        generation: 0,
+        generation: Generation::new(0),
         sref: Sref::Mem {
             op: SrefOp::Write,
             width: Width::W32,
@@ -70,7 +71,7 @@ fn examples() -> Vec<(&'static str, Packet)> {
                 source: 0,
                 dest: 1,
                 sequum: 0,
-                generation: 0,
+                generation: Generation::new(0),
                 sref: Sref::Msg {
                     handler: 3,
                     payload: b"hi".to_vec(),
@@ -153,7 +154,7 @@ fn main() {
         ts: 12,
         source: 0,
         sequum: 5,
-        generation: 1,
+        generation: Generation::new(1),
     };
     let crc = IsotachMessage::stamp_in_place(&mut bytes, stamp);
     println!(

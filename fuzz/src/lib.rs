@@ -23,6 +23,7 @@ use isotach_proto::packet::{
     IsotachMessage, Kind, Packet, PlainMessage, Sref, SrefOp, StartOfIsochron, Token, Width,
 };
 use isotach_proto::topology::{Hop, SwitchId, Topology};
+use isotach_proto::{Generation, WaveSeq};
 use isotach_siu::{Mode, Route, Siu, SiuConfig};
 use isotach_tm::{TmConfig, TokenManager};
 use std::sync::Arc;
@@ -80,7 +81,10 @@ wire!(BarrierSignalMarker, BarrierSignalMarker);
 wire!(PlainMessage, Plain, plain_checks);
 
 fn token_checks(t: &Token, bytes: &[u8]) {
-    assert!(t.seq <= 3 && t.barrier <= packet::BARRIER_MASK, "{t:?}");
+    assert!(
+        t.seq.bits() <= 3 && t.barrier <= packet::BARRIER_MASK,
+        "{t:?}"
+    );
     assert_eq!(
         t.to_bytes().as_slice(),
         bytes,
@@ -123,7 +127,7 @@ fn message_checks(m: &IsotachMessage, bytes: &[u8]) {
     // Stamp values derived from the input so they vary with it.
     let h = u64::from(packet::crc32(bytes));
     let (ts, source, sequum) = (h.rotate_left(17) ^ m.sequum, (h >> 7) as u16, !m.ts ^ h);
-    let generation = (h >> 3) as u32 ^ m.generation;
+    let generation = Generation::new((h >> 3) as u32 ^ m.generation.get());
     let mut stamped = bytes.to_vec();
     let stamp = packet::Stamp {
         ts,
@@ -608,11 +612,11 @@ fn pass_time(m: &mut impl Timers, inp: &mut Input<'_>, now: &mut u64, to_deadlin
 
 /// A token built from fuzz bytes; `port`/`generation` are the plausible values, which the
 /// fuzzer may override.
-fn fuzz_token(inp: &mut Input<'_>, port: u16, generation: u32) -> Token {
+fn fuzz_token(inp: &mut Input<'_>, port: u16, generation: Generation) -> Token {
     let f = inp.u8();
     let g = inp.u8();
     Token {
-        seq: f & 3,
+        seq: WaveSeq::from_bits(f),
         repeat: f & 0x04 != 0,
         reset: f & 0x08 != 0,
         end_of_epoch: f & 0x10 != 0,
@@ -622,9 +626,9 @@ fn fuzz_token(inp: &mut Input<'_>, port: u16, generation: u32) -> Token {
         source_port: if g & 0x80 != 0 { inp.u16() } else { port },
         generation: match g & 3 {
             0 => generation,
-            1 => generation.wrapping_add(1),
-            2 => generation.wrapping_sub(1),
-            _ => inp.u32(),
+            1 => generation.next(),
+            2 => Generation::new(generation.get().wrapping_sub(1)),
+            _ => Generation::new(inp.u32()),
         },
     }
 }
@@ -660,7 +664,7 @@ fn fuzz_message(inp: &mut Input<'_>, hosts: usize) -> IsotachMessage {
         source: 0,
         dest: u16::from(inp.u8()) % (hosts as u16 + 1),
         sequum: 0,
-        generation: 0,
+        generation: Generation::NONE,
         sref: fuzz_sref(inp),
     }
 }
@@ -685,7 +689,12 @@ fn encode_maybe_corrupt(inp: &mut Input<'_>, corrupt: bool, p: &Packet) -> Vec<u
 }
 
 /// A token built from fuzz fields (see [`fuzz_token`]), encoded, one byte maybe flipped.
-fn fuzz_token_bytes(inp: &mut Input<'_>, corrupt: bool, port: u16, generation: u32) -> Vec<u8> {
+fn fuzz_token_bytes(
+    inp: &mut Input<'_>,
+    corrupt: bool,
+    port: u16,
+    generation: Generation,
+) -> Vec<u8> {
     let t = fuzz_token(inp, port, generation);
     let mut b = t.to_bytes().to_vec();
     maybe_corrupt(inp, corrupt, &mut b);
@@ -772,7 +781,7 @@ pub fn run_siu(data: &[u8]) {
             5 => {
                 let f = inp.u8();
                 let t = Token {
-                    seq: (siu.recvclock().wrapping_add(1) % 4) as u8,
+                    seq: WaveSeq::of_wave(siu.recvclock().wrapping_add(1)),
                     end_of_epoch: f & 0x04 != 0,
                     barrier: f & 3,
                     signals: if f & 0x08 != 0 { inp.u8() } else { 0 },
@@ -791,7 +800,7 @@ pub fn run_siu(data: &[u8]) {
             7 => {
                 let f = inp.u8();
                 let t = Token {
-                    seq: (siu.sendclock().wrapping_add(1) % 4) as u8,
+                    seq: WaveSeq::of_wave(siu.sendclock().wrapping_add(1)),
                     barrier: f & 3,
                     source_port: port,
                     generation: siu.generation(),
@@ -864,7 +873,8 @@ pub fn run_siu(data: &[u8]) {
                 m.source = u16::from(inp.u8() % 8);
                 m.sequum = u64::from(inp.u8());
                 // Mostly of the SIU's generation (else stale and dropped at once).
-                m.generation = siu.generation().wrapping_sub(u32::from(f & 4 != 0));
+                m.generation =
+                    Generation::new(siu.generation().get().wrapping_sub(u32::from(f & 4 != 0)));
                 let b = encode_maybe_corrupt(&mut inp, corrupt, &Packet::IsotachMessage(m));
                 let _ = siu.handle_net(now, &b);
             }
@@ -981,7 +991,7 @@ pub fn run_tm(data: &[u8]) {
                 let l = pick(&mut inp);
                 let f = inp.u8();
                 let t = Token {
-                    seq: (tm.waves() % 4) as u8,
+                    seq: WaveSeq::of_wave(tm.waves()),
                     barrier: f & 3,
                     signals: if f & 4 != 0 { inp.u8() } else { 0 },
                     source_port: port_of(l),
@@ -995,7 +1005,7 @@ pub fn run_tm(data: &[u8]) {
                 let f = inp.u8();
                 for (l, &p) in ports.iter().enumerate() {
                     let t = Token {
-                        seq: (tm.waves() % 4) as u8,
+                        seq: WaveSeq::of_wave(tm.waves()),
                         barrier: (f >> (l % 4)) & 3,
                         source_port: p,
                         generation: tm.generation(),
@@ -1010,7 +1020,7 @@ pub fn run_tm(data: &[u8]) {
                 let t = Token {
                     restart: true,
                     source_port: port_of(l),
-                    generation: tm.generation().wrapping_add(1),
+                    generation: tm.generation().next(),
                     ..Token::default()
                 };
                 let _ = tm.handle_input(now, l, &t.to_bytes());
@@ -1022,7 +1032,11 @@ pub fn run_tm(data: &[u8]) {
                 m.ts = u64::from(inp.u8());
                 m.source = u16::from(inp.u8() % 8);
                 // Mostly of the TM's generation (else stale and dropped at once).
-                m.generation = tm.generation().wrapping_sub(u32::from(inp.u8() & 3 == 0));
+                m.generation = Generation::new(
+                    tm.generation()
+                        .get()
+                        .wrapping_sub(u32::from(inp.u8() & 3 == 0)),
+                );
                 let b = encode_maybe_corrupt(&mut inp, corrupt, &Packet::IsotachMessage(m));
                 let _ = tm.handle_input(now, l, &b);
             }

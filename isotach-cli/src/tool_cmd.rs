@@ -21,6 +21,7 @@ use isotach_am::backend::quic::{QuicConfig, QuicTransport};
 use isotach_am::backend::udp::UdpTransport;
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
 use isotach_am::{Tag, Transport};
+use isotach_proto::Generation;
 use isotach_proto::packet::{
     BARRIER_MASK, IsotachMessage, MSG_PAYLOAD_MAX, Packet, Sref, SrefOp, Width,
 };
@@ -467,7 +468,7 @@ pub(crate) fn to_json(bytes: &[u8]) -> Value {
     };
     match p {
         Packet::Token(t) => json!({
-            "kind": "token", "seq": t.seq, "generation": t.generation,
+            "kind": "token", "seq": t.seq.bits(), "generation": t.generation.get(),
             "source_port": t.source_port, "barrier": t.barrier, "signals": t.signals,
             "repeat": t.repeat, "reset": t.reset, "end_of_epoch": t.end_of_epoch,
             "restart": t.restart,
@@ -591,7 +592,7 @@ fn bounce(a: BounceArgs) -> anyhow::Result<ExitCode> {
         port.poll()?;
         if start && !started && port.is_up(0) {
             started = true;
-            b.start(b.generation() + 1);
+            b.start(b.generation().next());
         }
         while let Some((_, bytes)) = port.recv() {
             if !(a.only_non_tokens && is_token(&bytes)) {
@@ -675,7 +676,7 @@ fn random_message(
         dest,
         sequum,
         // `TokenBouncer::send_message` stamps its generation.
-        generation: 0,
+        generation: Generation::new(0),
         sref,
     }
 }
@@ -832,6 +833,7 @@ fn receive<T: Transport>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use isotach_proto::WaveSeq;
 
     #[test]
     fn hex_lines_and_resend() {
@@ -848,9 +850,9 @@ mod tests {
     #[test]
     fn describes_and_jsons_a_token() {
         let t = isotach_proto::packet::Token {
-            seq: 2,
+            seq: WaveSeq::from_bits(2),
             repeat: true,
-            generation: 3,
+            generation: Generation::new(3),
             source_port: 0x8000,
             ..Default::default()
         };

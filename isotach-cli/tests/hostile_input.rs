@@ -26,6 +26,7 @@ use isotach_proto::packet::{
     EndOfIsochron, IsotachMessage, Packet, PlainMessage, Sref, SrefOp, StartOfIsochron, Token,
     Width,
 };
+use isotach_proto::{Generation, WaveSeq};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -75,12 +76,12 @@ fn isotach_packets() -> Vec<Vec<u8>> {
         ..Token::default()
     };
     [
-        Packet::Token(token(1, 0x8000)),
-        Packet::Token(token(2, 0)),
+        Packet::Token(token(WaveSeq::from_bits(1), 0x8000)),
+        Packet::Token(token(WaveSeq::from_bits(2), 0)),
         Packet::Token(Token {
             reset: true,
             end_of_epoch: true,
-            ..token(3, 1)
+            ..token(WaveSeq::from_bits(3), 1)
         }),
         Packet::StartOfIsochron(StartOfIsochron {
             iso_id: 7,
@@ -92,7 +93,7 @@ fn isotach_packets() -> Vec<Vec<u8>> {
             source: 0,
             dest: 1,
             sequum: 0,
-            generation: 1,
+            generation: Generation::new(1),
             sref: Sref::Mem {
                 op: SrefOp::Write,
                 width: Width::W64,

@@ -15,12 +15,14 @@ mod common;
 use isotach_am::NodeAddr;
 use isotach_am::backend::udp::UdpTransport;
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
+use isotach_proto::Generation;
+use isotach_proto::WaveSeq;
 use isotach_proto::packet::{
     IsotachMessage, Kind, Packet, SORT_VECTOR_MAX, Sref, SrefOp, StartOfIsochron, Token, Width,
     carried_crc,
 };
 use isotach_proto::topology::HostId;
-use isotach_proto::wave::{Arrival, seq_of};
+use isotach_proto::wave::Arrival;
 use isotach_tests::{ByteGenerator, Receiver, TokenBits, TokenBouncer, Wire, XorShift};
 use std::collections::HashSet;
 use std::net::{SocketAddr, UdpSocket};
@@ -179,7 +181,7 @@ app = "{h3a}"
         rig.settle();
         assert_eq!(
             rig.bouncer.generation(),
-            1,
+            Generation::new(1),
             "the SIU's reset started generation 1"
         );
         rig
@@ -326,7 +328,7 @@ fn net_message(ts: u64, source: u16, sequum: u64, payload: usize) -> IsotachMess
         dest: HOST,
         sequum,
         // `TokenBouncer::send_message` stamps its generation.
-        generation: 0,
+        generation: Generation::new(0),
         sref,
     }
 }
@@ -384,23 +386,31 @@ fn wire_req_01_start_sequence_is_one() {
     let rig = WireRig::start("r01");
     let heard = rig.bouncer.heard_tokens();
     assert!(
-        heard[0].0.restart && heard[0].0.generation == 1,
+        heard[0].0.restart && heard[0].0.generation == Generation::new(1),
         "{heard:?}"
     );
     let first = heard
         .iter()
         .find(|(t, _)| !t.restart)
         .expect("a normal token");
-    assert_eq!(first.0.seq, 1, "the SIU's first token carries start = 1");
+    assert_eq!(
+        first.0.seq,
+        WaveSeq::from_bits(1),
+        "the SIU's first token carries start = 1"
+    );
     assert!(!first.0.repeat && !first.0.reset);
     assert_eq!(first.1, Some(Arrival::InSequence));
     let wave1 = rig.bouncer.wave_token(1).expect("wave 1");
     assert_eq!(
-        wave1.token.seq, 1,
+        wave1.token.seq,
+        WaveSeq::from_bits(1),
         "the first token received carries start = 1"
     );
     assert_eq!(
-        rig.siu_tokens().iter().map(|t| t.seq).collect::<Vec<_>>(),
+        rig.siu_tokens()
+            .iter()
+            .map(|t| t.seq.bits())
+            .collect::<Vec<_>>(),
         vec![1, 2],
         "receiving start lets the SIU send start + 1"
     );
@@ -424,7 +434,7 @@ fn wire_req_02_reply_is_receiveseq_plus_one() {
         match w {
             Wire::FromTm(_) => {
                 waves_seen += 1;
-                assert_eq!(t.seq, seq_of(waves_seen));
+                assert_eq!(t.seq, WaveSeq::of_wave(waves_seen));
             }
             Wire::ToTm(_) => {
                 replies += 1;
@@ -435,14 +445,14 @@ fn wire_req_02_reply_is_receiveseq_plus_one() {
                         "SIU token {replies} before wave {}",
                         replies - 1
                     );
-                    let answered = seq_of(replies - 1);
-                    assert_eq!(t.seq, (answered + 1) % 4, "reply to {answered}");
+                    let answered = WaveSeq::of_wave(replies - 1);
+                    assert_eq!(t.seq.after(answered), 1, "reply to {answered}");
                 }
             }
         }
     }
     assert_eq!((waves_seen, replies), (22, 23));
-    let seqs: Vec<u8> = rig.siu_tokens().iter().map(|t| t.seq).collect();
+    let seqs: Vec<u8> = rig.siu_tokens().iter().map(|t| t.seq.bits()).collect();
     assert_eq!(&seqs[..6], &[1, 2, 3, 0, 1, 2], "wraps mod 4");
 }
 
@@ -478,7 +488,7 @@ fn wire_req_04_sendclock_counts_normal_tokens() {
 fn wire_req_07_bad_crc_tokens_dropped() {
     let mut rig = WireRig::start("r07");
     let good = Token {
-        seq: seq_of(2),
+        seq: WaveSeq::of_wave(2),
         source_port: rig.bouncer.port(),
         generation: rig.bouncer.generation(),
         ..Token::default()

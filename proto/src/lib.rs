@@ -11,11 +11,13 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod logical;
 pub mod packet;
 pub mod reply;
 pub mod topology;
 pub mod wave;
 
+pub use logical::{Generation, WaveSeq};
 pub use packet::{
     BarrierSignalMarker, DecodeError, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage,
     Kind, Packet, PlainMessage, Sref, SrefOp, StartOfIsochron, Token, Width,

@@ -6,20 +6,8 @@
 //! repeats resend only the last two tokens, so the four sequence values are unambiguous: the
 //! next one is in sequence, the two before it are duplicates, the one after it is early.
 
+use crate::logical::{Generation, WaveSeq};
 use crate::packet::Token;
-
-/// Sequence number carried by wave `n`.
-pub fn seq_of(n: u64) -> u8 {
-    (n % 4) as u8
-}
-
-/// Whether generation `a` is newer than `b`, in serial-number arithmetic (RFC 1982): the
-/// 32-bit generation wraps, and a forged or corrupted huge generation cannot pin a node for
-/// good — the next restart after it is newer again.
-pub fn generation_newer(a: u32, b: u32) -> bool {
-    let d = a.wrapping_sub(b);
-    d != 0 && d < 0x8000_0000
-}
 
 /// How a token relates to what the receiver has accepted so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,9 +21,9 @@ pub enum Arrival {
 }
 
 /// Classifies a token with sequence number `seq` when `accepted` tokens were accepted.
-pub fn classify(accepted: u64, seq: u8) -> Arrival {
-    let next = seq_of(accepted + 1);
-    match seq.wrapping_sub(next) & 3 {
+pub fn classify(accepted: u64, seq: WaveSeq) -> Arrival {
+    let next = WaveSeq::of_wave(accepted + 1);
+    match seq.after(next) {
         0 => Arrival::InSequence,
         1 => Arrival::Early,
         _ => Arrival::Duplicate,
@@ -83,7 +71,7 @@ impl LastTwo {
 #[derive(Debug, Clone, Default)]
 pub struct Rejoin {
     /// Per peer: the generation in force when its link broke.
-    broken_in: Vec<Option<u32>>,
+    broken_in: Vec<Option<Generation>>,
 }
 
 impl Rejoin {
@@ -96,14 +84,14 @@ impl Rejoin {
 
     /// The link to `peer` broke during `generation` (the first break counts until the peer
     /// is back).
-    pub fn broken(&mut self, peer: usize, generation: u32) {
+    pub fn broken(&mut self, peer: usize, generation: Generation) {
         if let Some(slot) = self.broken_in.get_mut(peer) {
             slot.get_or_insert(generation);
         }
     }
 
     /// `peer` is back, logical time is in `generation`: should this node start a new one?
-    pub fn back(&mut self, peer: usize, generation: u32) -> bool {
+    pub fn back(&mut self, peer: usize, generation: Generation) -> bool {
         self.broken_in
             .get_mut(peer)
             .and_then(Option::take)
@@ -111,7 +99,7 @@ impl Rejoin {
     }
 
     /// The link to `peer` broke during `generation` and the peer is not back yet.
-    pub fn broken_during(&self, peer: usize, generation: u32) -> bool {
+    pub fn broken_during(&self, peer: usize, generation: Generation) -> bool {
         self.broken_in.get(peer).copied().flatten() == Some(generation)
     }
 
@@ -128,62 +116,55 @@ mod tests {
     #[test]
     fn classification_covers_the_four_values() {
         // Accepted 5 tokens: 6 is next (seq 2); 5 and 4 are duplicates; 7 is early.
-        assert_eq!(classify(5, seq_of(6)), Arrival::InSequence);
-        assert_eq!(classify(5, seq_of(5)), Arrival::Duplicate);
-        assert_eq!(classify(5, seq_of(4)), Arrival::Duplicate);
-        assert_eq!(classify(5, seq_of(7)), Arrival::Early);
-        assert_eq!(classify(0, 1), Arrival::InSequence, "start = 1");
-    }
-
-    #[test]
-    fn generations_compare_across_the_wrap() {
-        assert!(generation_newer(1, 0));
-        assert!(!generation_newer(0, 0));
-        assert!(!generation_newer(0, 1));
-        assert!(
-            generation_newer(0, u32::MAX),
-            "the restart after the largest wraps to 0"
-        );
-        assert!(generation_newer(u32::MAX, 0x8000_0000));
-        assert!(
-            !generation_newer(0x8000_0000, 0),
-            "exactly half the space apart is not newer"
+        let seq = WaveSeq::of_wave;
+        assert_eq!(classify(5, seq(6)), Arrival::InSequence);
+        assert_eq!(classify(5, seq(5)), Arrival::Duplicate);
+        assert_eq!(classify(5, seq(4)), Arrival::Duplicate);
+        assert_eq!(classify(5, seq(7)), Arrival::Early);
+        assert_eq!(
+            classify(0, WaveSeq::from_bits(1)),
+            Arrival::InSequence,
+            "start = 1"
         );
     }
 
     #[test]
     fn last_two_resends_oldest_first_marked_repeat() {
         let mut l = LastTwo::default();
-        for seq in 1..=3 {
+        for wave in 1..=3 {
             l.remember(Token {
-                seq,
+                seq: WaveSeq::of_wave(wave),
                 ..Token::default()
             });
         }
         let r: Vec<_> = l.repeats().collect();
-        assert_eq!(r.iter().map(|t| t.seq).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(
+            r.iter().map(|t| t.seq.bits()).collect::<Vec<_>>(),
+            vec![2, 3]
+        );
         assert!(r.iter().all(|t| t.repeat));
     }
 
     #[test]
     fn rejoin_starts_a_generation_only_if_none_started_since_the_break() {
+        let g = Generation::new;
         let mut r = Rejoin::new(3);
         assert!(
-            !r.back(0, 5),
+            !r.back(0, g(5)),
             "a peer coming up the first time starts nothing"
         );
-        r.broken(1, 5);
-        r.broken(1, 6);
+        r.broken(1, g(5));
+        r.broken(1, g(6));
         assert_eq!(r.pending(), 1);
-        assert!(r.back(1, 5), "still in the generation of the break");
-        assert!(!r.back(1, 5), "once per break");
-        r.broken(2, 5);
+        assert!(r.back(1, g(5)), "still in the generation of the break");
+        assert!(!r.back(1, g(5)), "once per break");
+        r.broken(2, g(5));
         assert!(
-            !r.back(2, 6),
+            !r.back(2, g(6)),
             "somebody else restarted logical time already"
         );
-        r.broken(9, 1);
-        assert!(!r.back(9, 1), "unknown peers are ignored");
+        r.broken(9, g(1));
+        assert!(!r.back(9, g(1)), "unknown peers are ignored");
         assert_eq!(r.pending(), 0);
     }
 }

@@ -513,6 +513,7 @@ impl Observer for PulseOracle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use isotach_proto::Generation;
     use isotach_proto::packet::Sref;
 
     fn msg(ts: u64, source: u16, dest: u16, sequum: u64) -> Vec<u8> {
@@ -521,7 +522,7 @@ mod tests {
             source,
             dest,
             sequum,
-            generation: 1,
+            generation: Generation::new(1),
             sref: Sref::Msg {
                 handler: 0,
                 payload: vec![],

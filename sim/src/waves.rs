@@ -16,6 +16,7 @@ use crate::host::{Host, HostCtx};
 use crate::net::{FaultError, Faults, RangeUs};
 use crate::oracle::{OracleStats, PulseOracle};
 use crate::sim::{Pauses, Restarts, RunEnd, Sim, SimConfig, SimError, Tamper};
+use isotach_proto::Generation;
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::{
     BARRIERS, BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind,
@@ -634,7 +635,7 @@ impl WavesHost {
                 source: 0,
                 dest,
                 sequum: 0,
-                generation: 0,
+                generation: Generation::new(0),
                 sref: random_sref(ctx),
             };
             let mut bytes = Vec::with_capacity(m.encoded_len());

@@ -5,6 +5,7 @@
 //! below found the bugs with the simulator's earlier hand-rolled generator; with `isotach-rng`
 //! the same seeds make other runs.
 
+use isotach_proto::Generation;
 use isotach_proto::config::{Limits, Timing};
 use isotach_proto::packet::{EndOfIsochron, IsotachMessage, Kind, Sref, StartOfIsochron, Token};
 use isotach_proto::topology::{Hop, HostId, Topology};
@@ -220,7 +221,7 @@ fn send_isochron_to_host_1(m: &mut Mini) {
         source: 0,
         dest: 1,
         sequum: 0,
-        generation: 1,
+        generation: Generation::new(1),
         sref: Sref::Msg {
             handler: 0,
             payload: vec![],

@@ -26,6 +26,7 @@ use self::barriers::Barrier;
 use self::isochrons::OpenIsochron;
 use crate::pulse::PulseLog;
 use crate::{Mode, SiuConfig, SiuStats, Transmit};
+use isotach_proto::Generation;
 use isotach_proto::config::CHANNELS_MIN;
 use isotach_proto::packet::BARRIERS;
 use isotach_proto::topology::{HostId, Topology};
@@ -44,7 +45,7 @@ pub struct Siu {
     port: u16,
     tm_port: u16,
     started: bool,
-    generation: u32,
+    generation: Generation,
     /// Tokens sent to the network (normal ones; repeats do not count).
     sendclock: u64,
     /// In-sequence tokens received from the network.
@@ -96,7 +97,7 @@ impl Siu {
             port,
             tm_port,
             started: false,
-            generation: 0,
+            generation: Generation::NONE,
             sendclock: 0,
             recvclock: 0,
             last_two: LastTwo::default(),
@@ -138,7 +139,7 @@ impl Siu {
         self.started
     }
     /// Current logical-time generation.
-    pub fn generation(&self) -> u32 {
+    pub fn generation(&self) -> Generation {
         self.generation
     }
     /// Normal tokens sent in this generation.

@@ -1,5 +1,6 @@
 //! A host without an application: the SIU answers reads and copy requests for it.
 
+use isotach_proto::Generation;
 use isotach_proto::config::{Limits, Timing};
 use isotach_proto::packet::{IsotachMessage, PlainMessage, Sref, SrefOp, Width};
 use isotach_proto::reply::HostReply;
@@ -24,7 +25,7 @@ fn message(op: SrefOp, ref_id: u32) -> Vec<u8> {
         source: 2,
         dest: 1,
         sequum: 4,
-        generation: 1,
+        generation: Generation::new(1),
         sref: Sref::Mem {
             op,
             width: Width::W64,

@@ -455,6 +455,7 @@ impl Future for OutputReady {
 mod tests {
     use super::*;
     use crate::{Addr, MemoryMap, SmmConfig, SmmLimits};
+    use isotach_proto::Generation;
     use isotach_proto::config::{Limits, Timing};
     use isotach_proto::packet::Width;
     use isotach_proto::topology::{Hop, Topology};
@@ -607,7 +608,7 @@ mod tests {
             source: 0,
             dest: 0,
             sequum: ts,
-            generation: 1,
+            generation: Generation::new(1),
             sref: packet::Sref::Mem {
                 op: packet::SrefOp::Write,
                 width: Width::W64,

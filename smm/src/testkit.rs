@@ -2,6 +2,7 @@
 //! executor for the async API.
 
 use crate::{MemoryMap, SmmConfig, SmmLimits, SmmNode};
+use isotach_proto::Generation;
 use isotach_proto::packet::{
     EopMarker, IsotachMessage, Kind, SORT_VECTOR_MAX, Sref, SrefOp, Width,
 };
@@ -48,7 +49,7 @@ pub fn pulse(srefs: usize, kind: SortKind) -> (SmmNode, Vec<u8>) {
             source,
             dest: 0,
             sequum,
-            generation: 1,
+            generation: Generation::new(1),
             sref: Sref::Mem {
                 op: SrefOp::Write,
                 width: Width::W64,

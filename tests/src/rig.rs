@@ -101,7 +101,7 @@ impl Rig {
         if self.initiates_reset {
             self.siu.start(self.now_us);
         } else {
-            let generation = self.bouncer.generation() + 1;
+            let generation = self.bouncer.generation().next();
             self.bouncer.start(generation);
         }
         self.pump();

@@ -22,7 +22,8 @@
 use isotach_proto::config::{EPOCH_PULSES_MIN, Limits, Timing};
 use isotach_proto::packet::{self, BARRIERS, DecodeError, IsotachMessage, Kind, Token};
 use isotach_proto::topology::{Hop, SwitchId, Topology};
-use isotach_proto::wave::{Arrival, LastTwo, classify, generation_newer, seq_of};
+use isotach_proto::wave::{Arrival, LastTwo, classify};
+use isotach_proto::{Generation, WaveSeq};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use thiserror::Error;
@@ -150,7 +151,7 @@ pub struct TokenManager {
     /// `route[host]`: the link towards that host.
     route: Vec<LinkId>,
     started: bool,
-    generation: u32,
+    generation: Generation,
     waves: u64,
     /// Signals for the current epoch and the next (neighbours run at most one wave ahead).
     epoch_signals: [EpochSignals; 2],
@@ -201,7 +202,7 @@ impl TokenManager {
             links,
             route,
             started: false,
-            generation: 0,
+            generation: Generation::NONE,
             waves: 0,
             epoch_signals: [EpochSignals::default(); 2],
             token_deadline_us: None,
@@ -238,7 +239,7 @@ impl TokenManager {
     }
 
     /// Current generation.
-    pub fn generation(&self) -> u32 {
+    pub fn generation(&self) -> Generation {
         self.generation
     }
 
@@ -405,7 +406,7 @@ impl TokenManager {
             });
         }
         if t.restart {
-            if generation_newer(t.generation, self.generation) {
+            if t.generation.newer_than(self.generation) {
                 self.restart(now_us, t.generation);
             } else {
                 // An echo of our own reset wave, or a repeat of a restart already taken.
@@ -430,13 +431,13 @@ impl TokenManager {
     /// started: the first reset comes from host 0's SIU.
     pub fn begin_restart(&mut self, now_us: u64) {
         if self.started {
-            self.restart(now_us, self.generation.wrapping_add(1));
+            self.restart(now_us, self.generation.next());
         }
     }
 
     /// A reset of a newer generation: forget everything, pass the reset wave on to every
     /// neighbour (each ignores the echo: its generation is no longer newer), start wave 1.
-    fn restart(&mut self, now_us: u64, generation: u32) {
+    fn restart(&mut self, now_us: u64, generation: Generation) {
         if self.started {
             self.stats.resets += 1;
         }
@@ -542,7 +543,7 @@ impl TokenManager {
             let to_switch = matches!(self.links[link].peer, Hop::Switch(_));
             barrier_wave |= barrier != 0 && !to_switch;
             let t = Token {
-                seq: seq_of(wave),
+                seq: WaveSeq::of_wave(wave),
                 repeat: false,
                 // An SIU delivers a token's reset bit at once (requirement 37), so hosts see the
                 // gathered reset signal only on the epoch's last wave, like the other signals;

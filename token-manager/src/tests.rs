@@ -1,5 +1,6 @@
 use super::*;
 use isotach_proto::packet::{Packet, Sref, SrefOp, Width};
+use isotach_proto::{Generation, WaveSeq};
 
 fn tm(hosts: usize, switches: usize, switch: SwitchId) -> TokenManager {
     let topology = Arc::new(Topology::line(hosts, switches).unwrap());
@@ -16,9 +17,9 @@ fn tm(hosts: usize, switches: usize, switch: SwitchId) -> TokenManager {
 
 fn token(port: u16, wave: u64) -> Token {
     Token {
-        seq: seq_of(wave),
+        seq: WaveSeq::of_wave(wave),
         source_port: port,
-        generation: 1,
+        generation: Generation::new(1),
         ..Token::default()
     }
 }
@@ -27,7 +28,7 @@ fn reset_token(port: u16) -> Token {
     Token {
         restart: true,
         source_port: port,
-        generation: 1,
+        generation: Generation::new(1),
         ..Token::default()
     }
 }
@@ -56,7 +57,11 @@ fn started(hosts: usize) -> TokenManager {
     assert_eq!(out.iter().filter(|(_, t)| t.restart).count(), hosts);
     let wave1: Vec<_> = out.iter().filter(|(_, t)| !t.restart).collect();
     assert_eq!(wave1.len(), hosts);
-    assert!(wave1.iter().all(|(_, t)| t.seq == 1 && t.barrier == 0b11));
+    assert!(
+        wave1
+            .iter()
+            .all(|(_, t)| t.seq == WaveSeq::from_bits(1) && t.barrier == 0b11)
+    );
     t
 }
 
@@ -69,7 +74,10 @@ fn wave_waits_for_every_neighbour() {
     t.handle_input(1, 2, &token(2, 1).to_bytes()).unwrap();
     let out = tokens(&drain(&mut t));
     assert_eq!(out.len(), 3);
-    assert!(out.iter().all(|(_, t)| t.seq == 2 && t.barrier == 0));
+    assert!(
+        out.iter()
+            .all(|(_, t)| t.seq == WaveSeq::from_bits(2) && t.barrier == 0)
+    );
     assert_eq!(t.waves(), 2);
 }
 
@@ -130,7 +138,7 @@ fn timer_resends_the_last_two_tokens_marked_repeat() {
     let out = tokens(&drain(&mut t));
     assert_eq!(
         out.iter()
-            .map(|(_, t)| (t.seq, t.repeat))
+            .map(|(_, t)| (t.seq.bits(), t.repeat))
             .collect::<Vec<_>>(),
         vec![(1, true), (2, true)]
     );
@@ -169,7 +177,7 @@ fn barrier_round_goes_to_hosts_only_when_all_entered() {
     let out = tokens(&drain(&mut t));
     assert!(
         out.iter()
-            .all(|(_, t)| t.barrier == 1 && t.seq == seq_of(4))
+            .all(|(_, t)| t.barrier == 1 && t.seq == WaveSeq::of_wave(4))
     );
     assert_eq!(t.stats().barrier_rounds, 1);
 }
@@ -215,7 +223,7 @@ fn reset_echo_is_ignored_and_stale_generations_dropped() {
         .unwrap();
     assert!(drain(&mut t).is_empty(), "same generation: not a new reset");
     let old = Token {
-        generation: 0,
+        generation: Generation::new(0),
         ..token(0, 1)
     };
     t.handle_input(0, host, &old.to_bytes()).unwrap();
@@ -230,7 +238,7 @@ fn unknown_destination_and_markers_are_refused() {
         source: 0,
         dest: 5,
         sequum: 0,
-        generation: 1,
+        generation: Generation::new(1),
         sref: Sref::Msg {
             handler: 1,
             payload: vec![1, 2],
@@ -256,7 +264,7 @@ fn a_lost_restart_is_resent_by_the_token_timer() {
     let out = tokens(&drain(&mut t));
     let got: Vec<_> = out
         .iter()
-        .map(|(_, t)| (t.restart, t.seq, t.repeat))
+        .map(|(_, t)| (t.restart, t.seq.bits(), t.repeat))
         .collect();
     assert_eq!(got, vec![(true, 0, true), (false, 1, true)]);
     // A repeat of the restart it already took is not a new generation.
@@ -266,7 +274,7 @@ fn a_lost_restart_is_resent_by_the_token_timer() {
     };
     t.handle_input(100, 0, &again.to_bytes()).unwrap();
     assert!(drain(&mut t).is_empty());
-    assert_eq!((t.generation(), t.stats().resets), (1, 0));
+    assert_eq!((t.generation().get(), t.stats().resets), (1, 0));
 }
 
 #[test]
@@ -277,7 +285,7 @@ fn begin_restart_sends_the_next_generation_to_every_neighbour() {
         drain(&mut fresh).is_empty(),
         "nothing to restart before the first reset"
     );
-    assert_eq!(fresh.generation(), 0);
+    assert_eq!(fresh.generation(), Generation::new(0));
 
     let mut t = started(2);
     t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
@@ -288,21 +296,28 @@ fn begin_restart_sends_the_next_generation_to_every_neighbour() {
     let out = tokens(&drain(&mut t));
     let resets: Vec<_> = out.iter().filter(|(_, t)| t.restart).collect();
     assert_eq!(resets.len(), 2);
-    assert!(resets.iter().all(|(_, t)| t.generation == 2));
+    assert!(
+        resets
+            .iter()
+            .all(|(_, t)| t.generation == Generation::new(2))
+    );
     assert!(
         out.iter()
             .filter(|(_, t)| !t.restart)
-            .all(|(_, t)| t.seq == 1 && t.generation == 2),
+            .all(|(_, t)| t.seq == WaveSeq::from_bits(1) && t.generation == Generation::new(2)),
         "then wave 1 of the new generation"
     );
-    assert_eq!((t.generation(), t.waves(), t.stats().resets), (2, 1, 1));
+    assert_eq!(
+        (t.generation().get(), t.waves(), t.stats().resets),
+        (2, 1, 1)
+    );
     // A host's echo of the same generation is not another restart.
     let echo = Token {
-        generation: 2,
+        generation: Generation::new(2),
         ..reset_token(0)
     };
     t.handle_input(6, 0, &echo.to_bytes()).unwrap();
-    assert_eq!(t.generation(), 2);
+    assert_eq!(t.generation(), Generation::new(2));
 }
 
 /// An isotach write from host 0 to `dest` stamped in generation 1, encoded.
@@ -317,7 +332,7 @@ fn write_in(generation: u32, dest: u16) -> Vec<u8> {
         source: 0,
         dest,
         sequum: 0,
-        generation,
+        generation: Generation::new(generation),
         sref: Sref::Mem {
             op: SrefOp::Write,
             width: Width::W32,
@@ -344,7 +359,12 @@ fn restarted_to_generation_2() -> TokenManager {
 
 /// `t` in generation 2.
 fn in_generation_2(t: Token) -> Vec<u8> {
-    Token { generation: 2, ..t }.to_bytes().to_vec()
+    Token {
+        generation: Generation::new(2),
+        ..t
+    }
+    .to_bytes()
+    .to_vec()
 }
 
 /// Isotach messages in `out` towards `link`.
@@ -413,7 +433,7 @@ fn a_tm_not_started_keeps_only_the_messages_of_the_generation_it_starts() {
     t.handle_input(0, 0, &write_in(4, 1)).unwrap();
     assert_eq!(t.stats().messages_held, 2);
     let restart = Token {
-        generation: 4,
+        generation: Generation::new(4),
         ..reset_token(0)
     };
     t.handle_input(1, 0, &restart.to_bytes()).unwrap();
@@ -426,7 +446,7 @@ fn a_tm_not_started_keeps_only_the_messages_of_the_generation_it_starts() {
         2,
         1,
         &Token {
-            generation: 4,
+            generation: Generation::new(4),
             ..token(1, 1)
         }
         .to_bytes(),

@@ -1,8 +1,10 @@
 //! The token bouncer: plays the token manager on one SIU link.
 
+use isotach_proto::Generation;
+use isotach_proto::WaveSeq;
 use isotach_proto::packet::{BARRIER_MASK, DecodeError, IsotachMessage, Packet, Token};
 use isotach_proto::topology::{SwitchId, Topology};
-use isotach_proto::wave::{Arrival, classify, seq_of};
+use isotach_proto::wave::{Arrival, classify};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Flag bits a token carries besides its sequence number.
@@ -51,7 +53,7 @@ pub struct SentToken {
 #[derive(Debug)]
 pub struct TokenBouncer {
     port: u16,
-    generation: u32,
+    generation: Generation,
     started: bool,
     waves_sent: u64,
     accepted: u64,
@@ -76,7 +78,7 @@ impl TokenBouncer {
     pub fn new(switch: SwitchId) -> Self {
         Self {
             port: Topology::switch_port(switch),
-            generation: 0,
+            generation: Generation::NONE,
             started: false,
             waves_sent: 0,
             accepted: 0,
@@ -153,9 +155,9 @@ impl TokenBouncer {
     // Sending
 
     /// Starts `generation` (must be newer than the current one): a reset token, then wave 1.
-    pub fn start(&mut self, generation: u32) {
+    pub fn start(&mut self, generation: Generation) {
         assert!(
-            generation > self.generation,
+            generation.newer_than(self.generation),
             "a reset needs a newer generation"
         );
         self.restart(generation);
@@ -213,7 +215,7 @@ impl TokenBouncer {
             // The SIU initiated a restart: echo it and start the generation, as a TM does. A
             // repeat of a restart already taken changes nothing.
             self.heard_tokens.push((t, None));
-            if t.generation > self.generation {
+            if t.generation.newer_than(self.generation) {
                 self.restart(t.generation);
             }
             return;
@@ -233,7 +235,7 @@ impl TokenBouncer {
         }
     }
 
-    fn restart(&mut self, generation: u32) {
+    fn restart(&mut self, generation: Generation) {
         self.generation = generation;
         self.started = true;
         self.waves_sent = 0;
@@ -268,7 +270,7 @@ impl TokenBouncer {
         };
         if self.early_every.is_some_and(|k| wave.is_multiple_of(k)) {
             let early = Token {
-                seq: seq_of(wave + 1),
+                seq: WaveSeq::of_wave(wave + 1),
                 ..base
             };
             self.push(early, TokenRole::Early);
@@ -279,7 +281,7 @@ impl TokenBouncer {
             barrier |= BARRIER_MASK;
         }
         let token = Token {
-            seq: seq_of(wave),
+            seq: WaveSeq::of_wave(wave),
             barrier: barrier & BARRIER_MASK,
             signals: bits.signals,
             reset: bits.reset,
@@ -312,7 +314,7 @@ impl TokenBouncer {
         self.port
     }
     /// The generation it runs.
-    pub fn generation(&self) -> u32 {
+    pub fn generation(&self) -> Generation {
         self.generation
     }
     /// Normal tokens (waves) sent in this generation.

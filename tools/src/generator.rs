@@ -1,12 +1,13 @@
 //! The byte generator: builds host-side packets as bytes.
 
 use crate::bouncer::TokenBits;
+use isotach_proto::Generation;
+use isotach_proto::WaveSeq;
 use isotach_proto::packet::{
     BarrierSignalMarker, CRC_LEN, EndOfIsochron, IsotachMessage, PlainMessage, Sref, SrefOp,
     StartOfIsochron, Token, Width,
 };
 use isotach_proto::topology::{HostId, Topology};
-use isotach_proto::wave::seq_of;
 use std::collections::VecDeque;
 
 /// Plays the host: the seed report's "byte generator".
@@ -17,7 +18,7 @@ use std::collections::VecDeque;
 #[derive(Debug)]
 pub struct ByteGenerator {
     host: HostId,
-    generation: u32,
+    generation: Generation,
     tokens_sent: u64,
     last_two: VecDeque<Token>,
     previous: Option<Vec<u8>>,
@@ -28,7 +29,7 @@ impl ByteGenerator {
     pub fn new(host: HostId) -> Self {
         Self {
             host,
-            generation: 0,
+            generation: Generation::NONE,
             tokens_sent: 0,
             last_two: VecDeque::new(),
             previous: None,
@@ -84,7 +85,7 @@ impl ByteGenerator {
             source: 0,
             dest,
             sequum: 0,
-            generation: 0,
+            generation: Generation::new(0),
             sref,
         };
         let mut v = Vec::with_capacity(m.encoded_len());
@@ -133,7 +134,7 @@ impl ByteGenerator {
 
     fn token(&self, seq: u8, bits: TokenBits) -> Token {
         Token {
-            seq,
+            seq: WaveSeq::from_bits(seq),
             repeat: false,
             reset: bits.reset,
             end_of_epoch: bits.end_of_epoch,
@@ -146,14 +147,14 @@ impl ByteGenerator {
     }
 
     /// Host mode: adopts `generation` (after the SIU reported a reset) and numbers tokens from 1.
-    pub fn adopt_generation(&mut self, generation: u32) {
+    pub fn adopt_generation(&mut self, generation: Generation) {
         self.generation = generation;
         self.tokens_sent = 0;
         self.last_two.clear();
     }
 
     /// Host mode: a reset token starting `generation`.
-    pub fn reset_token(&mut self, generation: u32) -> Vec<u8> {
+    pub fn reset_token(&mut self, generation: Generation) -> Vec<u8> {
         self.adopt_generation(generation);
         let t = Token {
             restart: true,
@@ -165,7 +166,7 @@ impl ByteGenerator {
     /// Host mode: the next normal token.
     pub fn host_token(&mut self, bits: TokenBits) -> Vec<u8> {
         self.tokens_sent += 1;
-        let t = self.token(seq_of(self.tokens_sent), bits);
+        let t = self.token((WaveSeq::of_wave(self.tokens_sent)).bits(), bits);
         if self.last_two.len() == 2 {
             self.last_two.pop_front();
         }
@@ -175,7 +176,10 @@ impl ByteGenerator {
 
     /// Host mode: an early token (the sequence number after the next one); not remembered.
     pub fn early_token(&mut self) -> Vec<u8> {
-        let t = self.token(seq_of(self.tokens_sent + 2), TokenBits::default());
+        let t = self.token(
+            (WaveSeq::of_wave(self.tokens_sent + 2)).bits(),
+            TokenBits::default(),
+        );
         self.keep(t.to_bytes().to_vec())
     }
 

@@ -4,6 +4,7 @@
 
 use super::codec::{CRC_LEN, Fields, begin, crc32, open, push_u16, push_u32, push_u64, seal};
 use super::{DecodeError, Kind};
+use crate::logical::Generation;
 
 /// Largest payload of a `msg` sref.
 pub const MSG_PAYLOAD_MAX: usize = 1024;
@@ -124,7 +125,7 @@ pub struct IsotachMessage {
     pub sequum: u64,
     /// The generation of logical time it was sent in; stamped by the SIU. A node takes only
     /// messages of its own generation, so nothing sent before a restart lands after it.
-    pub generation: u32,
+    pub generation: Generation,
     /// The reference.
     pub sref: Sref,
 }
@@ -139,7 +140,7 @@ pub struct Stamp {
     /// The SIU's next sequence number.
     pub sequum: u64,
     /// The SIU's generation.
-    pub generation: u32,
+    pub generation: Generation,
 }
 
 /// Byte offsets of the fields the SIU stamps in place.
@@ -170,7 +171,7 @@ impl IsotachMessage {
         push_u16(out, self.source);
         push_u16(out, self.dest);
         push_u64(out, self.sequum);
-        push_u32(out, self.generation);
+        push_u32(out, self.generation.get());
         match &self.sref {
             Sref::Mem {
                 addr,
@@ -222,7 +223,7 @@ impl IsotachMessage {
         let source = f.u16()?;
         let dest = f.u16()?;
         let sequum = f.u64()?;
-        let generation = f.u32()?;
+        let generation = Generation::new(f.u32()?);
         let mut payload = None;
         let sref = if op == SrefOp::Msg {
             if width_byte != 0 {
@@ -299,9 +300,9 @@ impl IsotachMessage {
     }
 
     /// Reads the generation of an encoded message whose CRC was already checked.
-    pub fn peek_generation(bytes: &[u8]) -> Option<u32> {
+    pub fn peek_generation(bytes: &[u8]) -> Option<Generation> {
         let b = bytes.get(MSG_GENERATION_AT..MSG_GENERATION_AT + 4)?;
-        Some(u32::from_be_bytes(b.try_into().ok()?))
+        Some(Generation::new(u32::from_be_bytes(b.try_into().ok()?)))
     }
 
     /// Stamps `ts`, `source`, `sequum` and `generation` into an encoded, valid message in
@@ -317,7 +318,8 @@ impl IsotachMessage {
         bytes[MSG_TS_AT..MSG_TS_AT + 8].copy_from_slice(&ts.to_be_bytes());
         bytes[MSG_SOURCE_AT..MSG_SOURCE_AT + 2].copy_from_slice(&source.to_be_bytes());
         bytes[MSG_SEQUUM_AT..MSG_SEQUUM_AT + 8].copy_from_slice(&sequum.to_be_bytes());
-        bytes[MSG_GENERATION_AT..MSG_GENERATION_AT + 4].copy_from_slice(&generation.to_be_bytes());
+        bytes[MSG_GENERATION_AT..MSG_GENERATION_AT + 4]
+            .copy_from_slice(&generation.get().to_be_bytes());
         let at = bytes.len() - CRC_LEN;
         let crc = crc32(&bytes[..at]);
         bytes[at..].copy_from_slice(&crc.to_be_bytes());

@@ -1,4 +1,5 @@
 use super::*;
+use crate::logical::{Generation, WaveSeq};
 use proptest::prelude::*;
 
 fn arb_token() -> impl Strategy<Value = Token> {
@@ -16,7 +17,7 @@ fn arb_token() -> impl Strategy<Value = Token> {
             (barrier, signals, source_port, generation),
         )| {
             Token {
-                seq,
+                seq: WaveSeq::from_bits(seq),
                 repeat,
                 reset,
                 end_of_epoch,
@@ -24,7 +25,7 @@ fn arb_token() -> impl Strategy<Value = Token> {
                 barrier,
                 signals,
                 source_port,
-                generation,
+                generation: Generation::new(generation),
             }
         },
     )
@@ -103,7 +104,7 @@ fn arb_message() -> impl Strategy<Value = IsotachMessage> {
                 source,
                 dest,
                 sequum,
-                generation,
+                generation: Generation::new(generation),
                 sref,
             },
         )
@@ -251,15 +252,15 @@ proptest! {
     #[test]
     fn stamping_in_place_matches_encoding(m in arb_message(), ts in any::<u64>(), source in any::<u16>(), sequum in any::<u64>(), generation in any::<u32>()) {
         let mut bytes = m.to_packet_bytes();
-        let crc = IsotachMessage::stamp_in_place(&mut bytes, Stamp { ts, source, sequum, generation });
-        let stamped = IsotachMessage { ts, source, sequum, generation, ..m };
+        let crc = IsotachMessage::stamp_in_place(&mut bytes, Stamp { ts, source, sequum, generation: Generation::new(generation) });
+        let stamped = IsotachMessage { ts, source, sequum, generation: Generation::new(generation), ..m };
         let mut expect = Vec::new();
         let expect_crc = stamped.encode(&mut expect);
         prop_assert_eq!(crc, expect_crc);
         prop_assert_eq!(&bytes, &expect);
         prop_assert_eq!(IsotachMessage::peek_stamp(&bytes), Some((ts, source, sequum)));
         prop_assert_eq!(IsotachMessage::peek_dest(&bytes), Some(stamped.dest));
-        prop_assert_eq!(IsotachMessage::peek_generation(&bytes), Some(generation));
+        prop_assert_eq!(IsotachMessage::peek_generation(&bytes), Some(Generation::new(generation)));
     }
 }
 
@@ -280,9 +281,9 @@ fn reseal(bytes: &mut [u8]) {
 
 fn token_bytes() -> Vec<u8> {
     Token {
-        seq: 1,
+        seq: WaveSeq::from_bits(1),
         source_port: 3,
-        generation: 1,
+        generation: Generation::new(1),
         ..Token::default()
     }
     .to_bytes()
@@ -410,7 +411,7 @@ fn thirty_two_bit_value_must_fit() {
         source: 0,
         dest: 1,
         sequum: 0,
-        generation: 1,
+        generation: Generation::new(1),
         sref: Sref::Mem {
             op: SrefOp::Write,
             width: Width::W32,
@@ -472,7 +473,7 @@ fn sort_vector_longer_than_count_is_rejected() {
 #[test]
 fn token_layout_is_sixteen_bytes_big_endian() {
     let t = Token {
-        seq: 2,
+        seq: WaveSeq::from_bits(2),
         repeat: true,
         reset: false,
         end_of_epoch: true,
@@ -480,7 +481,7 @@ fn token_layout_is_sixteen_bytes_big_endian() {
         barrier: 0b11,
         signals: 0xa5,
         source_port: 0x1234,
-        generation: 0x0102_0304,
+        generation: Generation::new(0x0102_0304),
     };
     let b = t.to_bytes();
     assert_eq!(
@@ -496,8 +497,8 @@ fn token_layout_is_sixteen_bytes_big_endian() {
 #[test]
 fn is_repeat_reads_the_flag_of_valid_tokens_only() {
     let plain = Token {
-        seq: 2,
-        generation: 1,
+        seq: WaveSeq::from_bits(2),
+        generation: Generation::new(1),
         ..Token::default()
     };
     let repeat = Token {

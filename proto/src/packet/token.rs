@@ -4,13 +4,15 @@
 
 use super::codec::{Fields, begin, check_bits, open, push_u16, push_u32, seal};
 use super::{BARRIER_MASK, DecodeError, Kind};
+use crate::logical::{Generation, WaveSeq};
 
 /// Encoded length of a token.
 pub const TOKEN_LEN: usize = 16;
 
 /// Token flag bits (byte 2, above the 2-bit sequence number).
 mod token_flags {
-    pub(super) const SEQ: u8 = 0b0000_0011;
+    use crate::logical::WaveSeq;
+    pub(super) const SEQ: u8 = WaveSeq::BITS;
     pub(super) const REPEAT: u8 = 0b0000_0100;
     pub(super) const RESET: u8 = 0b0000_1000;
     pub(super) const END_OF_EPOCH: u8 = 0b0001_0000;
@@ -22,7 +24,7 @@ mod token_flags {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Token {
     /// 2-bit sequence number (`start` = 1; a reply to `r` carries `(r + 1) mod 4`).
-    pub seq: u8,
+    pub seq: WaveSeq,
     /// A resend by the lost-token algorithm.
     pub repeat: bool,
     /// The reset signal, gathered and delivered like the other signals (requirement 37).
@@ -40,15 +42,15 @@ pub struct Token {
     pub source_port: u16,
     /// Logical-time generation (bumped by every restart, compared in serial-number arithmetic);
     /// tokens of another generation are dropped.
-    pub generation: u32,
+    pub generation: Generation,
 }
 
 impl Token {
     /// Appends the encoded token; returns its CRC.
     pub fn encode(&self, out: &mut Vec<u8>) -> u32 {
-        debug_assert!(self.seq & !token_flags::SEQ == 0 && self.barrier & !BARRIER_MASK == 0);
+        debug_assert!(self.barrier & !BARRIER_MASK == 0);
         let start = begin(out, Kind::Token);
-        let mut flags = self.seq & token_flags::SEQ;
+        let mut flags = self.seq.bits();
         if self.repeat {
             flags |= token_flags::REPEAT;
         }
@@ -66,7 +68,7 @@ impl Token {
         push_u16(out, self.source_port);
         out.push(self.signals);
         out.push(0);
-        push_u32(out, self.generation);
+        push_u32(out, self.generation.get());
         seal(out, start)
     }
 
@@ -95,10 +97,10 @@ impl Token {
         let source_port = f.u16()?;
         let signals = f.u8()?;
         f.reserved(1, "token.reserved")?;
-        let generation = f.u32()?;
+        let generation = Generation::new(f.u32()?);
         f.finish(TOKEN_LEN)?;
         Ok(Self {
-            seq: flags & token_flags::SEQ,
+            seq: WaveSeq::from_bits(flags),
             repeat: flags & token_flags::REPEAT != 0,
             reset: flags & token_flags::RESET != 0,
             end_of_epoch: flags & token_flags::END_OF_EPOCH != 0,

@@ -6,6 +6,7 @@ use super::{Event, NS_PER_US, NodeId, Sim};
 use crate::host::{Host, Observer};
 use isotach_am_proto::NodeAddr;
 use isotach_daemon::pump::Verdict;
+use isotach_proto::Generation;
 use isotach_proto::topology::HostId;
 use isotach_siu::{Route, Transmit};
 
@@ -191,12 +192,12 @@ impl<H: Host, O: Observer> Sim<H, O> {
     pub(super) fn report_generation(&mut self, host: HostId, fresh: bool) {
         let h = usize::from(host);
         let g = self.sius[h].pump.role().inner.siu().generation();
-        if fresh || g != self.generations[h] {
+        if fresh || g != Generation::new(self.generations[h]) {
             // Generation 0: not started; its first start sends the host no reset EOP.
             let first_start = self.generations[h] == 0;
-            self.generations[h] = g;
+            self.generations[h] = g.get();
             self.observer
-                .on_siu_generation(self.now_us, host, g, fresh || first_start);
+                .on_siu_generation(self.now_us, host, g.get(), fresh || first_start);
         }
     }
 

@@ -131,7 +131,7 @@ impl Inspect for TmRole {
         None
     }
     fn generation(&self) -> u32 {
-        self.tm().generation()
+        self.tm().generation().get()
     }
     fn net_queued(&self) -> usize {
         0
@@ -146,7 +146,7 @@ impl Inspect for SiuRole {
         self.take_host_refusal()
     }
     fn generation(&self) -> u32 {
-        self.siu().generation()
+        self.siu().generation().get()
     }
     fn net_queued(&self) -> usize {
         self.siu().queue_depths().1

@@ -9,7 +9,8 @@ use super::{SEQUENCE_SETS, Siu};
 use crate::pulse::{PulseLog, PulseSlot};
 use crate::{Mode, Route, Side, SiuError, Transmit};
 use isotach_proto::packet::{self, BARRIERS, Token};
-use isotach_proto::wave::{Arrival, classify, generation_newer, seq_of};
+use isotach_proto::wave::{Arrival, classify};
+use isotach_proto::{Generation, WaveSeq};
 
 /// Tokens the lost-token timer resends at each expiry: the last two sent (requirement 9).
 const REPEATS_PER_TIMEOUT_MAX: usize = 2;
@@ -20,7 +21,7 @@ impl Siu {
     /// Starts logical time: sends a reset token of a new generation, then the first token.
     /// Only the initiating SIU (node 0) calls this; the others start on the reset wave.
     pub fn start(&mut self, now_us: u64) {
-        let generation = self.generation.wrapping_add(1);
+        let generation = self.generation.next();
         let reset = Token {
             restart: true,
             source_port: self.port,
@@ -60,7 +61,12 @@ impl Siu {
 
     /// Restarts logical time in `generation`: clocks to zero, tables cleared, first token out.
     /// `sent_reset` is the reset token this SIU just sent when it initiates the restart.
-    pub(super) fn restart(&mut self, now_us: u64, generation: u32, sent_reset: Option<Token>) {
+    pub(super) fn restart(
+        &mut self,
+        now_us: u64,
+        generation: Generation,
+        sent_reset: Option<Token>,
+    ) {
         if self.started {
             self.stats.resets += 1;
         }
@@ -103,7 +109,7 @@ impl Siu {
             return Err(SiuError::ForeignToken(t.source_port));
         }
         if t.restart {
-            if generation_newer(t.generation, self.generation) {
+            if t.generation.newer_than(self.generation) {
                 return self.reset_from_net(now_us, t, bytes);
             }
             // An echo or a repeat of the restart that started this generation.
@@ -123,7 +129,7 @@ impl Siu {
                 self.stats.tokens_duplicate += 1;
                 if self.cfg.mode == Mode::Host && t.repeat {
                     // Requirement 11: an EOP for every repeat token too, flagged repeat.
-                    let ends = self.duplicate_pulse(t.seq);
+                    let ends = self.duplicate_pulse(t.seq.bits());
                     self.push_eop(ends, &t, bytes, PulseSlot::default(), t.barrier);
                 }
             }
@@ -134,7 +140,7 @@ impl Siu {
 
     /// The pulse a duplicate token ended (one of the two before the next).
     fn duplicate_pulse(&self, seq: u8) -> u64 {
-        if seq == seq_of(self.recvclock) {
+        if seq == (WaveSeq::of_wave(self.recvclock)).bits() {
             self.recvclock.saturating_sub(1)
         } else {
             self.recvclock.saturating_sub(2)
@@ -216,7 +222,7 @@ impl Siu {
             return false;
         }
         let token = Token {
-            seq: seq_of(wave),
+            seq: WaveSeq::of_wave(wave),
             repeat: false,
             reset: false,
             end_of_epoch: self.ends_epoch(wave),
@@ -262,7 +268,7 @@ impl Siu {
             }
         })?;
         if t.restart {
-            if generation_newer(t.generation, self.generation) {
+            if t.generation.newer_than(self.generation) {
                 self.restart(now_us, t.generation, None);
             }
             // The host's restart (or its repeat) goes to the network in order (requirement 23).

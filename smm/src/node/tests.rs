@@ -3,6 +3,7 @@
 use super::*;
 use crate::oracle;
 use crate::{MemoryMap, SmmConfig, SmmError, SmmLimits, Table};
+use isotach_proto::Generation;
 use isotach_proto::config::{Limits, Timing};
 use isotach_proto::packet::{self, EopMarker, Kind, Sref, SrefOp, Width};
 use isotach_proto::topology::Hop;
@@ -541,7 +542,7 @@ fn pulses_going_back_report_a_restart_of_logical_time() {
         source: 1,
         dest: 0,
         sequum: 0,
-        generation: 2,
+        generation: Generation::new(2),
         sref: Sref::Mem {
             op: SrefOp::Write,
             width: Width::W64,

@@ -6,6 +6,7 @@
 use super::SmmNode;
 use super::drain::Bucketed;
 use crate::SmmError;
+use isotach_proto::Generation;
 use isotach_proto::packet::{
     self, BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind,
     PlainMessage, Sref, StartOfIsochron,
@@ -119,7 +120,7 @@ impl SmmNode {
                 dest: *dest,
                 sequum: 0,
                 // ts, sequum and generation are stamped by the SIU.
-                generation: 0,
+                generation: Generation::new(0),
                 sref: sref.clone(),
             };
             let mut out = Vec::with_capacity(m.encoded_len());
