@@ -8,6 +8,9 @@ use std::process::ExitCode;
 
 pub(crate) mod am;
 mod daemons;
+mod redis;
+mod transfers;
+mod unordered;
 
 /// The hidden argument that makes this executable the AM benchmark's peer process.
 pub(crate) const AM_PEER_ARG: &str = "__am-bench-peer";
@@ -32,6 +35,11 @@ enum What {
     /// daemons with every host issuing continuously, against the raw UDP round trip between
     /// two processes.
     Isochrons(daemons::IsochronsArgs),
+    /// The bank workload: atomic transfers between random accounts replicated on two hosts,
+    /// over the real daemons, with the total checked at the end; against the raw UDP round
+    /// trip, the same messages sent unordered, and Redis (`EVAL` transfers) when
+    /// redis-server and redis-benchmark are on PATH — all in the same run.
+    Transfers(transfers::TransfersArgs),
 }
 
 #[derive(Debug, Args)]
@@ -61,6 +69,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         What::Am(a) => am(&a),
         What::Tokens(a) => daemons::tokens(&a),
         What::Isochrons(a) => daemons::isochrons(&a),
+        What::Transfers(a) => transfers::transfers(&a),
     }
 }
 

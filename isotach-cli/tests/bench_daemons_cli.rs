@@ -1,5 +1,5 @@
-//! `isotach bench tokens` and `isotach bench isochrons` run the real daemons over loopback and
-//! report their numbers with the raw UDP baseline of the same run. Tiny durations; nothing
+//! `isotach bench tokens`, `isochrons` and `transfers` run the real daemons over loopback and
+//! report their numbers with the baselines of the same run. Tiny durations; nothing
 //! here asserts on timings, only that the keys are there and positive.
 
 use std::process::{Command, Output};
@@ -85,6 +85,45 @@ fn bench_isochrons_reports_latency_rate_and_baseline() {
 }
 
 #[test]
+fn bench_transfers_conserves_the_total_and_reports_its_baselines() {
+    // --no-redis: tests never depend on Redis; the comparison's absence is reported.
+    let v = json_ok(&isotach(&[
+        "bench",
+        "transfers",
+        "--hosts",
+        "3",
+        "--accounts",
+        "60",
+        "--seconds",
+        "0.3",
+        "--rtt-iters",
+        "100",
+        "--no-redis",
+        "--json",
+    ]));
+    assert_eq!(
+        (v["hosts"].as_u64(), v["accounts"].as_u64()),
+        (Some(3), Some(60))
+    );
+    assert_eq!(v["idiom"], "sched-assign");
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["total_conserved"], true);
+    assert_eq!(v["redis_skipped"], "--no-redis");
+    assert!(v["redis_transfers_per_s"].is_null() && v["ratio_vs_redis"].is_null());
+    positive(
+        &v,
+        &[
+            "transfers_per_s",
+            "transfer_latency_p50_us",
+            "unordered_transfers_per_s",
+            "ordered_to_unordered_ratio",
+            "raw_udp_rtt_p50_us",
+            "pulses_per_s",
+        ],
+    );
+}
+
+#[test]
 fn bench_daemons_bad_flags_exit_2() {
     for args in [
         &["bench", "tokens", "--hosts", "1"][..],
@@ -95,6 +134,11 @@ fn bench_daemons_bad_flags_exit_2() {
         &["bench", "isochrons", "--ops", "0"],
         &["bench", "isochrons", "--hosts", "65"],
         &["bench", "isochrons", "--bogus"],
+        &["bench", "transfers", "--accounts", "1"],
+        &["bench", "transfers", "--clients", "0"],
+        &["bench", "transfers", "--idiom", "locks"],
+        // More accounts per page than a page has slots.
+        &["bench", "transfers", "--hosts", "2", "--accounts", "4096"],
     ] {
         let out = isotach(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -54,10 +54,10 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
 pub(crate) struct CommonArgs {
     /// Hosts (one SIU daemon and one SMM application each) under one token manager.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=64))]
-    hosts: u16,
+    pub(super) hosts: u16,
     /// Length of the measurement window, seconds (after a short warm-up).
     #[arg(long, default_value_t = 3.0, value_parser = parse_seconds)]
-    seconds: f64,
+    pub(super) seconds: f64,
     /// Raw UDP round trips of the baseline (half before the daemons start, half after).
     #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(20..=10_000_000))]
     rtt_iters: u64,
@@ -66,7 +66,7 @@ pub(crate) struct CommonArgs {
     in_process: bool,
     /// Print one JSON object on stdout.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 /// `isotach bench tokens`.
@@ -137,11 +137,11 @@ struct IsochronsReport {
     problems: Vec<String>,
 }
 
-fn ratio(a: f64, b: f64) -> f64 {
+pub(super) fn ratio(a: f64, b: f64) -> f64 {
     if b > 0.0 { a / b } else { 0.0 }
 }
 
-fn left(deadline: Instant) -> Duration {
+pub(super) fn left(deadline: Instant) -> Duration {
     deadline.saturating_duration_since(Instant::now())
 }
 
@@ -160,7 +160,7 @@ fn half_iters(c: &CommonArgs) -> anyhow::Result<usize> {
 }
 
 /// Measures the first half of the raw baseline, then starts the daemons.
-fn start(c: &CommonArgs) -> anyhow::Result<(RawUdpBaseline, LoopbackCluster)> {
+pub(super) fn start(c: &CommonArgs) -> anyhow::Result<(RawUdpBaseline, LoopbackCluster)> {
     let mut base = baseline(c)?;
     base.measure(half_iters(c)?)
         .context("raw UDP baseline (before)")?;
@@ -168,16 +168,16 @@ fn start(c: &CommonArgs) -> anyhow::Result<(RawUdpBaseline, LoopbackCluster)> {
 }
 
 /// What the raw baseline measured (both halves).
-struct RawNumbers {
-    mode: &'static str,
-    p50_us: f64,
-    p99_us: f64,
-    samples: u64,
+pub(super) struct RawNumbers {
+    pub(super) mode: &'static str,
+    pub(super) p50_us: f64,
+    pub(super) p99_us: f64,
+    pub(super) samples: u64,
 }
 
 /// Stops the daemons (their errors go to `problems`), measures the second half of the raw
 /// baseline and stops its peer.
-fn finish(
+pub(super) fn finish(
     c: &CommonArgs,
     mut base: RawUdpBaseline,
     daemons: RunningDaemons,
@@ -197,13 +197,14 @@ fn finish(
 }
 
 /// A host's application thread.
-type App<R> = std::thread::JoinHandle<Result<R, String>>;
+pub(super) type App<R> = std::thread::JoinHandle<Result<R, String>>;
 
 /// Starts one application thread per host (`bench-app-H`): it connects to its SIU with the
 /// shared `map`, then runs `app`.
-fn spawn_apps<R, F>(
+pub(super) fn spawn_apps<R, F>(
     lc: &mut LoopbackCluster,
     map: MemoryMap,
+    limits: SmmLimits,
     deadline: Instant,
     app: F,
 ) -> anyhow::Result<Vec<App<R>>>
@@ -220,14 +221,14 @@ where
         apps.push(
             std::thread::Builder::new()
                 .name(format!("bench-app-{h}"))
-                .spawn(move || app(h, connect(t, siu, h, map, topology, deadline)?))?,
+                .spawn(move || app(h, connect(t, siu, h, map, topology, limits, deadline)?))?,
         );
     }
     Ok(apps)
 }
 
 /// Joins the application threads: what each returned; errors and panics go to `problems`.
-fn join_apps<R>(apps: Vec<App<R>>, problems: &mut Vec<String>) -> Vec<R> {
+pub(super) fn join_apps<R>(apps: Vec<App<R>>, problems: &mut Vec<String>) -> Vec<R> {
     let mut out = Vec::new();
     for (h, t) in apps.into_iter().enumerate() {
         match t.join() {
@@ -240,7 +241,7 @@ fn join_apps<R>(apps: Vec<App<R>>, problems: &mut Vec<String>) -> Vec<R> {
 }
 
 /// An empty latency histogram, ns (1 ns to 600 s, 3 significant digits).
-fn latency_hist() -> anyhow::Result<Histogram<u64>> {
+pub(super) fn latency_hist() -> anyhow::Result<Histogram<u64>> {
     Ok(Histogram::new_with_bounds(1, 600_000_000_000, 3)?)
 }
 
@@ -251,6 +252,7 @@ fn connect(
     h: usize,
     map: Arc<MemoryMap>,
     topology: Arc<Topology>,
+    limits: SmmLimits,
     deadline: Instant,
 ) -> Result<Smm<AmSiuLink<UdpTransport>>, String> {
     let port =
@@ -261,14 +263,14 @@ fn connect(
         host: h as HostId,
         topology,
         map,
-        limits: SmmLimits::default(),
+        limits,
         record: false,
     });
     Ok(Smm::new(node, link))
 }
 
 /// Waits until logical time runs at every SIU (or the startup limit passed).
-fn wait_started(lc: &LoopbackCluster, problems: &mut Vec<String>) -> bool {
+pub(super) fn wait_started(lc: &LoopbackCluster, problems: &mut Vec<String>) -> bool {
     let limit = Instant::now() + STARTUP_MAX;
     loop {
         if lc
@@ -289,14 +291,14 @@ fn wait_started(lc: &LoopbackCluster, problems: &mut Vec<String>) -> bool {
     }
 }
 
-fn clocks(lc: &LoopbackCluster) -> Vec<u64> {
+pub(super) fn clocks(lc: &LoopbackCluster) -> Vec<u64> {
     lc.gauges
         .iter()
         .map(|g| g.recvclock.load(Ordering::Relaxed))
         .collect()
 }
 
-fn print<T: Serialize>(r: &T, json: bool) -> anyhow::Result<()> {
+pub(super) fn print<T: Serialize>(r: &T, json: bool) -> anyhow::Result<()> {
     let text = if json {
         serde_json::to_string(r)
     } else {
@@ -306,7 +308,7 @@ fn print<T: Serialize>(r: &T, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn exit(ok: bool) -> ExitCode {
+pub(super) fn exit(ok: bool) -> ExitCode {
     if ok {
         ExitCode::SUCCESS
     } else {
@@ -332,6 +334,7 @@ pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
     let apps = spawn_apps(
         &mut lc,
         MemoryMap::default(),
+        SmmLimits::default(),
         deadline,
         move |h, mut smm| {
             while !stopped.load(Ordering::Relaxed) && Instant::now() < deadline {
@@ -495,9 +498,13 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
     let mut problems = Vec::new();
     let deadline = Instant::now() + STARTUP_MAX + Duration::from_secs_f64(c.seconds * 3.0 + 10.0);
     let (ops, seconds) = (a.ops, c.seconds);
-    let apps = spawn_apps(&mut lc, forks_map(n), deadline, move |h, mut smm| {
-        host_load(&mut smm, h, n, w, ops, seconds, deadline)
-    })?;
+    let apps = spawn_apps(
+        &mut lc,
+        forks_map(n),
+        SmmLimits::default(),
+        deadline,
+        move |h, mut smm| host_load(&mut smm, h, n, w, ops, seconds, deadline),
+    )?;
     let t_start = Instant::now();
     let mut startup_s = 0.0;
     let mut clock0 = None;

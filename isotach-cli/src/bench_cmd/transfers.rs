@@ -1,0 +1,492 @@
+//! `isotach bench transfers`: the bank workload a user would otherwise give Redis.
+//!
+//! H hosts (a token manager, H SIU daemons and H SMM applications over loopback UDP, as in
+//! `bench isochrons`) share A accounts. Account `a` is slot `a / H` of page `a % H`, and page
+//! `p` has copies at hosts `p` and `p + 1` (mod H). Each host's application keeps `--clients`
+//! transfers in flight (one application per host, so a host's clients are its concurrent
+//! transfers); a transfer moves a random amount between two random accounts atomically:
+//!
+//! - `--idiom sched-assign`: one isochron reads both balances and scheds both; when both reads
+//!   resolved the application decides the new balances and assigns both in the next isochron.
+//!   The transfer's latency runs from issuing the first isochron to the decision (both reads
+//!   resolved; the assign follows at once and nobody can read the accounts before it lands).
+//!
+//! Balances are 64-bit and start at [`INITIAL_BALANCE`]; memory starts zeroed, so a slot holds
+//! the balance minus the initial one (wrapping). After the window every host drains, host 0
+//! reads every account in one isochron and the run fails (exit 1) unless the total is
+//! conserved — the slots sum to zero.
+//!
+//! Measured in the same run: the raw UDP round trip (as every daemon bench), the same
+//! messages sent as plain unordered AM packets between the same number of processes'
+//! sockets (`ordered_to_unordered_ratio`), and Redis on the same workload when
+//! `redis-server` and `redis-benchmark` are on PATH (`redis.rs`).
+
+use super::daemons::{
+    CommonArgs, clocks, exit, finish, join_apps, latency_hist, left, print, ratio, spawn_apps,
+    start, wait_started,
+};
+use super::redis::{RedisNumbers, redis_transfers};
+use super::unordered::{UnorderedParams, unordered_transfers};
+use crate::UsageError;
+use crate::philo_app::forks_map;
+use clap::{Args, ValueEnum};
+use hdrhistogram::Histogram;
+use isotach_proto::packet::Width;
+use isotach_rng::Rng;
+use isotach_smm::{Addr, ReadHandle, SiuLink, Smm, SmmLimits};
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Every account's balance before the first transfer (memory holds the difference to it).
+pub(crate) const INITIAL_BALANCE: u64 = 1_000_000_000;
+/// Largest amount one transfer moves.
+pub(crate) const AMOUNT_MAX: u64 = 100;
+/// Seed of the account and amount choices; host `h` draws stream `h` of it.
+const WORKLOAD_SEED: u64 = 0x7EA5;
+/// Most accounts: the audit reads them all in one isochron.
+pub(crate) const ACCOUNTS_MAX: u32 = 4096;
+
+/// How a transfer is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Idiom {
+    /// Read and sched both accounts in one isochron, assign both in the next.
+    SchedAssign,
+}
+
+/// `isotach bench transfers`.
+#[derive(Debug, Args)]
+pub(crate) struct TransfersArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Transfers each host keeps in flight (its clients).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    clients: u32,
+    /// Accounts, spread over the hosts' pages (page p has copies at hosts p and p + 1).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(2..=ACCOUNTS_MAX as i64))]
+    accounts: u32,
+    /// How a transfer is written.
+    #[arg(long, value_enum, default_value_t = Idiom::SchedAssign)]
+    idiom: Idiom,
+    /// Skip the Redis comparison even when redis-server and redis-benchmark are on PATH.
+    #[arg(long)]
+    no_redis: bool,
+    /// Requests in each redis-benchmark run.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1000..=100_000_000))]
+    redis_requests: u64,
+}
+
+/// `isotach bench transfers --json` (keys documented in `docs/bench.md`).
+#[derive(Debug, Serialize)]
+struct TransfersReport {
+    hosts: usize,
+    clients_per_host: u32,
+    accounts: u32,
+    idiom: Idiom,
+    seconds: f64,
+    mode: &'static str,
+    transfers: u64,
+    transfers_per_s: f64,
+    transfer_latency_p50_us: f64,
+    transfer_latency_p99_us: f64,
+    pulses_per_s: f64,
+    total_conserved: bool,
+    raw_udp_rtt_p50_us: f64,
+    raw_udp_samples: u64,
+    latency_to_raw_rtt_ratio: f64,
+    unordered_transfers_per_s: f64,
+    unordered_latency_p50_us: f64,
+    ordered_to_unordered_ratio: f64,
+    redis: Option<RedisNumbers>,
+    redis_skipped: Option<String>,
+    redis_transfers_per_s: Option<f64>,
+    redis_pipelined_transfers_per_s: Option<f64>,
+    ratio_vs_redis: Option<f64>,
+    ratio_vs_redis_pipelined: Option<f64>,
+    startup_s: f64,
+    elapsed_s: f64,
+    ok: bool,
+    problems: Vec<String>,
+}
+
+/// Where the accounts live.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bank {
+    pub(crate) hosts: usize,
+    pub(crate) accounts: u32,
+}
+
+impl Bank {
+    /// Account `a`: slot `a / hosts` of page `a % hosts`.
+    pub(crate) fn addr(self, account: u32) -> Addr {
+        let hosts = self.hosts as u32;
+        Addr::new(account % hosts, account / hosts)
+    }
+
+    /// Two distinct random accounts and an amount of 1..=AMOUNT_MAX.
+    pub(crate) fn draw(self, rng: &mut Rng) -> (u32, u32, u64) {
+        let n = u64::from(self.accounts);
+        let from = rng.below(n);
+        // Distinct: an offset of 1..n from `from`, wrapping.
+        let to = (from + 1 + rng.below(n - 1)) % n;
+        (from as u32, to as u32, rng.range_inclusive(1, AMOUNT_MAX))
+    }
+}
+
+/// The new slot values of a transfer of `amount` between slots holding `from` and `to`
+/// (balances minus [`INITIAL_BALANCE`], wrapping). An account never goes below zero: it
+/// moves what it has.
+fn moved(from: u64, to: u64, amount: u64) -> (u64, u64) {
+    let balance = INITIAL_BALANCE.wrapping_add(from);
+    let amount = amount.min(balance);
+    (from.wrapping_sub(amount), to.wrapping_add(amount))
+}
+
+/// A transfer whose first isochron is in flight.
+struct Pending {
+    from: Addr,
+    to: Addr,
+    amount: u64,
+    read_from: ReadHandle,
+    read_to: ReadHandle,
+    issued: Instant,
+}
+
+/// What one host measured.
+pub(crate) struct HostTransfers {
+    lat_ns: Histogram<u64>,
+    transfers: u64,
+    window_s: f64,
+    /// Host 0 only: the accounts' slots summed (wrapping) after every host drained.
+    audit_sum: Option<u64>,
+}
+
+struct Load {
+    bank: Bank,
+    clients: usize,
+    seconds: f64,
+    deadline: Instant,
+}
+
+fn issue<L: SiuLink>(smm: &mut Smm<L>, bank: Bank, rng: &mut Rng) -> Result<Pending, String> {
+    let (a, b, amount) = bank.draw(rng);
+    let (from, to) = (bank.addr(a), bank.addr(b));
+    let issued = Instant::now();
+    let mut iso = smm.node().isochron();
+    let read_from = iso.read(from, Width::W64).map_err(|e| e.to_string())?;
+    let read_to = iso.read(to, Width::W64).map_err(|e| e.to_string())?;
+    iso.sched(from).map_err(|e| e.to_string())?;
+    iso.sched(to).map_err(|e| e.to_string())?;
+    iso.end().map_err(|e| e.to_string())?;
+    Ok(Pending {
+        from,
+        to,
+        amount,
+        read_from,
+        read_to,
+        issued,
+    })
+}
+
+/// Both reads settled: take them (a refused read is an error) and assign the new balances.
+/// Returns the latency.
+fn settle<L: SiuLink>(smm: &mut Smm<L>, p: &Pending) -> Result<Duration, String> {
+    let node = smm.node();
+    let f = node.take_read(p.read_from).map_err(|e| e.to_string())?;
+    let t = node.take_read(p.read_to).map_err(|e| e.to_string())?;
+    let (Some(f), Some(t)) = (f, t) else {
+        return Err("settled a transfer whose reads had not resolved".into());
+    };
+    let decided = p.issued.elapsed();
+    let (f, t) = moved(f, t, p.amount);
+    let mut iso = node.isochron();
+    iso.assign(p.from, Width::W64, f)
+        .map_err(|e| e.to_string())?;
+    iso.assign(p.to, Width::W64, t).map_err(|e| e.to_string())?;
+    iso.end().map_err(|e| e.to_string())?;
+    Ok(decided)
+}
+
+fn resolved<L: SiuLink>(smm: &mut Smm<L>, p: &Pending) -> bool {
+    let node = smm.node();
+    node.read_settled(p.read_from) && node.read_settled(p.read_to)
+}
+
+/// One host's clients for the window, then a drain, the audit (host 0) and the end barriers.
+fn host_transfers<L: SiuLink>(
+    smm: &mut Smm<L>,
+    h: usize,
+    load: &Load,
+) -> Result<HostTransfers, String> {
+    let err = |what: &str, e: &dyn std::fmt::Display| format!("host {h}: {what}: {e}");
+    let mut rng = Rng::stream(WORKLOAD_SEED, h as u64);
+    let mut lat = latency_hist().map_err(|e| err("histogram", &e))?;
+    smm.barrier(0, 1, left(load.deadline))
+        .map_err(|e| err("start barrier", &e))?;
+    let warm_end = Instant::now() + Duration::from_secs_f64((load.seconds / 5.0).min(0.2));
+    let end = warm_end + Duration::from_secs_f64(load.seconds);
+    let mut q: VecDeque<Pending> = VecDeque::with_capacity(load.clients);
+    let mut transfers = 0;
+    loop {
+        let now = Instant::now();
+        while now < end && q.len() < load.clients {
+            q.push_back(issue(smm, load.bank, &mut rng).map_err(|e| err("transfer", &e))?);
+        }
+        if q.is_empty() {
+            break;
+        }
+        smm.wait_until(left(load.deadline), |node| {
+            q.iter()
+                .any(|p| node.read_settled(p.read_from) && node.read_settled(p.read_to))
+        })
+        .map_err(|e| err("transfer", &e))?;
+        let mut i = 0;
+        while i < q.len() {
+            if !resolved(smm, &q[i]) {
+                i += 1;
+                continue;
+            }
+            let p = q.remove(i).expect("index checked");
+            let took = settle(smm, &p).map_err(|e| err("assign", &e))?;
+            if p.issued >= warm_end && p.issued < end {
+                let _ = lat.record(took.as_nanos().max(1) as u64);
+                transfers += 1;
+            }
+        }
+    }
+    smm.barrier(1, 1, left(load.deadline))
+        .map_err(|e| err("end barrier", &e))?;
+    let audit_sum = if h == 0 {
+        Some(audit(smm, load).map_err(|e| err("audit", &e))?)
+    } else {
+        None
+    };
+    // Nobody leaves while host 0 still reads their copies.
+    smm.barrier(1, 1, left(load.deadline))
+        .map_err(|e| err("audit barrier", &e))?;
+    Ok(HostTransfers {
+        lat_ns: lat,
+        transfers,
+        window_s: (end - warm_end).as_secs_f64(),
+        audit_sum,
+    })
+}
+
+/// Reads every account in one isochron; the slots' wrapping sum (zero when conserved).
+fn audit<L: SiuLink>(smm: &mut Smm<L>, load: &Load) -> Result<u64, String> {
+    let mut iso = smm.node().isochron();
+    let mut reads = Vec::with_capacity(load.bank.accounts as usize);
+    for a in 0..load.bank.accounts {
+        reads.push(
+            iso.read(load.bank.addr(a), Width::W64)
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    iso.end().map_err(|e| e.to_string())?;
+    let mut sum = 0u64;
+    for r in reads {
+        sum = sum.wrapping_add(
+            smm.wait(r, left(load.deadline))
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    Ok(sum)
+}
+
+/// SMM limits that let the audit read every account in one isochron.
+fn limits(accounts: u32) -> SmmLimits {
+    let d = SmmLimits::default();
+    SmmLimits {
+        isochron_ops_max: d.isochron_ops_max.max(accounts as usize),
+        ..d
+    }
+}
+
+/// `isotach bench transfers`.
+pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
+    let c = &a.common;
+    crate::admin::logs::init("warn");
+    let started = Instant::now();
+    let n = usize::from(c.hosts);
+    let bank = Bank {
+        hosts: n,
+        accounts: a.accounts,
+    };
+    let per_page = a.accounts.div_ceil(n as u32);
+    if per_page > SmmLimits::default().slots_per_page {
+        return Err(UsageError(format!(
+            "--accounts {}: {per_page} accounts per page exceed the {} slots of a page; use \
+             more --hosts or fewer accounts",
+            a.accounts,
+            SmmLimits::default().slots_per_page
+        ))
+        .into());
+    }
+    eprintln!(
+        "bench transfers: {n} hosts x {} clients over {} accounts ({:?}), {} s; then the same \
+         messages unordered, then Redis",
+        a.clients, a.accounts, a.idiom, c.seconds
+    );
+    let (base, mut lc) = start(c)?;
+    let mut problems = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs_f64(c.seconds * 3.0 + 40.0);
+    let load = std::sync::Arc::new(Load {
+        bank,
+        clients: a.clients as usize,
+        seconds: c.seconds,
+        deadline,
+    });
+    let apps = {
+        let load = std::sync::Arc::clone(&load);
+        spawn_apps(
+            &mut lc,
+            forks_map(n),
+            limits(a.accounts),
+            deadline,
+            move |h, mut smm| host_transfers(&mut smm, h, &load),
+        )?
+    };
+    let t_start = Instant::now();
+    let mut startup_s = 0.0;
+    let mut clock0 = None;
+    if wait_started(&lc, &mut problems) {
+        startup_s = t_start.elapsed().as_secs_f64();
+        clock0 = Some((Instant::now(), clocks(&lc)[0]));
+    }
+    let hosts = join_apps(apps, &mut problems);
+    let pulses_per_s = clock0.map_or(0.0, |(t0, c0)| {
+        clocks(&lc)[0].saturating_sub(c0) as f64 / t0.elapsed().as_secs_f64().max(1e-6)
+    });
+    let raw = finish(c, base, lc.daemons, &mut problems)?;
+
+    let mut lat = latency_hist()?;
+    let (mut count, mut window) = (0u64, 0.0f64);
+    let mut audit_sum = None;
+    for r in &hosts {
+        let _ = lat.add(&r.lat_ns);
+        count += r.transfers;
+        window = window.max(r.window_s);
+        audit_sum = audit_sum.or(r.audit_sum);
+    }
+    let total_conserved = audit_sum == Some(0);
+    match audit_sum {
+        Some(0) => {}
+        Some(s) => problems.push(format!(
+            "the total is not conserved: the accounts sum to {} more than they started with",
+            s as i64
+        )),
+        None if problems.is_empty() => problems.push("host 0 did not audit the accounts".into()),
+        None => {}
+    }
+    if count == 0 && problems.is_empty() {
+        problems.push("no transfer completed during the measurement window".into());
+    }
+    let window = window.max(1e-6);
+    let us = |h: &Histogram<u64>, q: f64| {
+        if h.is_empty() {
+            0.0
+        } else {
+            h.value_at_quantile(q) as f64 / 1000.0
+        }
+    };
+    let per_s = count as f64 / window;
+
+    eprintln!("bench transfers: the same messages as plain unordered AM packets");
+    let unordered = unordered_transfers(&UnorderedParams {
+        bank,
+        clients: a.clients as usize,
+        seconds: c.seconds,
+    });
+    let (unordered_per_s, unordered_p50) = match &unordered {
+        Ok(u) => (u.transfers_per_s, u.latency_p50_us),
+        Err(e) => {
+            problems.push(format!("unordered baseline: {e}"));
+            (0.0, 0.0)
+        }
+    };
+
+    let (redis, redis_skipped) = if a.no_redis {
+        (None, Some("--no-redis".to_string()))
+    } else {
+        eprintln!("bench transfers: Redis on the same workload");
+        match redis_transfers(a.accounts, a.redis_requests) {
+            Ok(r) => (Some(r), None),
+            Err(why) => (None, Some(why)),
+        }
+    };
+    if let Some(why) = &redis_skipped {
+        eprintln!("bench transfers: Redis comparison skipped: {why}");
+    }
+    problems.truncate(16);
+    let p50 = us(&lat, 0.5);
+    let r = TransfersReport {
+        hosts: n,
+        clients_per_host: a.clients,
+        accounts: a.accounts,
+        idiom: a.idiom,
+        seconds: c.seconds,
+        mode: raw.mode,
+        transfers: count,
+        transfers_per_s: per_s,
+        transfer_latency_p50_us: p50,
+        transfer_latency_p99_us: us(&lat, 0.99),
+        pulses_per_s,
+        total_conserved,
+        raw_udp_rtt_p50_us: raw.p50_us,
+        raw_udp_samples: raw.samples,
+        latency_to_raw_rtt_ratio: ratio(p50, raw.p50_us),
+        unordered_transfers_per_s: unordered_per_s,
+        unordered_latency_p50_us: unordered_p50,
+        ordered_to_unordered_ratio: ratio(per_s, unordered_per_s),
+        redis_transfers_per_s: redis.as_ref().map(|r| r.transfers_per_s),
+        redis_pipelined_transfers_per_s: redis.as_ref().map(|r| r.pipelined_transfers_per_s),
+        ratio_vs_redis: redis.as_ref().map(|r| ratio(per_s, r.transfers_per_s)),
+        ratio_vs_redis_pipelined: redis
+            .as_ref()
+            .map(|r| ratio(per_s, r.pipelined_transfers_per_s)),
+        redis,
+        redis_skipped,
+        startup_s,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        ok: problems.is_empty() && total_conserved,
+        problems,
+    };
+    print(&r, c.json)?;
+    Ok(exit(r.ok))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accounts_spread_over_every_page_and_draws_are_distinct() {
+        let bank = Bank {
+            hosts: 4,
+            accounts: 10,
+        };
+        assert_eq!(bank.addr(0), Addr::new(0, 0));
+        assert_eq!(bank.addr(5), Addr::new(1, 1));
+        assert_eq!(bank.addr(9), Addr::new(1, 2));
+        let mut rng = Rng::stream(WORKLOAD_SEED, 0);
+        for _ in 0..10_000 {
+            let (a, b, amount) = bank.draw(&mut rng);
+            assert!(a != b && a < 10 && b < 10, "{a} {b}");
+            assert!((1..=AMOUNT_MAX).contains(&amount));
+        }
+    }
+
+    #[test]
+    fn a_transfer_conserves_the_total_and_never_overdraws() {
+        let (f, t) = moved(0, 0, 7);
+        assert_eq!(f.wrapping_add(t), 0);
+        assert_eq!(INITIAL_BALANCE.wrapping_add(f), INITIAL_BALANCE - 7);
+        // An account holding 3 in all moves 3, not 7.
+        let empty_but_3 = 3u64.wrapping_sub(INITIAL_BALANCE);
+        let (f, t) = moved(empty_but_3, 0, 7);
+        assert_eq!(INITIAL_BALANCE.wrapping_add(f), 0);
+        assert_eq!(t, 3);
+    }
+}
