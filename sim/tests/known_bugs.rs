@@ -244,7 +244,7 @@ fn send_isochron_to_host_1(m: &mut Mini) {
 fn reset_token_corruption_never_breaks_a_run() {
     for seed in 1..=20 {
         let mut o = WavesOptions::new(2, 1, 50, seed).unwrap();
-        o.faults.token_corrupt = 0.3;
+        o.net.faults.token_corrupt = 0.3;
         let r = waves::run(&o).unwrap();
         assert!(r.ok, "seed {seed}: {:?}", r.problems);
     }

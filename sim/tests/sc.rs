@@ -30,7 +30,7 @@ fn every_fault_at_once() {
     let mut o = options(5, 2, 7);
     o.runs = 3;
     o.isochrons = 200;
-    o.faults = Faults {
+    o.net.faults = Faults {
         loss: 0.05,
         dup: 0.02,
         reorder: 0.1,
@@ -38,7 +38,7 @@ fn every_fault_at_once() {
         jitter_us: RangeUs::new(0, 60),
         ..Faults::default()
     };
-    o.pauses = Some(Pauses {
+    o.net.pauses = Some(Pauses {
         every_us: 5_000,
         duration_us: RangeUs::new(100, 3_000),
     });
@@ -80,7 +80,7 @@ fn application_restarts_and_late_joins_keep_every_copy_consistent() {
     let mut o = options(6, 2, 21);
     o.runs = 4;
     o.isochrons = 300;
-    o.faults = Faults {
+    o.net.faults = Faults {
         loss: 0.02,
         reorder: 0.05,
         token_corrupt: 0.01,
@@ -120,7 +120,7 @@ fn crashes_of_tms_and_sius_end_every_era_cleanly() {
     let mut o = options(4, 2, 11);
     o.runs = 10;
     o.isochrons = 400;
-    o.restarts = Some(isotach_sim::Restarts {
+    o.net.restarts = Some(isotach_sim::Restarts {
         every_us: 4_000,
         count: 3,
         down_us: RangeUs::new(100, 5_000),
@@ -135,7 +135,7 @@ fn crashes_of_tms_and_sius_end_every_era_cleanly() {
 #[test]
 fn tm_and_siu_restarts_are_refused_with_application_restarts() {
     let mut o = options(4, 1, 1);
-    o.restarts = Some(isotach_sim::Restarts {
+    o.net.restarts = Some(isotach_sim::Restarts {
         every_us: 5_000,
         count: 1,
         down_us: RangeUs::new(100, 200),
