@@ -7,9 +7,8 @@
 //! back what it read and backs off. Done eating: one isochron writes both forks free.
 
 use isotach_proto::packet::Width;
-use isotach_proto::topology::HostId;
 use isotach_rng::Rng;
-use isotach_smm::{Addr, MemoryMap, SiuLink, Smm, WaitError};
+use isotach_smm::{Addr, SiuLink, Smm, WaitError};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -28,16 +27,9 @@ pub(crate) fn latency_summary(samples: &[u64]) -> (u64, u64, u64) {
     (h.value_at_quantile(0.5), h.value_at_quantile(0.99), h.max())
 }
 
-/// The fork map: page `i` held by hosts `i` and `i + 1` (mod `n`).
-pub(crate) fn forks_map(n: usize) -> MemoryMap {
-    let mut map = MemoryMap::default();
-    for i in 0..n {
-        let copies = vec![i as HostId, ((i + 1) % n) as HostId];
-        map.insert(i as u32, i as u32, copies)
-            .expect("one page per fork");
-    }
-    map
-}
+/// The fork map: page `i` held by hosts `i` and `i + 1` (mod `n`), the simulator's own, so the
+/// real application and `isotach sim philo` share one layout.
+pub(crate) use isotach_sim::philo::forks as forks_map;
 
 /// What one philosopher is asked to do.
 #[derive(Debug, Clone)]

@@ -5,10 +5,11 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use isotach_proto::config::{ClusterConfig, Timing};
 use isotach_proto::topology::{HOSTS_MAX, SWITCHES_MAX};
-use isotach_sim::philo::{self, PhiloOptions};
-use isotach_sim::sc::{self, AppFaults, ScOptions};
+use isotach_sim::philo::{self, PhiloOptions, PhiloReport};
+use isotach_sim::sc::{self, AppFaults, ScOptions, ScReport};
 use isotach_sim::waves::{self, WavesLoad, WavesOptions, WavesReport};
-use isotach_sim::{Faults, Pauses, RangeUs, Restarts, Tamper};
+use isotach_sim::{Faults, NetFaults, Pauses, RangeUs, Restarts, Tamper};
+use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -148,19 +149,20 @@ impl NetArgs {
         }
     }
 
-    fn restarts(&self) -> Option<Restarts> {
-        (self.restarts > 0).then_some(Restarts {
-            every_us: self.restart_every_us,
-            count: self.restarts,
-            down_us: self.restart_down_us,
-        })
-    }
-
-    fn pauses(&self) -> Option<Pauses> {
-        (self.pause_every_us > 0).then_some(Pauses {
-            every_us: self.pause_every_us,
-            duration_us: self.pause_us,
-        })
+    /// The network, pauses and crashes: every workload takes them alike.
+    fn net_faults(&self) -> NetFaults {
+        NetFaults {
+            faults: self.faults(),
+            pauses: (self.pause_every_us > 0).then_some(Pauses {
+                every_us: self.pause_every_us,
+                duration_us: self.pause_us,
+            }),
+            restarts: (self.restarts > 0).then_some(Restarts {
+                every_us: self.restart_every_us,
+                count: self.restarts,
+                down_us: self.restart_down_us,
+            }),
+        }
     }
 
     /// Applies the timing flags to `cluster` and checks the epoch is long enough.
@@ -329,39 +331,14 @@ fn waves_cmd(a: &WavesArgs) -> anyhow::Result<ExitCode> {
         );
     })
     .map_err(|e| UsageError(e.to_string()))?;
-    if a.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).context("encoding the report")?
-        );
-    } else {
-        print_summary(&report);
-    }
-    if report.ok {
-        return Ok(ExitCode::SUCCESS);
-    }
-    eprintln!(
-        "sim waves: FAILED (completed={}, eop_violations={}, order_violations={}, \
-         unexpected_errors={}); replay with --seed {}",
-        report.completed,
-        report.eop_violations,
-        report.order_violations,
-        report.unexpected_errors,
-        report.seed
-    );
-    for p in &report.problems {
-        eprintln!("  {p}");
-    }
-    Ok(ExitCode::from(EXIT_FAILED))
+    conclude(&report, a.json)
 }
 
 fn waves_options(a: &WavesArgs) -> anyhow::Result<WavesOptions> {
     let mut cluster = a.topology.cluster()?;
     a.net.apply_timing(&mut cluster)?;
     let mut opts = WavesOptions::with_cluster(cluster, a.pulses, a.seed);
-    opts.faults = a.net.faults();
-    opts.pauses = a.net.pauses();
-    opts.restarts = a.net.restarts();
+    opts.net = a.net.net_faults();
     opts.load = WavesLoad {
         messages_max: a.messages_max,
         burst: a.burst,
@@ -383,9 +360,7 @@ fn sc_cmd(a: &ScArgs) -> anyhow::Result<ExitCode> {
     let mut opts = ScOptions::new(cluster, a.seed);
     opts.runs = a.seeds;
     opts.isochrons = a.isochrons;
-    opts.faults = a.net.faults();
-    opts.pauses = a.net.pauses();
-    opts.restarts = a.net.restarts();
+    opts.net = a.net.net_faults();
     opts.think_us = a.think_us;
     opts.stall_us = a.stall_us;
     opts.apps = AppFaults {
@@ -413,61 +388,14 @@ fn sc_cmd(a: &ScArgs) -> anyhow::Result<ExitCode> {
         }
     })
     .map_err(|e| UsageError(e.to_string()))?;
-    if a.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).context("encoding the report")?
-        );
-    } else {
-        println!(
-            "sim sc {}: {} runs, {} isochrons, {} reads checked; sc {} atomicity {} program-order {} \
-             unexecuted {} unresolved {} diverged {} eop {} order {} stalled {} errors {}; \
-             app restarts {} (pages recovered {}, started empty {}, reads refused {}); \
-             logical-time restarts {} ({} generations checked; discarded {} isochrons, {} reads)",
-            if report.ok { "ok" } else { "FAILED" },
-            report.runs,
-            report.isochrons,
-            report.reads_checked,
-            report.sc_violations,
-            report.atomicity_violations,
-            report.program_order_violations,
-            report.unexecuted,
-            report.unresolved_reads,
-            report.copies_diverged,
-            report.eop_violations,
-            report.order_violations,
-            report.stalled_runs,
-            report.unexpected_errors,
-            report.app_restarts,
-            report.pages_recovered,
-            report.pages_started_empty,
-            report.reads_refused,
-            report.logical_restarts,
-            report.eras_checked,
-            report.discarded_isochrons,
-            report.discarded_reads
-        );
-    }
-    if report.ok {
-        return Ok(ExitCode::SUCCESS);
-    }
-    eprintln!(
-        "sim sc: FAILED; replay a failing run with --seeds 1 --seed N, N in {:?}",
-        report.failed_seeds
-    );
-    for p in &report.problems {
-        eprintln!("  {p}");
-    }
-    Ok(ExitCode::from(EXIT_FAILED))
+    conclude(&report, a.json)
 }
 
 fn philo_cmd(a: &PhiloArgs) -> anyhow::Result<ExitCode> {
     let mut cluster = generated_or_loaded(None, a.philosophers, a.switches)?;
     a.net.apply_timing(&mut cluster)?;
     let mut opts = PhiloOptions::new(cluster, a.meals, a.seed);
-    opts.faults = a.net.faults();
-    opts.pauses = a.net.pauses();
-    opts.restarts = a.net.restarts();
+    opts.net = a.net.net_faults();
     opts.think_us = a.think_us;
     opts.eat_us = a.eat_us;
     opts.stall_us = a.stall_us;
@@ -475,94 +403,200 @@ fn philo_cmd(a: &PhiloArgs) -> anyhow::Result<ExitCode> {
         "sim philo: {} philosophers, {} switches, {} meals each, seed {}",
         a.philosophers, a.switches, a.meals, a.seed
     );
-    let r = philo::run(&opts).map_err(|e| UsageError(e.to_string()))?;
-    if a.json {
+    let report = philo::run(&opts).map_err(|e| UsageError(e.to_string()))?;
+    conclude(&report, a.json)
+}
+
+/// What the command needs of every workload's report besides its JSON: the verdict, a human
+/// summary, and on failure a line that says how to replay it.
+trait Outcome: Serialize {
+    /// Every check passed; and the first problems seen.
+    fn verdict(&self) -> (bool, &[String]);
+    /// Prints the human summary on stdout, headed by `verdict` ("ok" or "FAILED").
+    fn print_summary(&self, verdict: &str);
+    /// The stderr line of a failed run: what failed, and how to replay it.
+    fn failure(&self) -> String;
+}
+
+/// Prints `report` (one JSON object with `--json`, else its summary) and turns its verdict into
+/// the exit code; a failed run also names its failure and first problems on stderr.
+fn conclude(report: &impl Outcome, json: bool) -> anyhow::Result<ExitCode> {
+    let (ok, problems) = report.verdict();
+    if json {
         println!(
             "{}",
-            serde_json::to_string(&r).context("encoding the report")?
+            serde_json::to_string(report).context("encoding the report")?
         );
     } else {
-        println!(
-            "sim philo {}: {} meals of {} (fewest {}), safety violations {}, retries {}, \
-             max wait {} pulses, {} pulses, oracle: {} isochrons {} reads, {} violations; \
-             logical-time restarts {} ({} generations checked, {} isochrons discarded)",
-            if r.ok { "ok" } else { "FAILED" },
-            r.meals,
-            r.meals_target * r.philosophers as u64,
-            r.meals_min,
-            r.safety_violations,
-            r.retries,
-            r.max_wait_pulses,
-            r.pulses,
-            r.isochrons,
-            r.reads_checked,
-            r.sc_violations,
-            r.logical_restarts,
-            r.eras_checked,
-            r.discarded_isochrons
-        );
+        report.print_summary(if ok { "ok" } else { "FAILED" });
     }
-    if r.ok {
+    if ok {
         return Ok(ExitCode::SUCCESS);
     }
-    eprintln!(
-        "sim philo: FAILED (completed={}); replay with --seed {}",
-        r.completed, r.seed
-    );
-    for p in &r.problems {
+    eprintln!("{}", report.failure());
+    for p in problems {
         eprintln!("  {p}");
     }
     Ok(ExitCode::from(EXIT_FAILED))
 }
 
-fn print_summary(r: &WavesReport) {
-    let verdict = if r.ok { "ok" } else { "FAILED" };
-    println!(
-        "sim waves {verdict}: {} hosts, {} switches, seed {}",
-        r.hosts, r.switches, r.seed
-    );
-    if r.restarts > 0 || r.links_lost > 0 {
+impl Outcome for WavesReport {
+    fn verdict(&self) -> (bool, &[String]) {
+        (self.ok, &self.problems)
+    }
+
+    fn print_summary(&self, verdict: &str) {
         println!(
-            "  restarts {}  links lost {}  reset EOPs {}  discarded by restarts: messages {} stamps {} deliveries {} refused inputs {}",
-            r.restarts,
-            r.links_lost,
-            r.reset_eops,
-            r.discarded,
-            r.stale_stamps,
-            r.stale_deliveries,
-            r.refused_after_restart
+            "sim waves {verdict}: {} hosts, {} switches, seed {}",
+            self.hosts, self.switches, self.seed
+        );
+        if self.restarts > 0 || self.links_lost > 0 {
+            println!(
+                "  restarts {}  links lost {}  reset EOPs {}  discarded by restarts: messages {} stamps {} deliveries {} refused inputs {}",
+                self.restarts,
+                self.links_lost,
+                self.reset_eops,
+                self.discarded,
+                self.stale_stamps,
+                self.stale_deliveries,
+                self.refused_after_restart
+            );
+        }
+        println!(
+            "  pulses {}/{} completed={}  virtual {} us  wall {} ms  events {}",
+            self.pulses,
+            self.pulses_target,
+            self.completed,
+            self.virtual_time_us,
+            self.wall_time_ms,
+            self.events
+        );
+        println!(
+            "  isochrons {}  messages sent {} delivered {}  eops {} (over 32: {})",
+            self.isochrons,
+            self.messages_sent,
+            self.messages_delivered,
+            self.eops,
+            self.eops_over_32
+        );
+        println!(
+            "  eop_violations {}  order_violations {}  unexpected_errors {}  plain {}/{} (fifo breaks {})",
+            self.eop_violations,
+            self.order_violations,
+            self.unexpected_errors,
+            self.plain_delivered,
+            self.plain_sent,
+            self.plain_fifo_violations
+        );
+        println!(
+            "  tokens: repeated {} corrupted {} dropped-bad-crc {} duplicate {} early {}",
+            self.tokens_repeated,
+            self.tokens_corrupted,
+            self.tokens_dropped_bad_crc,
+            self.tokens_duplicate,
+            self.tokens_early
+        );
+        println!(
+            "  network: datagrams {} retransmissions {} reordered {} duplicates absorbed {}  pauses {}",
+            self.datagrams,
+            self.retransmissions,
+            self.reordered,
+            self.duplicates_absorbed,
+            self.pauses
+        );
+        println!("  trace_hash {}", self.trace_hash);
+    }
+
+    fn failure(&self) -> String {
+        format!(
+            "sim waves: FAILED (completed={}, eop_violations={}, order_violations={}, \
+             unexpected_errors={}); replay with --seed {}",
+            self.completed,
+            self.eop_violations,
+            self.order_violations,
+            self.unexpected_errors,
+            self.seed
+        )
+    }
+}
+
+impl Outcome for ScReport {
+    fn verdict(&self) -> (bool, &[String]) {
+        (self.ok, &self.problems)
+    }
+
+    fn print_summary(&self, verdict: &str) {
+        println!(
+            "sim sc {}: {} runs, {} isochrons, {} reads checked; sc {} atomicity {} program-order {} \
+             unexecuted {} unresolved {} diverged {} eop {} order {} stalled {} errors {}; \
+             app restarts {} (pages recovered {}, started empty {}, reads refused {}); \
+             logical-time restarts {} ({} generations checked; discarded {} isochrons, {} reads)",
+            verdict,
+            self.runs,
+            self.isochrons,
+            self.reads_checked,
+            self.sc_violations,
+            self.atomicity_violations,
+            self.program_order_violations,
+            self.unexecuted,
+            self.unresolved_reads,
+            self.copies_diverged,
+            self.eop_violations,
+            self.order_violations,
+            self.stalled_runs,
+            self.unexpected_errors,
+            self.app_restarts,
+            self.pages_recovered,
+            self.pages_started_empty,
+            self.reads_refused,
+            self.logical_restarts,
+            self.eras_checked,
+            self.discarded_isochrons,
+            self.discarded_reads
         );
     }
-    println!(
-        "  pulses {}/{} completed={}  virtual {} us  wall {} ms  events {}",
-        r.pulses, r.pulses_target, r.completed, r.virtual_time_us, r.wall_time_ms, r.events
-    );
-    println!(
-        "  isochrons {}  messages sent {} delivered {}  eops {} (over 32: {})",
-        r.isochrons, r.messages_sent, r.messages_delivered, r.eops, r.eops_over_32
-    );
-    println!(
-        "  eop_violations {}  order_violations {}  unexpected_errors {}  plain {}/{} (fifo breaks {})",
-        r.eop_violations,
-        r.order_violations,
-        r.unexpected_errors,
-        r.plain_delivered,
-        r.plain_sent,
-        r.plain_fifo_violations
-    );
-    println!(
-        "  tokens: repeated {} corrupted {} dropped-bad-crc {} duplicate {} early {}",
-        r.tokens_repeated,
-        r.tokens_corrupted,
-        r.tokens_dropped_bad_crc,
-        r.tokens_duplicate,
-        r.tokens_early
-    );
-    println!(
-        "  network: datagrams {} retransmissions {} reordered {} duplicates absorbed {}  pauses {}",
-        r.datagrams, r.retransmissions, r.reordered, r.duplicates_absorbed, r.pauses
-    );
-    println!("  trace_hash {}", r.trace_hash);
+
+    fn failure(&self) -> String {
+        format!(
+            "sim sc: FAILED; replay a failing run with --seeds 1 --seed N, N in {:?}",
+            self.failed_seeds
+        )
+    }
+}
+
+impl Outcome for PhiloReport {
+    fn verdict(&self) -> (bool, &[String]) {
+        (self.ok, &self.problems)
+    }
+
+    fn print_summary(&self, verdict: &str) {
+        println!(
+            "sim philo {}: {} meals of {} (fewest {}), safety violations {}, retries {}, \
+             max wait {} pulses, {} pulses, oracle: {} isochrons {} reads, {} violations; \
+             logical-time restarts {} ({} generations checked, {} isochrons discarded)",
+            verdict,
+            self.meals,
+            self.meals_target * self.philosophers as u64,
+            self.meals_min,
+            self.safety_violations,
+            self.retries,
+            self.max_wait_pulses,
+            self.pulses,
+            self.isochrons,
+            self.reads_checked,
+            self.sc_violations,
+            self.logical_restarts,
+            self.eras_checked,
+            self.discarded_isochrons
+        );
+    }
+
+    fn failure(&self) -> String {
+        format!(
+            "sim philo: FAILED (completed={}); replay with --seed {}",
+            self.completed, self.seed
+        )
+    }
 }
 
 /// A test-only tamper mode.

@@ -16,6 +16,24 @@ fn json(out: &Output) -> serde_json::Value {
     serde_json::from_str(&stdout).expect("stdout is JSON")
 }
 
+/// The JSON report of a run that must exit 0 (its stderr says why when it did not).
+fn ok_json(out: &Output) -> serde_json::Value {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json(out)
+}
+
+/// Fails naming the first of `keys` that the report `v` lacks.
+fn assert_keys(v: &serde_json::Value, keys: &[&str]) {
+    for key in keys {
+        assert!(v.get(key).is_some(), "missing key {key}: {v}");
+    }
+}
+
 const SMALL: &[&str] = &[
     "sim",
     "waves",
@@ -41,27 +59,26 @@ fn a_clean_run_prints_the_report_and_exits_0() {
         "0.1",
         "--json",
     ]);
-    let out = isotach(&args);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let v = json(&out);
-    for key in [
-        "pulses",
-        "isochrons",
-        "messages_delivered",
-        "eop_violations",
-        "order_violations",
-        "trace_hash",
-        "completed",
-        "seed",
-        "virtual_time_us",
-        "wall_time_ms",
-        "tokens_repeated",
-        "tokens_dropped_bad_crc",
-        "duplicates_absorbed",
-        "pauses",
-    ] {
-        assert!(v.get(key).is_some(), "missing key {key}: {v}");
-    }
+    let v = ok_json(&isotach(&args));
+    assert_keys(
+        &v,
+        &[
+            "pulses",
+            "isochrons",
+            "messages_delivered",
+            "eop_violations",
+            "order_violations",
+            "trace_hash",
+            "completed",
+            "seed",
+            "virtual_time_us",
+            "wall_time_ms",
+            "tokens_repeated",
+            "tokens_dropped_bad_crc",
+            "duplicates_absorbed",
+            "pauses",
+        ],
+    );
     assert_eq!(v["eop_violations"], 0);
     assert_eq!(v["order_violations"], 0);
     assert_eq!(v["completed"], true);
@@ -173,22 +190,18 @@ fn sim_sc_and_philo_print_their_reports_and_exit_0() {
         "100",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = ok_json(&out);
+    assert_keys(
+        &v,
+        &[
+            "runs",
+            "isochrons",
+            "reads_checked",
+            "sc_violations",
+            "atomicity_violations",
+            "program_order_violations",
+        ],
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for key in [
-        "runs",
-        "isochrons",
-        "reads_checked",
-        "sc_violations",
-        "atomicity_violations",
-        "program_order_violations",
-    ] {
-        assert!(v.get(key).is_some(), "missing {key}: {v}");
-    }
     assert_eq!(v["runs"], 2);
     assert_eq!(v["sc_violations"], 0);
     let out = isotach(&[
@@ -200,15 +213,11 @@ fn sim_sc_and_philo_print_their_reports_and_exit_0() {
         "3",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = ok_json(&out);
+    assert_keys(
+        &v,
+        &["meals", "safety_violations", "max_wait_pulses", "pulses"],
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for key in ["meals", "safety_violations", "max_wait_pulses", "pulses"] {
-        assert!(v.get(key).is_some(), "missing {key}: {v}");
-    }
     assert_eq!(v["meals"], 12);
     let out = isotach(&["sim", "philo", "--philosophers", "1"]);
     assert_eq!(out.status.code(), Some(2));
@@ -233,13 +242,7 @@ fn sim_waves_crashes_and_restarts_daemons_and_sc_refuses_restarts_with_app_resta
         "4000",
         "--json",
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = json(&out);
+    let r = ok_json(&out);
     assert_eq!(r["ok"], true);
     assert_eq!(r["restarts"], 2);
     assert!(r["links_lost"].as_u64().is_some_and(|n| n > 0), "{r}");

@@ -32,4 +32,6 @@ pub use host::{Host, HostCtx, Observer};
 pub use net::{Faults, NetStats, RangeUs};
 pub use oracle::{OracleStats, PulseOracle};
 pub use rng::SimRng;
-pub use sim::{NodeId, Pauses, Restarts, RunEnd, Sim, SimConfig, SimError, SimStats, Tamper};
+pub use sim::{
+    NetFaults, NodeId, Pauses, Restarts, RunEnd, Sim, SimConfig, SimError, SimStats, Tamper,
+};

@@ -12,9 +12,9 @@
 //! replayed by the sequential-consistency oracle.
 
 use crate::host::{Host, HostCtx};
-use crate::net::{FaultError, Faults, RangeUs};
+use crate::net::{FaultError, RangeUs};
 use crate::oracle::PulseOracle;
-use crate::sim::{Pauses, Restarts, RunEnd, Sim, SimConfig, SimError};
+use crate::sim::{NetFaults, RunEnd, Sim, SimConfig, SimError};
 use crate::smm_host::{PortEvent, SmmPort, run_to_quiescence};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::Width;
@@ -33,12 +33,8 @@ pub struct PhiloOptions {
     pub cluster: ClusterConfig,
     /// Meals each philosopher eats.
     pub meals: u64,
-    /// The network.
-    pub faults: Faults,
-    /// Pauses of TMs and SIUs.
-    pub pauses: Option<Pauses>,
-    /// Crashes and restarts of TMs and SIUs.
-    pub restarts: Option<Restarts>,
+    /// The network, pauses and crashes.
+    pub net: NetFaults,
     /// Thinking time between meals.
     pub think_us: RangeUs,
     /// Eating time.
@@ -56,9 +52,7 @@ impl PhiloOptions {
             seed,
             cluster,
             meals,
-            faults: Faults::default(),
-            pauses: None,
-            restarts: None,
+            net: NetFaults::default(),
             think_us: RangeUs::new(0, 400),
             eat_us: RangeUs::new(50, 400),
             backoff_us: RangeUs::new(0, 800),
@@ -292,8 +286,9 @@ impl Host for Philosopher {
     }
 }
 
-/// Fork `i` on page `i`, held by philosophers `i` and `i + 1`.
-fn forks(n: usize) -> MemoryMap {
+/// Fork `i` on page `i`, held by philosophers `i` and `i + 1` (mod `n`). The real application
+/// (`isotach philo`, `isotach demo philo`) lays its forks out the same way, so it takes this map.
+pub fn forks(n: usize) -> MemoryMap {
     let mut map = MemoryMap::default();
     for i in 0..n {
         let copies = vec![i as HostId, ((i + 1) % n) as HostId];
@@ -309,7 +304,7 @@ pub fn run(opts: &PhiloOptions) -> Result<PhiloReport, PhiloError> {
     if n < 2 {
         return Err(PhiloError::TooFew);
     }
-    opts.faults.validate()?;
+    opts.net.faults.validate()?;
     let wall = std::time::Instant::now();
     let shared = Arc::new(opts.clone());
     let map = Arc::new(forks(n));
@@ -329,14 +324,7 @@ pub fn run(opts: &PhiloOptions) -> Result<PhiloReport, PhiloError> {
             opts: Arc::clone(&shared),
         })
         .collect();
-    let cfg = SimConfig {
-        seed: opts.seed,
-        cluster: opts.cluster.clone(),
-        faults: opts.faults.clone(),
-        pauses: opts.pauses,
-        restarts: opts.restarts,
-        tamper: crate::Tamper::None,
-    };
+    let cfg = SimConfig::new(opts.seed, opts.cluster.clone(), opts.net.clone());
     let mut sim = Sim::new(cfg, hosts, PulseOracle::new(n))?;
     // Generous: a clean run needs about twenty pulses per meal.
     let pulses_max = 5_000 + 200 * opts.meals;

@@ -11,9 +11,9 @@
 //! holds, so no read waits forever.
 
 use crate::host::{Host, HostCtx};
-use crate::net::{FaultError, Faults, RangeUs};
+use crate::net::{FaultError, RangeUs};
 use crate::oracle::PulseOracle;
-use crate::sim::{Pauses, Restarts, RunEnd, Sim, SimConfig, SimError};
+use crate::sim::{NetFaults, RunEnd, Sim, SimConfig, SimError};
 use crate::smm_host::{PortEvent, SmmPort, run_to_quiescence};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::Width;
@@ -51,12 +51,8 @@ pub struct ScOptions {
     pub cluster: ClusterConfig,
     /// Isochrons per run, spread evenly over the hosts.
     pub isochrons: u64,
-    /// The network.
-    pub faults: Faults,
-    /// Pauses of TMs and SIUs.
-    pub pauses: Option<Pauses>,
-    /// Crashes and restarts of TMs and SIUs.
-    pub restarts: Option<Restarts>,
+    /// The network, pauses and crashes.
+    pub net: NetFaults,
     /// Pause between a host's isochrons.
     pub think_us: RangeUs,
     /// Virtual time without pulse progress that ends a run as stalled.
@@ -73,9 +69,7 @@ impl ScOptions {
             runs: 1,
             cluster,
             isochrons: 500,
-            faults: Faults::default(),
-            pauses: None,
-            restarts: None,
+            net: NetFaults::default(),
             think_us: RangeUs::new(0, 300),
             stall_us: 2_000_000,
             apps: AppFaults::default(),
@@ -415,8 +409,8 @@ pub fn run_with_progress(
     opts: &ScOptions,
     progress: &mut dyn FnMut(u64, &ScReport),
 ) -> Result<ScReport, ScError> {
-    opts.faults.validate()?;
-    if opts.restarts.is_some() && opts.apps.active() {
+    opts.net.faults.validate()?;
+    if opts.net.restarts.is_some() && opts.apps.active() {
         return Err(ScError::RestartsWithAppFaults);
     }
     let wall = std::time::Instant::now();
@@ -472,14 +466,7 @@ fn run_one(opts: &ScOptions, seed: u64, report: &mut ScReport) -> Result<(), ScE
             life: life(&opts.apps, per_host, &token, &mut life_rng),
         })
         .collect();
-    let cfg = SimConfig {
-        seed,
-        cluster: opts.cluster.clone(),
-        faults: opts.faults.clone(),
-        pauses: opts.pauses,
-        restarts: opts.restarts,
-        tamper: crate::Tamper::None,
-    };
+    let cfg = SimConfig::new(seed, opts.cluster.clone(), opts.net.clone());
     let mut sim = Sim::new(cfg, hosts, PulseOracle::new(n))?;
     // Generous: a clean run needs a few pulses per isochron.
     let pulses_max = 5_000 + 50 * per_host;

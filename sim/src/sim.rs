@@ -36,6 +36,8 @@ mod stream {
 
 /// Nanoseconds per microsecond (the links keep AM time in ns).
 const NS_PER_US: u64 = 1_000;
+/// The incarnation of every TM's and SIU's first process; each restart counts up from it.
+const FIRST_INCARNATION: u64 = 1;
 
 /// Every `every_us` (up to `count` times), one TM or SIU chosen at random crashes: it is gone
 /// (datagrams to it are lost) for a while, then a fresh process with a new incarnation takes
@@ -72,6 +74,19 @@ pub enum Tamper {
     SwapSortVector,
 }
 
+/// What goes wrong beneath the hosts: the network, and pauses and crashes of TMs and SIUs.
+/// Every workload takes the same set and hands it to [`SimConfig`] as it is, so it is one
+/// struct rather than three fields repeated in each workload's options.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NetFaults {
+    /// The network beneath the links.
+    pub faults: Faults,
+    /// Pauses of TMs and SIUs (none when `None`).
+    pub pauses: Option<Pauses>,
+    /// Crashes and restarts of TMs and SIUs (none when `None`).
+    pub restarts: Option<Restarts>,
+}
+
 /// Everything that determines a run.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -79,14 +94,22 @@ pub struct SimConfig {
     pub seed: u64,
     /// Topology, timing and limits: the same type the daemons load.
     pub cluster: ClusterConfig,
-    /// The network beneath the links.
-    pub faults: Faults,
-    /// Pauses of TMs and SIUs (none when `None`).
-    pub pauses: Option<Pauses>,
-    /// Crashes and restarts of TMs and SIUs (none when `None`).
-    pub restarts: Option<Restarts>,
+    /// The network, pauses and crashes.
+    pub net: NetFaults,
     /// Test-only damage.
     pub tamper: Tamper,
+}
+
+impl SimConfig {
+    /// A run of `seed` on `cluster` under `net`, with no test damage.
+    pub fn new(seed: u64, cluster: ClusterConfig, net: NetFaults) -> Self {
+        Self {
+            seed,
+            cluster,
+            net,
+            tamper: Tamper::None,
+        }
+    }
 }
 
 /// A node of the simulated cluster.
@@ -253,6 +276,16 @@ struct Runtime {
     links_lost_seen: u64,
 }
 
+impl Runtime {
+    /// The first process of a TM or SIU, running.
+    fn first() -> Self {
+        Self {
+            incarnation: FIRST_INCARNATION,
+            ..Self::default()
+        }
+    }
+}
+
 #[derive(Debug)]
 struct SiuNode {
     pump: Pump<Watched<SiuRole>>,
@@ -337,19 +370,19 @@ impl<H: Host, O: Observer> Sim<H, O> {
     /// peers (host 0's SIU starts logical time once its TM answers) and every host's
     /// [`Host::on_start`] runs.
     pub fn new(cfg: SimConfig, hosts: Vec<H>, observer: O) -> Result<Self, SimError> {
-        cfg.faults.validate()?;
+        cfg.net.faults.validate()?;
         if cfg.cluster.timing.token_timeout_us == 0 {
             return Err(SimError::Timing("token-timeout-us must be at least 1"));
         }
         if cfg.cluster.timing.epoch_pulses < 2 {
             return Err(SimError::Timing("epoch-pulses must be at least 2"));
         }
-        if let Some(p) = cfg.pauses
+        if let Some(p) = cfg.net.pauses
             && (p.every_us == 0 || p.duration_us.lo > p.duration_us.hi)
         {
             return Err(SimError::Timing("pauses need every-us >= 1 and lo <= hi"));
         }
-        if let Some(r) = cfg.restarts
+        if let Some(r) = cfg.net.restarts
             && (r.every_us == 0 || r.down_us.lo > r.down_us.hi)
         {
             return Err(SimError::Timing("restarts need every-us >= 1 and lo <= hi"));
@@ -362,41 +395,20 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 behaviours: hosts.len(),
             });
         }
-        let am = node::am_config(cfg.faults.rto_us);
-        let build = Build {
-            cluster: &cfg.cluster,
-            topology: &topology,
-            am: &am,
-            token_corrupt: cfg.faults.token_corrupt,
-        };
+        let am = node::am_config(cfg.net.faults.rto_us);
+        let build = Build::new(&cfg, &topology, &am);
         let tms = (0..topology.switch_count())
             .map(|s| TmNode {
-                pump: node::tm_pump(
-                    &build,
-                    s as SwitchId,
-                    1,
-                    node_rng(cfg.seed, NodeId::Tm(s as SwitchId), 1),
-                ),
-                rt: Runtime {
-                    incarnation: 1,
-                    ..Runtime::default()
-                },
+                pump: node::tm_pump(&build, s as SwitchId, FIRST_INCARNATION),
+                rt: Runtime::first(),
             })
             .collect();
         let sius = (0..n_hosts)
             .map(|h| SiuNode {
-                pump: node::siu_pump(
-                    &build,
-                    h as HostId,
-                    1,
-                    node_rng(cfg.seed, NodeId::Siu(h as HostId), 1),
-                ),
-                rt: Runtime {
-                    incarnation: 1,
-                    ..Runtime::default()
-                },
-                to_host: Channel::fixed(cfg.faults.host_latency_us),
-                from_host: Channel::fixed(cfg.faults.host_latency_us),
+                pump: node::siu_pump(&build, h as HostId, FIRST_INCARNATION),
+                rt: Runtime::first(),
+                to_host: Channel::fixed(cfg.net.faults.host_latency_us),
+                from_host: Channel::fixed(cfg.net.faults.host_latency_us),
                 attached: false,
                 backlog: VecDeque::new(),
             })
@@ -419,7 +431,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
             net_rng: SimRng::stream(cfg.seed, stream::NET),
             pause_rng: SimRng::stream(cfg.seed, stream::PAUSE),
             restart_rng: SimRng::stream(cfg.seed, stream::RESTART),
-            restarts_left: cfg.restarts.map_or(0, |r| r.count),
+            restarts_left: cfg.net.restarts.map_or(0, |r| r.count),
             tamper: TamperState::default(),
             hash: Fnv1a64::new(),
             stats: SimStats::default(),
@@ -451,10 +463,10 @@ impl<H: Host, O: Observer> Sim<H, O> {
         for h in 0..self.hosts.len() {
             self.with_host(h as HostId, |host, ctx| host.on_start(ctx));
         }
-        if let Some(p) = self.cfg.pauses {
+        if let Some(p) = self.cfg.net.pauses {
             self.schedule(p.every_us, Event::Pause);
         }
-        if let Some(r) = self.cfg.restarts
+        if let Some(r) = self.cfg.net.restarts
             && r.count > 0
         {
             self.schedule(r.every_us, Event::Crash);

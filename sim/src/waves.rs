@@ -13,9 +13,9 @@
 //! those arrive complete and FIFO per sender.
 
 use crate::host::{Host, HostCtx};
-use crate::net::{FaultError, Faults, RangeUs};
+use crate::net::{FaultError, RangeUs};
 use crate::oracle::{OracleStats, PulseOracle};
-use crate::sim::{Pauses, Restarts, RunEnd, Sim, SimConfig, SimError, Tamper};
+use crate::sim::{NetFaults, RunEnd, Sim, SimConfig, SimError, Tamper};
 use isotach_proto::Generation;
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::{
@@ -36,12 +36,8 @@ pub struct WavesOptions {
     pub cluster: ClusterConfig,
     /// Run until every SIU's recvclock reaches this.
     pub pulses: u64,
-    /// The network.
-    pub faults: Faults,
-    /// Pauses of TMs and SIUs.
-    pub pauses: Option<Pauses>,
-    /// Crashes and restarts of TMs and SIUs.
-    pub restarts: Option<Restarts>,
+    /// The network, pauses and crashes.
+    pub net: NetFaults,
     /// What the hosts send.
     pub load: WavesLoad,
     /// No pulse progress for this long ends the run as stalled (`None`: derived).
@@ -117,9 +113,7 @@ impl WavesOptions {
             seed,
             cluster,
             pulses,
-            faults: Faults::default(),
-            pauses: None,
-            restarts: None,
+            net: NetFaults::default(),
             load: WavesLoad::default(),
             stall_us: None,
             tamper: Tamper::None,
@@ -140,7 +134,7 @@ impl WavesOptions {
 
     /// Checks every setting.
     pub fn validate(&self) -> Result<(), WavesError> {
-        self.faults.validate()?;
+        self.net.faults.validate()?;
         let bad = |m: &str| Err(WavesError::Invalid(m.to_string()));
         if self.pulses == 0 {
             return bad("pulses must be at least 1");
@@ -171,7 +165,7 @@ impl WavesOptions {
                 "epoch-pulses must exceed the largest logical distance ({reach})"
             )));
         }
-        if let Some(p) = self.pauses
+        if let Some(p) = self.net.pauses
             && (p.every_us == 0 || p.duration_us.lo > p.duration_us.hi)
         {
             return bad("pause-every-us must be at least 1 and pause-us lo <= hi");
@@ -188,7 +182,7 @@ impl WavesOptions {
     /// The stall time: explicit, or long enough for many token timeouts and the longest pause.
     pub fn effective_stall_us(&self) -> u64 {
         self.stall_us.unwrap_or_else(|| {
-            let pause = self.pauses.map_or(0, |p| p.duration_us.hi);
+            let pause = self.net.pauses.map_or(0, |p| p.duration_us.hi);
             let timeout = self.cluster.timing.token_timeout_us;
             (1_000_000u64)
                 .max(timeout.saturating_mul(50))
@@ -321,12 +315,8 @@ pub fn run_with_progress(
         .map(|h| WavesHost::new(h as HostId, n_hosts, opts))
         .collect();
     let cfg = SimConfig {
-        seed: opts.seed,
-        cluster: opts.cluster.clone(),
-        faults: opts.faults.clone(),
-        pauses: opts.pauses,
-        restarts: opts.restarts,
         tamper: opts.tamper,
+        ..SimConfig::new(opts.seed, opts.cluster.clone(), opts.net.clone())
     };
     let mut sim = Sim::new(cfg, hosts, PulseOracle::new(n_hosts))?;
     let stall_us = opts.effective_stall_us();
@@ -350,7 +340,7 @@ pub fn run_with_progress(
     // Let every EOP already queued reach its host, then check the pulses that ended.
     let recvclocks: Vec<u64> = sim.sius().map(|s| s.recvclock()).collect();
     let pulses = sim.min_recvclock();
-    sim.run_for(opts.faults.host_latency_us + 1);
+    sim.run_for(opts.net.faults.host_latency_us + 1);
     sim.observer_mut().finish(&recvclocks);
     let mut r = report(opts, &sim, pulses, completed, wall.elapsed());
     r.problems.extend(stall);
@@ -360,24 +350,9 @@ pub fn run_with_progress(
 /// Describes where a run that did not complete got stuck.
 fn diagnose_stall(sim: &Sim<WavesHost, PulseOracle>, end: RunEnd) -> String {
     let min = sim.min_recvclock();
-    let sius_not_started: Vec<usize> = sim
-        .sius()
-        .enumerate()
-        .filter(|(_, s)| !s.started())
-        .map(|(h, _)| h)
-        .collect();
-    let tms_not_started: Vec<usize> = sim
-        .tms()
-        .enumerate()
-        .filter(|(_, t)| !t.started())
-        .map(|(s, _)| s)
-        .collect();
-    let behind: Vec<usize> = sim
-        .sius()
-        .enumerate()
-        .filter(|(_, s)| s.recvclock() == min)
-        .map(|(h, _)| h)
-        .collect();
+    let sius_not_started = ids(sim.sius(), |s| !s.started());
+    let tms_not_started = ids(sim.tms(), |t| !t.started());
+    let behind = ids(sim.sius(), |s| s.recvclock() == min);
     let waves: Vec<u64> = sim.tms().map(|t| t.waves()).collect();
     format!(
         "{end:?} at t={}us: pulse {min} since t={}us; SIUs at pulse {min}: {behind:?}; \
@@ -386,6 +361,15 @@ fn diagnose_stall(sim: &Sim<WavesHost, PulseOracle>, end: RunEnd) -> String {
         sim.now_us(),
         sim.progress_at_us()
     )
+}
+
+/// The ids (positions) of the SIUs or TMs in `nodes` that `pick` chooses.
+fn ids<T>(nodes: impl Iterator<Item = T>, pick: impl Fn(&T) -> bool) -> Vec<usize> {
+    nodes
+        .enumerate()
+        .filter(|(_, n)| pick(n))
+        .map(|(id, _)| id)
+        .collect()
 }
 
 fn report(
@@ -560,7 +544,7 @@ impl WavesHost {
             refused_iso: None,
             plain_next_to: vec![0; hosts],
             plain_next_from: vec![0; hosts],
-            gaps_allowed: opts.restarts.is_some(),
+            gaps_allowed: opts.net.restarts.is_some(),
             barrier: opts.load.barrier,
             in_barrier: 0,
             problems: Vec::new(),

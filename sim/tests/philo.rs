@@ -23,7 +23,7 @@ fn every_philosopher_eats_and_neighbours_never_eat_together() {
 #[test]
 fn under_faults_and_across_three_switches() {
     let mut o = options(9, 3, 8, 5);
-    o.faults = Faults {
+    o.net.faults = Faults {
         loss: 0.05,
         dup: 0.02,
         reorder: 0.1,
@@ -58,7 +58,7 @@ fn one_philosopher_is_refused() {
 fn neighbours_never_eat_together_across_restarts_of_logical_time() {
     for seed in 1..=3 {
         let mut o = options(5, 2, 20, seed);
-        o.restarts = Some(isotach_sim::Restarts {
+        o.net.restarts = Some(isotach_sim::Restarts {
             every_us: 4_000,
             count: 3,
             down_us: RangeUs::new(100, 3_000),

@@ -4,9 +4,15 @@
 use isotach_proto::config::ClusterConfig;
 use isotach_sim::sc::{self, ScOptions};
 use isotach_sim::{Faults, Pauses, RangeUs};
+use std::ops::RangeInclusive;
 
-fn options(hosts: usize, switches: usize, seed: u64) -> ScOptions {
-    ScOptions::new(ClusterConfig::generated(hosts, switches).unwrap(), seed)
+/// One run per seed of `seeds`, each of `isochrons` isochrons, on a generated line.
+fn options(hosts: usize, switches: usize, seeds: RangeInclusive<u64>, isochrons: u64) -> ScOptions {
+    let cluster = ClusterConfig::generated(hosts, switches).unwrap();
+    let mut o = ScOptions::new(cluster, *seeds.start());
+    o.runs = seeds.count() as u64;
+    o.isochrons = isochrons;
+    o
 }
 
 fn assert_clean(r: &sc::ScReport) {
@@ -16,10 +22,7 @@ fn assert_clean(r: &sc::ScReport) {
 
 #[test]
 fn clean_network_many_hosts_three_switches() {
-    let mut o = options(6, 3, 1);
-    o.runs = 3;
-    o.isochrons = 300;
-    let r = sc::run(&o).unwrap();
+    let r = sc::run(&options(6, 3, 1..=3, 300)).unwrap();
     assert_clean(&r);
     assert_eq!(r.runs, 3);
     assert!(r.isochrons >= 900, "{r:?}");
@@ -27,10 +30,8 @@ fn clean_network_many_hosts_three_switches() {
 
 #[test]
 fn every_fault_at_once() {
-    let mut o = options(5, 2, 7);
-    o.runs = 3;
-    o.isochrons = 200;
-    o.faults = Faults {
+    let mut o = options(5, 2, 7..=9, 200);
+    o.net.faults = Faults {
         loss: 0.05,
         dup: 0.02,
         reorder: 0.1,
@@ -38,7 +39,7 @@ fn every_fault_at_once() {
         jitter_us: RangeUs::new(0, 60),
         ..Faults::default()
     };
-    o.pauses = Some(Pauses {
+    o.net.pauses = Some(Pauses {
         every_us: 5_000,
         duration_us: RangeUs::new(100, 3_000),
     });
@@ -47,10 +48,7 @@ fn every_fault_at_once() {
 
 #[test]
 fn reads_wait_on_unsubstantiated_variables() {
-    let mut o = options(4, 1, 3);
-    o.runs = 4;
-    o.isochrons = 400;
-    let r = sc::run(&o).unwrap();
+    let r = sc::run(&options(4, 1, 3..=6, 400)).unwrap();
     assert_clean(&r);
     assert!(
         r.read_pending_max > 0,
@@ -60,7 +58,7 @@ fn reads_wait_on_unsubstantiated_variables() {
 
 #[test]
 fn same_seed_same_result() {
-    let o = options(4, 2, 11);
+    let o = options(4, 2, 11..=11, 500);
     assert_eq!(
         sc::run(&o).unwrap().reads_checked,
         sc::run(&o).unwrap().reads_checked
@@ -77,10 +75,8 @@ fn restarts() -> sc::AppFaults {
 
 #[test]
 fn application_restarts_and_late_joins_keep_every_copy_consistent() {
-    let mut o = options(6, 2, 21);
-    o.runs = 4;
-    o.isochrons = 300;
-    o.faults = Faults {
+    let mut o = options(6, 2, 21..=24, 300);
+    o.net.faults = Faults {
         loss: 0.02,
         reorder: 0.05,
         token_corrupt: 0.01,
@@ -96,9 +92,7 @@ fn application_restarts_and_late_joins_keep_every_copy_consistent() {
 
 #[test]
 fn a_transfer_that_skips_the_log_after_the_image_is_caught() {
-    let mut o = options(6, 2, 1);
-    o.runs = 6;
-    o.isochrons = 300;
+    let mut o = options(6, 2, 1..=6, 300);
     o.apps = sc::AppFaults {
         break_transfer: true,
         ..restarts()
@@ -117,10 +111,8 @@ fn a_transfer_that_skips_the_log_after_the_image_is_caught() {
 /// philo`") has the 1 000-seed run with every fault.
 #[test]
 fn crashes_of_tms_and_sius_end_every_era_cleanly() {
-    let mut o = options(4, 2, 11);
-    o.runs = 10;
-    o.isochrons = 400;
-    o.restarts = Some(isotach_sim::Restarts {
+    let mut o = options(4, 2, 11..=20, 400);
+    o.net.restarts = Some(isotach_sim::Restarts {
         every_us: 4_000,
         count: 3,
         down_us: RangeUs::new(100, 5_000),
@@ -134,8 +126,8 @@ fn crashes_of_tms_and_sius_end_every_era_cleanly() {
 
 #[test]
 fn tm_and_siu_restarts_are_refused_with_application_restarts() {
-    let mut o = options(4, 1, 1);
-    o.restarts = Some(isotach_sim::Restarts {
+    let mut o = options(4, 1, 1..=1, 500);
+    o.net.restarts = Some(isotach_sim::Restarts {
         every_us: 5_000,
         count: 1,
         down_us: RangeUs::new(100, 200),

@@ -11,12 +11,12 @@ fn options(hosts: usize, switches: usize, pulses: u64, seed: u64) -> WavesOption
 
 /// Every fault the simulator models, at rates high enough to fire many times in a short run.
 fn all_faults(mut o: WavesOptions) -> WavesOptions {
-    o.faults.loss = 0.05;
-    o.faults.dup = 0.02;
-    o.faults.reorder = 0.1;
-    o.faults.token_corrupt = 0.01;
-    o.faults.jitter_us = RangeUs::new(0, 50);
-    o.pauses = Some(Pauses {
+    o.net.faults.loss = 0.05;
+    o.net.faults.dup = 0.02;
+    o.net.faults.reorder = 0.1;
+    o.net.faults.token_corrupt = 0.01;
+    o.net.faults.jitter_us = RangeUs::new(0, 50);
+    o.net.pauses = Some(Pauses {
         every_us: 2_000,
         duration_us: RangeUs::new(50, 3_000),
     });
@@ -73,7 +73,7 @@ fn every_fault_at_once_completes_without_violations() {
 fn three_switches_with_bursts_over_the_sort_vector() {
     let mut o = options(9, 3, 300, 5);
     o.load.burst = 0.1;
-    o.faults.reorder = 0.1;
+    o.net.faults.reorder = 0.1;
     let r = run(&o);
     assert_clean(&r);
     assert_eq!(r.switches, 3);
@@ -111,10 +111,10 @@ fn oracle_catches_a_swapped_sort_vector() {
 #[test]
 fn bad_options_are_refused() {
     let mut o = options(2, 1, 10, 1);
-    o.faults.loss = 1.0;
+    o.net.faults.loss = 1.0;
     assert!(waves::run(&o).is_err());
     let mut o = options(2, 1, 10, 1);
-    o.faults.jitter_us = RangeUs { lo: 9, hi: 1 };
+    o.net.faults.jitter_us = RangeUs { lo: 9, hi: 1 };
     assert!(waves::run(&o).is_err());
     assert!(waves::run(&options(2, 1, 10, 1).token_timeout_us(0)).is_err());
     assert!(WavesOptions::new(0, 1, 10, 1).is_err());
@@ -152,8 +152,8 @@ between = ["c", "a"]
 "#;
     let cluster = isotach_proto::config::ClusterConfig::parse(toml, "ring.toml").unwrap();
     let mut o = WavesOptions::with_cluster(cluster, 200, 4);
-    o.faults.loss = 0.1;
-    o.faults.reorder = 0.1;
+    o.net.faults.loss = 0.1;
+    o.net.faults.reorder = 0.1;
     let r = run(&o);
     assert_clean(&r);
     assert_eq!((r.hosts, r.switches), (4, 3));
@@ -164,7 +164,7 @@ fn seed_sweep_with_pauses_and_network_faults() {
     // Token corruption included: restart tokens are corrupted too in some of these seeds.
     for seed in 1..=12 {
         let mut o = all_faults(options(5, 3, 80, seed));
-        o.faults.token_corrupt = 0.02;
+        o.net.faults.token_corrupt = 0.02;
         assert_clean(&run(&o));
     }
 }
@@ -177,7 +177,7 @@ fn tm_and_siu_restarts_keep_the_eop_rule_in_every_generation() {
     let mut restarts = 0;
     for seed in 1..=6 {
         let mut o = all_faults(options(8, 3, 300, seed));
-        o.restarts = Some(isotach_sim::Restarts {
+        o.net.restarts = Some(isotach_sim::Restarts {
             every_us: 6_000,
             count: 3,
             down_us: RangeUs::new(100, 5_000),

@@ -211,7 +211,8 @@ impl<H: Host, O: Observer> Sim<H, O> {
         self.recvclocks[h] = recv;
         if was_min || recv < self.min_recvclock {
             let min = self.recvclocks.iter().copied().min().unwrap_or(0);
-            if min > self.min_recvclock || (min < self.min_recvclock && self.cfg.restarts.is_some())
+            if min > self.min_recvclock
+                || (min < self.min_recvclock && self.cfg.net.restarts.is_some())
             {
                 // Progress; after a restart the clocks count from 1 again, which is progress
                 // too (a new generation runs).
@@ -226,7 +227,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
         let Some(dest) = node::node_at(to) else {
             return;
         };
-        let faults = &self.cfg.faults;
+        let faults = &self.cfg.net.faults;
         let rng = &mut self.net_rng;
         self.stats.net.datagrams += 1;
         if rng.chance(faults.loss) {
@@ -247,7 +248,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
         let mut bytes = Some(bytes);
         for copy in 0..copies {
             let rng = &mut self.net_rng;
-            let faults = &self.cfg.faults;
+            let faults = &self.cfg.net.faults;
             let mut at = self.now_us + base + faults.jitter_us.draw(rng);
             if rng.chance(faults.reorder) {
                 at += faults.reorder_delay_us.draw(rng);

@@ -2,7 +2,7 @@
 //! their place.
 
 use super::node::{self, Build};
-use super::{Event, NodeId, Sim, node_rng};
+use super::{Event, NodeId, Sim};
 use crate::host::{Host, Observer};
 use crate::rng::SimRng;
 use isotach_proto::topology::{HostId, SwitchId};
@@ -18,7 +18,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
     }
 
     pub(super) fn pause(&mut self) {
-        let Some(p) = self.cfg.pauses else { return };
+        let Some(p) = self.cfg.net.pauses else { return };
         self.schedule(self.now_us + p.every_us, Event::Pause);
         let node = Self::pick_daemon(&mut self.pause_rng, self.sius.len(), self.tms.len());
         let duration = p.duration_us.draw(&mut self.pause_rng);
@@ -46,7 +46,9 @@ impl<H: Host, O: Observer> Sim<H, O> {
 
     /// A TM or SIU crashes: everything it held is gone; it comes back as a new process.
     pub(super) fn crash(&mut self) {
-        let Some(r) = self.cfg.restarts else { return };
+        let Some(r) = self.cfg.net.restarts else {
+            return;
+        };
         self.restarts_left = self.restarts_left.saturating_sub(1);
         if self.restarts_left > 0 {
             self.schedule(self.now_us + r.every_us, Event::Crash);
@@ -69,20 +71,14 @@ impl<H: Host, O: Observer> Sim<H, O> {
 
     pub(super) fn revive(&mut self, node: NodeId) {
         let incarnation = self.runtime(node).incarnation + 1;
-        let rng = node_rng(self.cfg.seed, node, incarnation);
-        let build = Build {
-            cluster: &self.cfg.cluster,
-            topology: &self.topology,
-            am: &self.am,
-            token_corrupt: self.cfg.faults.token_corrupt,
-        };
+        let build = Build::new(&self.cfg, &self.topology, &self.am);
         match node {
             NodeId::Tm(s) => {
-                self.tms[usize::from(s)].pump = node::tm_pump(&build, s, incarnation, rng);
+                self.tms[usize::from(s)].pump = node::tm_pump(&build, s, incarnation);
             }
             NodeId::Siu(h) => {
                 let n = &mut self.sius[usize::from(h)];
-                n.pump = node::siu_pump(&build, h, incarnation, rng);
+                n.pump = node::siu_pump(&build, h, incarnation);
                 n.backlog.clear();
                 n.attached = false;
             }

@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::NodeId;
+use super::{NodeId, SimConfig, node_rng};
 
 /// Largest datagram of the simulated network.
 pub(super) const DATAGRAM_MAX: usize = 65_507;
@@ -259,19 +259,41 @@ pub(super) fn am_config(rto_us: u64) -> AmConfig {
 
 /// What building a node needs.
 pub(super) struct Build<'a> {
-    pub(super) cluster: &'a ClusterConfig,
-    pub(super) topology: &'a Arc<Topology>,
-    pub(super) am: &'a AmConfig,
-    pub(super) token_corrupt: f64,
+    seed: u64,
+    cluster: &'a ClusterConfig,
+    topology: &'a Arc<Topology>,
+    am: &'a AmConfig,
+    token_corrupt: f64,
+}
+
+impl<'a> Build<'a> {
+    /// What `cfg` gives every node: the first processes and each restarted one alike.
+    pub(super) fn new(cfg: &'a SimConfig, topology: &'a Arc<Topology>, am: &'a AmConfig) -> Self {
+        Self {
+            seed: cfg.seed,
+            cluster: &cfg.cluster,
+            topology,
+            am,
+            token_corrupt: cfg.net.faults.token_corrupt,
+        }
+    }
+
+    /// The links of node `me`'s `incarnation` to `peers`.
+    fn links(&self, me: NodeId, incarnation: u64, peers: &[NodeAddr]) -> Links {
+        Links::new(
+            self.am.clone(),
+            addr(me),
+            incarnation,
+            DATAGRAM_MAX,
+            peers,
+            DEFAULT_TAG,
+        )
+        .expect("simulated link settings are valid")
+    }
 }
 
 /// A fresh token manager for switch `s`, incarnation `incarnation`.
-pub(super) fn tm_pump(
-    b: &Build<'_>,
-    s: SwitchId,
-    incarnation: u64,
-    rng: SimRng,
-) -> Pump<Watched<TmRole>> {
+pub(super) fn tm_pump(b: &Build<'_>, s: SwitchId, incarnation: u64) -> Pump<Watched<TmRole>> {
     let tm = TokenManager::new(TmConfig {
         switch: s,
         topology: Arc::clone(b.topology),
@@ -285,26 +307,14 @@ pub(super) fn tm_pump(
             Hop::Switch(t) => addr(NodeId::Tm(t)),
         })
         .collect();
-    let links = Links::new(
-        b.am.clone(),
-        addr(NodeId::Tm(s)),
-        incarnation,
-        DATAGRAM_MAX,
-        &peers,
-        DEFAULT_TAG,
-    )
-    .expect("simulated link settings are valid");
+    let links = b.links(NodeId::Tm(s), incarnation, &peers);
+    let rng = node_rng(b.seed, NodeId::Tm(s), incarnation);
     let role = Watched::new(TmRole::new(tm), b.token_corrupt, rng, false);
     Pump::new(role, links, b.cluster.limits.queue_packets_max)
 }
 
 /// A fresh SIU for host `h`, incarnation `incarnation`; its application is in-process.
-pub(super) fn siu_pump(
-    b: &Build<'_>,
-    h: HostId,
-    incarnation: u64,
-    rng: SimRng,
-) -> Pump<Watched<SiuRole>> {
+pub(super) fn siu_pump(b: &Build<'_>, h: HostId, incarnation: u64) -> Pump<Watched<SiuRole>> {
     let siu = Siu::new(SiuConfig {
         host: h,
         mode: Mode::Siu,
@@ -320,17 +330,10 @@ pub(super) fn siu_pump(
             .filter(|&o| o != usize::from(h))
             .map(|o| addr(NodeId::Siu(o as HostId))),
     );
-    let links = Links::new(
-        b.am.clone(),
-        addr(NodeId::Siu(h)),
-        incarnation,
-        DATAGRAM_MAX,
-        &peers,
-        DEFAULT_TAG,
-    )
-    .expect("simulated link settings are valid");
+    let links = b.links(NodeId::Siu(h), incarnation, &peers);
     let mut siu = SiuRole::new(siu);
     siu.observe_absent(true);
+    let rng = node_rng(b.seed, NodeId::Siu(h), incarnation);
     let role = Watched::new(siu, b.token_corrupt, rng, true);
     Pump::with_local(role, links, b.cluster.limits.queue_packets_max, PEER_APP)
 }
