@@ -42,6 +42,16 @@ pub(super) enum Tx {
     },
 }
 
+impl Tx {
+    /// The same message's next fragment (a bulk request or reply that did not fit one frame).
+    fn next_fragment(mut self) -> Self {
+        if let Self::Req { frag, .. } | Self::Resp { frag, .. } = &mut self {
+            *frag += 1;
+        }
+        self
+    }
+}
+
 /// A request to send, as the API layer hands it to the core.
 #[derive(Clone, Copy, Debug)]
 pub struct SendReq<'a> {
@@ -236,14 +246,8 @@ impl Core {
                 }
                 let mut h = msg_header(Kind::Request, &s.msg);
                 h.route(slot, seq, p.epoch, (self.inc, p.known_inc));
-                let more = self.encode_msg(h, peer, slot, frag, true);
-                if more {
-                    self.cur = Some(Tx::Req {
-                        peer,
-                        slot,
-                        seq,
-                        frag: frag + 1,
-                    });
+                if self.encode_msg(h, peer, slot, frag, true) {
+                    self.cur = Some(t.next_fragment());
                 }
                 Some(self.peers[peer as usize].addr)
             }
@@ -274,12 +278,7 @@ impl Core {
                 h.route(slot, seq, p.r_epoch, (self.inc, p.r_inc));
                 if kind == Kind::Reply {
                     if self.encode_msg(h, peer, slot, frag, false) {
-                        self.cur = Some(Tx::Resp {
-                            peer,
-                            slot,
-                            seq,
-                            frag: frag + 1,
-                        });
+                        self.cur = Some(t.next_fragment());
                     }
                 } else {
                     frame::encode(&h, &[], &[], &mut self.scratch);
