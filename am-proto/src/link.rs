@@ -30,17 +30,28 @@
 //!   breaks;
 //! - messages from addresses that are not configured peers, or with a foreign tag, are
 //!   dropped and counted.
+//!
+//! The code: this file holds the limits, the public types, the links' state and the
+//! [`Links`] API for packets and status; `state` the bookkeeping every part shares (ready
+//! peers, hello timers, breaking a link); `handlers` what arrives (the AM handlers the core
+//! runs); `transmit` datagrams and time in and out, and pushing hellos, credit and fragments
+//! into the core.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
-use crate::core::{Config, Core, Dispatch, SendReq};
+#[cfg(doc)]
+use crate::core::Dispatch;
+use crate::core::{Config, Core};
 use crate::error::AmError;
-use crate::msg::{Reply, Request, Returned};
 use crate::types::{
-    DEFAULT_TRANSLATIONS, EndpointName, EpId, HandlerId, HandlerKind, MAX_MEDIUM_BYTES, MAX_SLOTS,
-    NodeAddr, Status, Tag, Time, TransIdx,
+    DEFAULT_TRANSLATIONS, EndpointName, EpId, HandlerId, MAX_MEDIUM_BYTES, MAX_SLOTS, NodeAddr,
+    Status, Tag, Time, TransIdx,
 };
+
+mod handlers;
+mod state;
+mod transmit;
 
 /// Handler of a data fragment (request, medium; args: more follows, stream).
 pub const H_DATA: HandlerId = HandlerId(1);
@@ -192,6 +203,12 @@ pub struct PeerStatus {
     pub links_lost: u64,
 }
 
+// The links' private state. It is defined here rather than beside the code that uses it so
+// that its fields stay private to the links (the files in `link/` are child modules and see
+// them). `State` is the `Dispatch` the AM core runs the link handlers on, so it holds
+// everything a handler touches and nothing of the core, which borrows it while a handler
+// runs.
+
 /// A received packet waiting for the driver.
 #[derive(Debug)]
 struct Arrived {
@@ -279,242 +296,6 @@ struct State {
     /// This process's incarnation: hellos and their replies carry it.
     incarnation: u64,
     stats: LinkStats,
-}
-
-impl State {
-    /// Arms `peer`'s hello timer for `at`, or disarms it (`None`).
-    fn set_hello_timer(&mut self, peer: usize, at: Option<Time>) {
-        let p = &mut self.peers[peer];
-        if let Some(old) = p.hello_timer {
-            let armed = self.hello_timers.remove(&(old, peer));
-            debug_assert!(armed, "peer {peer}'s hello timer was not in the timer set");
-        }
-        p.hello_timer = at;
-        if let Some(t) = at {
-            self.hello_timers.insert((t, peer));
-        }
-        debug_assert!(
-            self.hello_timers.len() <= self.peers.len(),
-            "one hello timer per peer at most"
-        );
-    }
-
-    /// The earliest armed hello timer.
-    fn hello_deadline(&self) -> Option<Time> {
-        self.hello_timers.first().map(|&(t, _)| t)
-    }
-
-    fn mark_ready(&mut self, peer: usize) {
-        let p = &mut self.peers[peer];
-        if !p.ready {
-            p.ready = true;
-            self.ready.push(peer);
-        }
-    }
-
-    /// The link to `peer` broke: drop its queue and half-assembled packet, mark it down (a
-    /// new hello goes out next) and tell the driver. A new stream starts with a fresh window
-    /// on both sides.
-    fn break_link(&mut self, peer: usize, reason: LossReason) {
-        let p = &mut self.peers[peer];
-        let dropped = p.queued;
-        p.out.clear();
-        p.head_sent = 0;
-        p.queued = 0;
-        p.up = false;
-        p.links_lost += 1;
-        p.in_flight = 0;
-        debug_assert!(p.out.is_empty() && p.head_sent == 0);
-        if reason == LossReason::Restarted {
-            // The peer's side starts over too: its stream towards us begins anew.
-            Self::forget_rx(p);
-        }
-        self.stats.links_lost += 1;
-        self.stats.fragments_dropped += dropped as u64;
-        self.events.push_back(LinkEvent::PeerLost {
-            peer,
-            reason,
-            dropped,
-        });
-        self.mark_ready(peer);
-    }
-
-    /// Forgets everything received from a peer that restarted: its partial packet, the
-    /// credit we owed its previous incarnation, its stream number.
-    fn forget_rx(p: &mut Peer) {
-        p.partial.clear();
-        p.partial_frags = 0;
-        p.owed = 0;
-        p.rx_stream = 0;
-        p.discarding = false;
-    }
-
-    fn peer_of(&mut self, node: NodeAddr) -> Option<usize> {
-        let peer = self.by_addr.get(&node).copied();
-        if peer.is_none() {
-            self.stats.unknown_peer += 1;
-        }
-        peer
-    }
-
-    fn on_data(&mut self, peer: usize, more: bool, stream: u64, data: &[u8]) {
-        let p = &mut self.peers[peer];
-        if stream != p.rx_stream {
-            // The sender's link broke and a new stream began: what was half-assembled of the
-            // old one will never be completed, and the credit we owed it is void.
-            self.stats.fragments_discarded += p.partial_frags as u64;
-            p.partial.clear();
-            p.partial_frags = 0;
-            p.owed = 0;
-            p.discarding = false;
-            p.rx_stream = stream;
-        }
-        if p.discarding {
-            self.stats.fragments_discarded += 1;
-            p.discarding = more;
-            return;
-        }
-        if p.partial.len() + data.len() > PACKET_MAX {
-            self.stats.fragments_discarded += p.partial_frags as u64 + 1;
-            p.partial.clear();
-            p.partial_frags = 0;
-            p.discarding = more;
-            self.stats.oversize += 1;
-            return;
-        }
-        p.partial.extend_from_slice(data);
-        p.partial_frags += 1;
-        if more {
-            return;
-        }
-        let bytes = std::mem::take(&mut p.partial);
-        let fragments = std::mem::take(&mut p.partial_frags);
-        if self.inbox.len() >= self.inbox_max {
-            // More than the peers' windows allow: a misbehaving peer. Drop rather than grow.
-            self.stats.inbox_overflow += 1;
-            self.break_link(peer, LossReason::InboxOverflow);
-            return;
-        }
-        self.inbox.push_back(Arrived {
-            peer,
-            bytes,
-            fragments,
-            stream,
-        });
-        self.stats.packets_received += 1;
-    }
-
-    fn on_hello(&mut self, peer: usize, incarnation: u64) {
-        let p = &mut self.peers[peer];
-        let known = p.incarnation;
-        // Incarnations grow across restarts: an older one is a late duplicate, not news.
-        if incarnation == 0 || incarnation <= known {
-            return;
-        }
-        p.incarnation = incarnation;
-        if known == 0 {
-            return;
-        }
-        if p.up {
-            self.break_link(peer, LossReason::Restarted);
-        } else {
-            // Already broken (its fragments came back first): one loss, not two; only its
-            // side starts over.
-            Self::forget_rx(p);
-        }
-    }
-
-    fn on_credit(&mut self, peer: usize, fragments: u64, stream: Option<u64>) {
-        let p = &mut self.peers[peer];
-        if stream.is_some_and(|s| s != p.links_lost) {
-            // Credit for fragments of a stream that broke: the window restarted at 0.
-            self.stats.stale_credit += 1;
-            return;
-        }
-        debug_assert!(p.in_flight <= WINDOW_MAX, "in flight beyond any window");
-        // Saturating: the count comes off the network, and a peer crediting more than we have
-        // in flight is misbehaving, not a broken invariant here.
-        let n = usize::try_from(fragments).unwrap_or(usize::MAX);
-        p.in_flight = p.in_flight.saturating_sub(n);
-        debug_assert!(p.in_flight <= WINDOW_MAX);
-        self.mark_ready(peer);
-    }
-
-    fn on_returned(&mut self, now: Time, r: &Returned) {
-        let Some(&peer) = self.by_addr.get(&r.dest.node) else {
-            return;
-        };
-        if r.handler == H_DATA {
-            self.stats.fragments_lost += 1;
-            if r.nargs >= 2 && r.args[1] != self.peers[peer].links_lost {
-                // Sent on a stream that already broke: nothing more to lose.
-                return;
-            }
-            self.break_link(peer, LossReason::Returned(r.status));
-        } else if r.handler == H_HELLO {
-            // Unreachable: it never answered within the give-up time, or it restarted and
-            // refused a hello meant for its old incarnation: ask again at once. Refused
-            // (another tag, congestion): ask again after a pause, not once per round trip.
-            self.peers[peer].hello_outstanding = false;
-            let retry = (r.status != Status::Unreachable).then(|| now.plus(HELLO_RETRY));
-            self.set_hello_timer(peer, retry);
-            self.mark_ready(peer);
-            self.events.push_back(LinkEvent::HelloReturned {
-                peer,
-                status: r.status,
-            });
-        }
-        // Returned credit: the peer is gone; its data will come back too and break the link.
-    }
-}
-
-impl Dispatch for State {
-    fn handler_kind(&self, ep: EpId, h: HandlerId) -> HandlerKind {
-        match (ep, h) {
-            (LINK_EP, H_DATA | H_HELLO | H_CREDIT) => HandlerKind::Request,
-            (LINK_EP, H_HELLO_ACK) => HandlerKind::Reply,
-            _ => HandlerKind::Unset,
-        }
-    }
-
-    fn on_request(&mut self, req: Request<'_>) {
-        let Some(peer) = self.peer_of(req.source().node) else {
-            return;
-        };
-        let arg = |i: usize| req.args().get(i).copied().unwrap_or(0);
-        match req.handler() {
-            H_DATA => self.on_data(peer, arg(0) != 0, arg(1), req.data()),
-            H_CREDIT => self.on_credit(peer, arg(0), req.args().get(1).copied()),
-            H_HELLO => {
-                self.on_hello(peer, arg(1));
-                // Answered even while the link is down: the peer's hello completes its side.
-                // The reply carries our incarnation, so a peer whose hello we answered knows
-                // which process it talks to and sees a later restart of ours as one.
-                let _ = req.reply_short(H_HELLO_ACK, &[self.incarnation]);
-            }
-            _ => {}
-        }
-    }
-
-    fn on_reply(&mut self, rep: Reply<'_>) {
-        let Some(peer) = self.peer_of(rep.source().node) else {
-            return;
-        };
-        if rep.handler() == H_HELLO_ACK {
-            if let Some(&incarnation) = rep.args().first() {
-                // A peer that answered from another incarnation than it last said restarted.
-                self.on_hello(peer, incarnation);
-            }
-            self.set_hello_timer(peer, None);
-            let p = &mut self.peers[peer];
-            p.hello_outstanding = false;
-            if !p.up {
-                p.up = true;
-                self.events.push_back(LinkEvent::PeerUp(peer));
-                self.mark_ready(peer);
-            }
-        }
-    }
 }
 
 /// Reliable FIFO packet links to a fixed set of peers. See the module documentation.
@@ -607,151 +388,6 @@ impl Links {
         w
     }
 
-    // ------------------------------------------------------------------ datagrams and time
-
-    /// Process one received datagram (running the link handlers).
-    pub fn handle_datagram(&mut self, now: Time, from: NodeAddr, bytes: &[u8]) {
-        self.core.handle_datagram(now, from, bytes, &mut self.st);
-        if let Some(&peer) = self.st.by_addr.get(&from)
-            && self.st.peers[peer].am_blocked
-        {
-            // It may have freed an AM slot towards the peer.
-            self.st.peers[peer].am_blocked = false;
-            self.st.mark_ready(peer);
-        }
-        self.absorb_returned(now);
-    }
-
-    /// Fire due AM timers (retransmission, give-up) and due hello timers.
-    pub fn handle_timeout(&mut self, now: Time) {
-        self.core.handle_timeout(now);
-        self.absorb_returned(now);
-        self.fire_hello_timers(now);
-    }
-
-    /// Hellos delivered but unanswered go again; refused ones may go again. Visits only the
-    /// due timers, earliest first.
-    fn fire_hello_timers(&mut self, now: Time) {
-        while let Some(&(at, peer)) = self.st.hello_timers.first() {
-            if at > now {
-                break;
-            }
-            self.st.set_hello_timer(peer, None);
-            let p = &mut self.st.peers[peer];
-            if p.hello_outstanding && !p.up {
-                p.hello_outstanding = false;
-                self.st.stats.hellos_unanswered += 1;
-                self.st.events.push_back(LinkEvent::HelloUnanswered(peer));
-            }
-            self.st.mark_ready(peer);
-        }
-    }
-
-    /// The next datagram to send and where: hellos, credit and fragments leave here as AM
-    /// credit and the window allow.
-    pub fn poll_transmit(&mut self, now: Time) -> Option<(NodeAddr, &[u8])> {
-        if !self.st.ready.is_empty() {
-            self.push(now);
-        }
-        self.core.poll_transmit()
-    }
-
-    /// When [`Links::handle_timeout`] must run next.
-    pub fn poll_timeout(&self) -> Option<Time> {
-        [self.core.poll_timeout(), self.st.hello_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
-    }
-
-    fn absorb_returned(&mut self, now: Time) {
-        while let Some(r) = self.core.poll_returned() {
-            self.st.on_returned(now, &r);
-        }
-    }
-
-    /// Sends hellos, credit and queued fragments of every ready peer.
-    fn push(&mut self, now: Time) {
-        let inc = self.core.incarnation();
-        let window = self.window();
-        let mut ready = std::mem::take(&mut self.st.ready);
-        for &peer in &ready {
-            self.st.peers[peer].ready = false;
-            if let Err(AmError::WouldBlock) = self.push_peer(now, peer, inc, window) {
-                self.st.peers[peer].am_blocked = true;
-            }
-        }
-        ready.clear();
-        // Peers made ready while pushing (none today) keep their place.
-        ready.append(&mut self.st.ready);
-        self.st.ready = ready;
-        self.absorb_returned(now);
-    }
-
-    fn push_peer(
-        &mut self,
-        now: Time,
-        peer: usize,
-        inc: u64,
-        window: usize,
-    ) -> Result<(), AmError> {
-        let p = &mut self.st.peers[peer];
-        let idx = p.idx;
-        if !p.up {
-            if !p.hello_outstanding && p.hello_timer.is_none_or(|t| t <= now) {
-                self.core.send_request(
-                    now,
-                    SendReq::short(LINK_EP, idx, H_HELLO, &[self.tag.0, inc]),
-                )?;
-                p.hello_outstanding = true;
-                self.st.stats.hellos += 1;
-                self.st.set_hello_timer(peer, Some(now.plus(HELLO_RETRY)));
-            }
-            return Ok(());
-        }
-        debug_assert!(p.in_flight <= WINDOW_MAX, "in flight beyond any window");
-        debug_assert!(
-            p.queued >= p.out.len(),
-            "every queued packet has a fragment"
-        );
-        if p.owed >= CREDIT_BATCH {
-            let credit = [p.owed as u64, p.rx_stream];
-            self.core
-                .send_request(now, SendReq::short(LINK_EP, idx, H_CREDIT, &credit))?;
-            p.owed = 0;
-        }
-        while p.queued > 0 && p.in_flight < window {
-            let head = &p.out[0];
-            let end = (p.head_sent + FRAGMENT_MAX).min(head.len());
-            let more = end < head.len();
-            let args = [u64::from(more), p.links_lost];
-            let payload = &head[p.head_sent..end];
-            self.core
-                .send_request(now, SendReq::medium(LINK_EP, idx, H_DATA, payload, &args))?;
-            if more {
-                p.head_sent = end;
-            } else {
-                p.out.pop_front();
-                p.head_sent = 0;
-            }
-            p.queued -= 1;
-            p.in_flight += 1;
-        }
-        debug_assert!(
-            p.queued == 0 || p.in_flight >= window,
-            "stopped with credit left"
-        );
-        debug_assert!(p.in_flight <= window, "window overrun");
-        debug_assert_eq!(
-            p.queued == 0,
-            p.out.is_empty(),
-            "queued fragments vs packets"
-        );
-        Ok(())
-    }
-
-    // ------------------------------------------------------------------ packets
-
     /// Can `peer` take another packet of up to one fragment without overflowing its queue? A
     /// driver holds its output back while this is false (back-pressure).
     pub fn has_room(&self, peer: usize) -> bool {
@@ -837,8 +473,6 @@ impl Links {
     pub fn poll_event(&mut self) -> Option<LinkEvent> {
         self.st.events.pop_front()
     }
-
-    // ------------------------------------------------------------------ state
 
     /// The tag of the links' traffic.
     pub fn tag(&self) -> Tag {

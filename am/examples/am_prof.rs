@@ -23,6 +23,16 @@ fn lo() -> SocketAddr {
     "127.0.0.1:0".parse().expect("literal")
 }
 
+/// A loopback socket for a raw echo or sink thread, and its address. The read timeout lets
+/// the thread see its stop flag.
+fn raw_server_socket() -> (UdpSocket, SocketAddr) {
+    let s = UdpSocket::bind(lo()).expect("bind");
+    s.set_read_timeout(Some(Duration::from_millis(20)))
+        .expect("timeout");
+    let addr = s.local_addr().expect("addr");
+    (s, addr)
+}
+
 fn server(stop: Arc<AtomicBool>) -> (SocketAddr, std::thread::JoinHandle<()>) {
     let mut b =
         Bundle::new(UdpTransport::bind(lo()).expect("bind"), Config::default()).expect("bundle");
@@ -203,10 +213,7 @@ fn main() {
             th.join().expect("server");
         }
         "raw-rtt" => {
-            let echo = UdpSocket::bind(lo()).expect("bind");
-            echo.set_read_timeout(Some(Duration::from_millis(20)))
-                .expect("timeout");
-            let addr = echo.local_addr().expect("addr");
+            let (echo, addr) = raw_server_socket();
             let st = stop.clone();
             let th = std::thread::spawn(move || {
                 let mut buf = [0u8; 2048];
@@ -285,10 +292,7 @@ fn main() {
             th.join().expect("echo");
         }
         "raw-stream" => {
-            let sink = UdpSocket::bind(lo()).expect("bind");
-            sink.set_read_timeout(Some(Duration::from_millis(20)))
-                .expect("timeout");
-            let addr = sink.local_addr().expect("addr");
+            let (sink, addr) = raw_server_socket();
             let st = stop.clone();
             let got = Arc::new(AtomicU64::new(0));
             let g = got.clone();

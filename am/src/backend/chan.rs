@@ -20,11 +20,11 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::{sleep_until_real, wall_incarnation};
+use super::{real_instant, real_now, sleep_until_real, tokio_deadline, wall_incarnation};
 use crate::AmError;
 use crate::transport::Transport;
 use crate::{NodeAddr, Time};
@@ -228,10 +228,6 @@ impl ChanTransport {
         slot.ready.notify_all();
         slot.notify.notify_one();
     }
-
-    fn instant(&self, t: Time) -> Instant {
-        self.net.origin + Duration::from_nanos(t.0)
-    }
 }
 
 impl Drop for ChanTransport {
@@ -256,7 +252,7 @@ impl Transport for ChanTransport {
         self.inc
     }
     fn now(&self) -> Time {
-        Time(self.net.origin.elapsed().as_nanos() as u64)
+        real_now(self.net.origin)
     }
     fn send(&mut self, to: NodeAddr, datagram: &[u8]) -> Result<(), AmError> {
         let NodeAddr::Mem(to) = to else {
@@ -294,7 +290,7 @@ impl Transport for ChanTransport {
         if !self.batch.is_empty() {
             return Ok(true);
         }
-        let until = deadline.map(|t| self.instant(t));
+        let until = deadline.map(|t| real_instant(self.net.origin, t));
         let mut q = self.slot.lock();
         loop {
             if !q.is_empty() {
@@ -324,7 +320,7 @@ impl Transport for ChanTransport {
         sleep_until_real(self.now(), t);
     }
     async fn wait_async(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
-        let until = deadline.map(|t| tokio::time::Instant::from_std(self.instant(t)));
+        let until = deadline.map(|t| tokio_deadline(self.net.origin, t));
         loop {
             // A notification sent between this check and the await is kept as a permit.
             if self.has_pending() {
@@ -348,6 +344,8 @@ impl Transport for ChanTransport {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

@@ -1,6 +1,6 @@
 //! Transport backends: drivers around the sans-IO core.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::Time;
 
@@ -18,6 +18,21 @@ pub(crate) fn wall_incarnation() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| d.as_micros() as u64)
         .max(1)
+}
+
+/// A real-time backend's clock reading: nanoseconds since its `origin`.
+pub(crate) fn real_now(origin: Instant) -> Time {
+    Time(origin.elapsed().as_nanos() as u64)
+}
+
+/// The instant that time `t` of a real-time backend's clock (started at `origin`) stands for.
+pub(crate) fn real_instant(origin: Instant, t: Time) -> Instant {
+    origin + Duration::from_nanos(t.0)
+}
+
+/// [`real_instant`] as a tokio deadline.
+pub(crate) fn tokio_deadline(origin: Instant, t: Time) -> tokio::time::Instant {
+    tokio::time::Instant::from_std(real_instant(origin, t))
 }
 
 /// Sleeps the thread from `now` until `t` on a real-time backend's clock (at once if `t`

@@ -31,7 +31,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
 use tokio::sync::mpsc;
 
-use super::{sleep_until_real, wall_incarnation};
+use super::{real_now, sleep_until_real, tokio_deadline, wall_incarnation};
 use crate::AmError;
 use crate::transport::Transport;
 use crate::{NodeAddr, Time};
@@ -605,10 +605,6 @@ impl QuicTransport {
         }
         self.stash.is_some()
     }
-
-    fn tokio_deadline(&self, t: Time) -> tokio::time::Instant {
-        tokio::time::Instant::from_std(self.origin + Duration::from_nanos(t.0))
-    }
 }
 
 impl Drop for QuicTransport {
@@ -631,7 +627,7 @@ impl Transport for QuicTransport {
         self.inc
     }
     fn now(&self) -> Time {
-        Time(self.origin.elapsed().as_nanos() as u64)
+        real_now(self.origin)
     }
     fn send(&mut self, to: NodeAddr, datagram: &[u8]) -> Result<(), AmError> {
         let NodeAddr::Ip(to) = to else { return Ok(()) };
@@ -665,7 +661,7 @@ impl Transport for QuicTransport {
         if self.try_stash() {
             return Ok(true);
         }
-        let d = deadline.map(|t| self.tokio_deadline(t));
+        let d = deadline.map(|t| tokio_deadline(self.origin, t));
         let inside = Handle::try_current().ok();
         if let Some(h) = &inside
             && h.runtime_flavor() != RuntimeFlavor::MultiThread
@@ -703,7 +699,7 @@ impl Transport for QuicTransport {
         if self.try_stash() {
             return Ok(true);
         }
-        let d = deadline.map(|t| self.tokio_deadline(t));
+        let d = deadline.map(|t| tokio_deadline(self.origin, t));
         let got = match d {
             Some(d) => tokio::time::timeout_at(d, self.rx.recv())
                 .await

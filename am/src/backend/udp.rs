@@ -37,7 +37,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::runtime::Handle;
 
-use super::{sleep_until_real, wall_incarnation};
+use super::{real_now, sleep_until_real, tokio_deadline, wall_incarnation};
 use crate::AmError;
 use crate::transport::Transport;
 use crate::{NodeAddr, Time};
@@ -421,10 +421,6 @@ impl UdpTransport {
         self.fill(MsgFlags::empty())
     }
 
-    fn tokio_deadline(&self, t: Time) -> tokio::time::Instant {
-        tokio::time::Instant::from_std(self.origin + Duration::from_nanos(t.0))
-    }
-
     async fn readable(
         tsock: &tokio::net::UdpSocket,
         sock: &StdUdpSocket,
@@ -469,7 +465,7 @@ impl Transport for UdpTransport {
     fn now(&self) -> Time {
         match mono_ns() {
             Some(t) => Time(t.saturating_sub(self.origin_ns)),
-            None => Time(self.origin.elapsed().as_nanos() as u64),
+            None => real_now(self.origin),
         }
     }
     fn send(&mut self, to: NodeAddr, datagram: &[u8]) -> Result<(), AmError> {
@@ -568,7 +564,7 @@ impl Transport for UdpTransport {
             return Ok(true);
         }
         if self.tokio_sock.is_some() {
-            let d = deadline.map(|t| self.tokio_deadline(t));
+            let d = deadline.map(|t| tokio_deadline(self.origin, t));
             let Self {
                 tokio_sock,
                 sock,

@@ -1,0 +1,157 @@
+//! Driving the links: datagrams and time go in, datagrams come out.
+//!
+//! A peer that may have something to send (it came up, credit came back, a packet was queued,
+//! its hello timer fired) is marked ready, and the next [`Links::poll_transmit`] pushes its
+//! hello, the credit it owes and its queued fragments into the AM core, as far as the window
+//! and the core's request slots allow. A peer the core had no slot for waits until a datagram
+//! from it arrives (which may have freed one). Messages the core returns go to the handlers
+//! after every step that may produce them.
+
+use super::{CREDIT_BATCH, FRAGMENT_MAX, H_CREDIT, H_DATA, H_HELLO, HELLO_RETRY, LINK_EP};
+use super::{LinkEvent, Links, WINDOW_MAX};
+use crate::core::SendReq;
+use crate::error::AmError;
+use crate::types::{NodeAddr, Time};
+
+impl Links {
+    /// Process one received datagram (running the link handlers).
+    pub fn handle_datagram(&mut self, now: Time, from: NodeAddr, bytes: &[u8]) {
+        self.core.handle_datagram(now, from, bytes, &mut self.st);
+        if let Some(&peer) = self.st.by_addr.get(&from)
+            && self.st.peers[peer].am_blocked
+        {
+            // It may have freed an AM slot towards the peer.
+            self.st.peers[peer].am_blocked = false;
+            self.st.mark_ready(peer);
+        }
+        self.absorb_returned(now);
+    }
+
+    /// Fire due AM timers (retransmission, give-up) and due hello timers.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.core.handle_timeout(now);
+        self.absorb_returned(now);
+        self.fire_hello_timers(now);
+    }
+
+    /// Hellos delivered but unanswered go again; refused ones may go again. Visits only the
+    /// due timers, earliest first.
+    fn fire_hello_timers(&mut self, now: Time) {
+        while let Some(&(at, peer)) = self.st.hello_timers.first() {
+            if at > now {
+                break;
+            }
+            self.st.set_hello_timer(peer, None);
+            let p = &mut self.st.peers[peer];
+            if p.hello_outstanding && !p.up {
+                p.hello_outstanding = false;
+                self.st.stats.hellos_unanswered += 1;
+                self.st.events.push_back(LinkEvent::HelloUnanswered(peer));
+            }
+            self.st.mark_ready(peer);
+        }
+    }
+
+    /// The next datagram to send and where: hellos, credit and fragments leave here as AM
+    /// credit and the window allow.
+    pub fn poll_transmit(&mut self, now: Time) -> Option<(NodeAddr, &[u8])> {
+        if !self.st.ready.is_empty() {
+            self.push(now);
+        }
+        self.core.poll_transmit()
+    }
+
+    /// When [`Links::handle_timeout`] must run next.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        [self.core.poll_timeout(), self.st.hello_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn absorb_returned(&mut self, now: Time) {
+        while let Some(r) = self.core.poll_returned() {
+            self.st.on_returned(now, &r);
+        }
+    }
+
+    /// Sends hellos, credit and queued fragments of every ready peer.
+    fn push(&mut self, now: Time) {
+        let inc = self.core.incarnation();
+        let window = self.window();
+        let mut ready = std::mem::take(&mut self.st.ready);
+        for &peer in &ready {
+            self.st.peers[peer].ready = false;
+            if let Err(AmError::WouldBlock) = self.push_peer(now, peer, inc, window) {
+                self.st.peers[peer].am_blocked = true;
+            }
+        }
+        ready.clear();
+        // Peers made ready while pushing (none today) keep their place.
+        ready.append(&mut self.st.ready);
+        self.st.ready = ready;
+        self.absorb_returned(now);
+    }
+
+    fn push_peer(
+        &mut self,
+        now: Time,
+        peer: usize,
+        inc: u64,
+        window: usize,
+    ) -> Result<(), AmError> {
+        let p = &mut self.st.peers[peer];
+        let idx = p.idx;
+        if !p.up {
+            if !p.hello_outstanding && p.hello_timer.is_none_or(|t| t <= now) {
+                self.core.send_request(
+                    now,
+                    SendReq::short(LINK_EP, idx, H_HELLO, &[self.tag.0, inc]),
+                )?;
+                p.hello_outstanding = true;
+                self.st.stats.hellos += 1;
+                self.st.set_hello_timer(peer, Some(now.plus(HELLO_RETRY)));
+            }
+            return Ok(());
+        }
+        debug_assert!(p.in_flight <= WINDOW_MAX, "in flight beyond any window");
+        debug_assert!(
+            p.queued >= p.out.len(),
+            "every queued packet has a fragment"
+        );
+        if p.owed >= CREDIT_BATCH {
+            let credit = [p.owed as u64, p.rx_stream];
+            self.core
+                .send_request(now, SendReq::short(LINK_EP, idx, H_CREDIT, &credit))?;
+            p.owed = 0;
+        }
+        while p.queued > 0 && p.in_flight < window {
+            let head = &p.out[0];
+            let end = (p.head_sent + FRAGMENT_MAX).min(head.len());
+            let more = end < head.len();
+            let args = [u64::from(more), p.links_lost];
+            let payload = &head[p.head_sent..end];
+            self.core
+                .send_request(now, SendReq::medium(LINK_EP, idx, H_DATA, payload, &args))?;
+            if more {
+                p.head_sent = end;
+            } else {
+                p.out.pop_front();
+                p.head_sent = 0;
+            }
+            p.queued -= 1;
+            p.in_flight += 1;
+        }
+        debug_assert!(
+            p.queued == 0 || p.in_flight >= window,
+            "stopped with credit left"
+        );
+        debug_assert!(p.in_flight <= window, "window overrun");
+        debug_assert_eq!(
+            p.queued == 0,
+            p.out.is_empty(),
+            "queued fragments vs packets"
+        );
+        Ok(())
+    }
+}
