@@ -171,7 +171,7 @@ fn net_message(ts: u64, source: u16, sequum: u64) -> IsotachMessage {
 fn write_value(m: &IsotachMessage) -> u64 {
     match m.sref {
         Sref::Mem { value, .. } => value,
-        Sref::Msg { .. } => panic!("expected a write"),
+        Sref::Rmw { .. } | Sref::Msg { .. } => panic!("expected a write"),
     }
 }
 

@@ -20,7 +20,7 @@ use isotach_proto::config::{
 };
 use isotach_proto::packet::{
     self, BarrierSignalMarker, DecodeError, EndOfIsochron, EopMarker, IsochronMarker,
-    IsotachMessage, Kind, Packet, PlainMessage, Sref, SrefOp, StartOfIsochron, Token, Width,
+    IsotachMessage, Kind, Packet, PlainMessage, RmwOp, Sref, SrefOp, StartOfIsochron, Token, Width,
 };
 use isotach_proto::topology::{Hop, SwitchId, Topology};
 use isotach_proto::{Generation, WaveSeq};
@@ -635,14 +635,39 @@ fn fuzz_token(inp: &mut Input<'_>, port: u16, generation: Generation) -> Token {
 
 fn fuzz_sref(inp: &mut Input<'_>) -> Sref {
     let f = inp.u8();
-    if f % 5 == 4 {
+    if f % 7 >= 5 {
+        let width = if f & 0x80 != 0 {
+            Width::W64
+        } else {
+            Width::W32
+        };
+        let op = match inp.u8() % 3 {
+            0 => RmwOp::Add,
+            1 => RmwOp::CompareAndSwap,
+            _ => RmwOp::Apply(u16::from(inp.u8() % 4)),
+        };
+        let arg2 = if op == RmwOp::CompareAndSwap {
+            inp.u64() & width.max_value()
+        } else {
+            0
+        };
+        Sref::Rmw {
+            op,
+            width,
+            addr: u64::from(inp.u16()),
+            arg: inp.u64() & width.max_value(),
+            arg2,
+            ref_id: u32::from(inp.u8()),
+            answer: f & 0x40 != 0,
+        }
+    } else if f % 7 == 4 {
         let n = usize::from(inp.u8() % 48);
         Sref::Msg {
             handler: u16::from(inp.u8()),
             payload: inp.take(n).to_vec(),
         }
     } else {
-        let op = [SrefOp::Read, SrefOp::Write, SrefOp::Sched, SrefOp::Assign][usize::from(f % 5)];
+        let op = [SrefOp::Read, SrefOp::Write, SrefOp::Sched, SrefOp::Assign][usize::from(f % 7)];
         let width = if f & 0x80 != 0 {
             Width::W64
         } else {

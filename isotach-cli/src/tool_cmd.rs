@@ -23,7 +23,7 @@ use isotach_am::port::{DEFAULT_TAG, PacketPort};
 use isotach_am::{Tag, Transport};
 use isotach_proto::Generation;
 use isotach_proto::packet::{
-    BARRIER_MASK, IsotachMessage, MSG_PAYLOAD_MAX, Packet, Sref, SrefOp, Width,
+    BARRIER_MASK, IsotachMessage, MSG_PAYLOAD_MAX, Packet, RmwOp, Sref, SrefOp, Width,
 };
 use isotach_proto::topology::{HostId, SwitchId};
 use isotach_tools::{ByteGenerator, TokenBits, TokenBouncer, XorShift};
@@ -420,6 +420,18 @@ pub(crate) fn describe(bytes: &[u8]) -> String {
                     "{op:?} w{} addr={addr:#x} value={value} ref={ref_id}",
                     *width as u8 * 8
                 ),
+                Sref::Rmw {
+                    op,
+                    width,
+                    addr,
+                    arg,
+                    arg2,
+                    ref_id,
+                    answer,
+                } => format!(
+                    "{op:?} w{} addr={addr:#x} arg={arg} arg2={arg2} ref={ref_id} answer={answer}",
+                    *width as u8 * 8
+                ),
                 Sref::Msg { handler, payload } =>
                     format!("msg handler={handler} payload={}", hex(payload)),
             }
@@ -488,6 +500,24 @@ pub(crate) fn to_json(bytes: &[u8]) -> Value {
                     ref_id,
                 } => json!({"op": format!("{op:?}").to_lowercase(), "width_bits": *width as u8 * 8,
                     "addr": addr, "value": value, "ref_id": ref_id}),
+                Sref::Rmw {
+                    op,
+                    width,
+                    addr,
+                    arg,
+                    arg2,
+                    ref_id,
+                    answer,
+                } => {
+                    let func = if let RmwOp::Apply(f) = op {
+                        Some(*f)
+                    } else {
+                        None
+                    };
+                    json!({"op": format!("{:?}", op.op()).to_lowercase(), "func": func,
+                        "width_bits": *width as u8 * 8, "addr": addr, "arg": arg, "arg2": arg2,
+                        "ref_id": ref_id, "answer": answer})
+                }
                 Sref::Msg { handler, payload } => {
                     json!({"op": "msg", "handler": handler, "payload": hex(payload)})
                 }

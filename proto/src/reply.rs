@@ -3,7 +3,7 @@
 //! in a [`PlainMessage`](crate::packet::PlainMessage), which carries the CRC; the layout is
 //! in `docs/wire.md`. Decoders validate every length, tag and index and never panic.
 
-use crate::packet::{DecodeError, PLAIN_PAYLOAD_MAX};
+use crate::packet::{DecodeError, PLAIN_PAYLOAD_MAX, RmwOp, SrefOp, Width};
 
 /// Tag of [`HostReply::ReadValue`].
 const TAG_READ_VALUE: u8 = 1;
@@ -26,8 +26,10 @@ pub const IMAGE_HEADER_LEN: usize = 1 + 4 + 4 + 2 + 2;
 pub const IMAGE_CHUNK_BYTES_MAX: usize = PLAIN_PAYLOAD_MAX - IMAGE_HEADER_LEN;
 /// Length of one sched in an image entry.
 pub const IMAGE_SCHED_LEN: usize = 8 + 2 + 8 + 4 + 4 + 2;
-/// Length of an image entry without its scheds.
-pub const IMAGE_ENTRY_LEN_MIN: usize = 4 + 8 + 2 + 2;
+/// Length of one waiting read-modify-write in an image entry.
+pub const IMAGE_RMW_LEN: usize = 2 + 1 + 1 + 2 + 8 + 8;
+/// Length of an image entry without its scheds and read-modify-writes.
+pub const IMAGE_ENTRY_LEN_MIN: usize = 4 + 8 + 2 + 2 + 2;
 /// Value of [`ImageEntry::pending`] on the wire when the variable is substantiated.
 const NO_PENDING: u16 = u16::MAX;
 
@@ -218,8 +220,26 @@ pub struct ImageSched {
     pub host: u16,
 }
 
-/// One variable of a page image: its slot, value and unresolved scheds. Variables that are
-/// zero and have no sched are left out of an image.
+/// A read-modify-write waiting at the copy for one of the variable's scheds: the copy that
+/// takes the image runs it on the assigned value, as every other copy does (the copy that
+/// sent the image answers the issuer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageRmw {
+    /// Index into the entry's scheds of the sched it waits for.
+    pub sched: u16,
+    /// What it does.
+    pub op: RmwOp,
+    /// Its width.
+    pub width: Width,
+    /// Its argument; fits `width`.
+    pub arg: u64,
+    /// Its second argument (compare-and-swap's new value, else 0); fits `width`.
+    pub arg2: u64,
+}
+
+/// One variable of a page image: its slot, value, unresolved scheds and the
+/// read-modify-writes waiting for them, in order. Variables that are zero and have no sched
+/// are left out of an image.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ImageEntry {
     /// Slot in the page.
@@ -230,17 +250,25 @@ pub struct ImageEntry {
     pub pending: Option<u16>,
     /// Unresolved scheds, oldest first.
     pub scheds: Vec<ImageSched>,
+    /// Read-modify-writes waiting for those scheds, in execution order.
+    pub rmws: Vec<ImageRmw>,
 }
 
 impl ImageEntry {
     /// Encoded length.
     pub fn encoded_len(&self) -> usize {
-        IMAGE_ENTRY_LEN_MIN + self.scheds.len() * IMAGE_SCHED_LEN
+        IMAGE_ENTRY_LEN_MIN + self.scheds.len() * IMAGE_SCHED_LEN + self.rmws.len() * IMAGE_RMW_LEN
     }
 
     /// Appends the encoded entry.
     pub fn encode(&self, out: &mut Vec<u8>) {
         debug_assert!(self.scheds.len() < usize::from(u16::MAX));
+        debug_assert!(self.rmws.len() <= usize::from(u16::MAX));
+        debug_assert!(
+            self.rmws
+                .iter()
+                .all(|r| usize::from(r.sched) < self.scheds.len())
+        );
         debug_assert!(
             self.pending
                 .is_none_or(|p| usize::from(p) < self.scheds.len())
@@ -249,6 +277,7 @@ impl ImageEntry {
         out.extend_from_slice(&self.value.to_be_bytes());
         out.extend_from_slice(&self.pending.unwrap_or(NO_PENDING).to_be_bytes());
         out.extend_from_slice(&(self.scheds.len() as u16).to_be_bytes());
+        out.extend_from_slice(&(self.rmws.len() as u16).to_be_bytes());
         for s in &self.scheds {
             out.extend_from_slice(&s.ts.to_be_bytes());
             out.extend_from_slice(&s.source.to_be_bytes());
@@ -257,6 +286,43 @@ impl ImageEntry {
             out.extend_from_slice(&s.pos.to_be_bytes());
             out.extend_from_slice(&s.host.to_be_bytes());
         }
+        for r in &self.rmws {
+            out.extend_from_slice(&r.sched.to_be_bytes());
+            out.push(r.op.op() as u8);
+            out.push(r.width as u8);
+            let func = if let RmwOp::Apply(f) = r.op { f } else { 0 };
+            out.extend_from_slice(&func.to_be_bytes());
+            out.extend_from_slice(&r.arg.to_be_bytes());
+            out.extend_from_slice(&r.arg2.to_be_bytes());
+        }
+    }
+
+    /// One waiting read-modify-write of an entry with `scheds` scheds.
+    fn decode_rmw(r: &[u8], scheds: usize) -> Result<ImageRmw, DecodeError> {
+        let bad = |field: &'static str, value: u64| DecodeError::OutOfRange { field, value };
+        let sched = be16(&r[0..2]);
+        if usize::from(sched) >= scheds {
+            return Err(bad("image.rmw.sched", u64::from(sched)));
+        }
+        let width = Width::from_byte(r[3]).ok_or(bad("image.rmw.width", u64::from(r[3])))?;
+        let func = be16(&r[4..6]);
+        let (arg, arg2) = (be64(&r[6..14]), be64(&r[14..22]));
+        let op = match r[2] {
+            b if b == SrefOp::Add as u8 && func == 0 && arg2 == 0 => RmwOp::Add,
+            b if b == SrefOp::CompareAndSwap as u8 && func == 0 => RmwOp::CompareAndSwap,
+            b if b == SrefOp::Apply as u8 && arg2 == 0 => RmwOp::Apply(func),
+            b => return Err(bad("image.rmw.op", u64::from(b))),
+        };
+        if arg.max(arg2) > width.max_value() {
+            return Err(bad("image.rmw.arg", arg.max(arg2)));
+        }
+        Ok(ImageRmw {
+            sched,
+            op,
+            width,
+            arg,
+            arg2,
+        })
     }
 
     /// Decodes every entry of an image chunk; the bytes must hold whole entries only.
@@ -270,7 +336,9 @@ impl ImageEntry {
                 });
             }
             let n = usize::from(be16(&b[14..16]));
-            let len = IMAGE_ENTRY_LEN_MIN + n * IMAGE_SCHED_LEN;
+            let m = usize::from(be16(&b[16..18]));
+            let scheds_end = IMAGE_ENTRY_LEN_MIN + n * IMAGE_SCHED_LEN;
+            let len = scheds_end + m * IMAGE_RMW_LEN;
             if b.len() < len {
                 return Err(DecodeError::Short {
                     need: len,
@@ -287,7 +355,11 @@ impl ImageEntry {
                     });
                 }
             };
-            let scheds = b[IMAGE_ENTRY_LEN_MIN..len]
+            let rmws = b[scheds_end..len]
+                .chunks_exact(IMAGE_RMW_LEN)
+                .map(|r| Self::decode_rmw(r, n))
+                .collect::<Result<_, _>>()?;
+            let scheds = b[IMAGE_ENTRY_LEN_MIN..scheds_end]
                 .chunks_exact(IMAGE_SCHED_LEN)
                 .map(|s| ImageSched {
                     ts: be64(&s[0..8]),
@@ -303,6 +375,7 @@ impl ImageEntry {
                 value: be64(&b[4..12]),
                 pending,
                 scheds,
+                rmws,
             });
             b = &b[len..];
         }
@@ -363,7 +436,38 @@ mod tests {
                     host: 3,
                 })
                 .collect(),
+            // Every kind of waiting read-modify-write, on the last sched.
+            rmws: (0..scheds.min(1) * 3)
+                .map(|i| ImageRmw {
+                    sched: scheds as u16 - 1,
+                    op: [RmwOp::Add, RmwOp::CompareAndSwap, RmwOp::Apply(9)][i],
+                    width: Width::W32,
+                    arg: 5,
+                    arg2: if i == 1 { 6 } else { 0 },
+                })
+                .collect(),
         }
+    }
+
+    #[test]
+    fn waiting_rmws_are_checked_against_their_entry() {
+        let e = entry(7, 2);
+        let mut b = Vec::new();
+        e.encode(&mut b);
+        assert_eq!(b.len(), e.encoded_len());
+        assert_eq!(ImageEntry::decode_all(&b).unwrap(), vec![e.clone()]);
+        let rmw_at = IMAGE_ENTRY_LEN_MIN + 2 * IMAGE_SCHED_LEN;
+        let refused = |at: usize, byte: u8| {
+            let mut x = b.clone();
+            x[at] = byte;
+            ImageEntry::decode_all(&x).is_err()
+        };
+        assert!(refused(rmw_at + 1, 2), "a sched index beyond the entry's");
+        assert!(refused(rmw_at + 2, 1), "a read is not a read-modify-write");
+        assert!(refused(rmw_at + 3, 3), "no such width");
+        assert!(refused(rmw_at + 5, 1), "add names no function");
+        assert!(refused(rmw_at + 6 + 3, 1), "an argument wider than 32 bits");
+        assert!(!refused(rmw_at + 13, 9), "a 32-bit argument is fine");
     }
 
     #[test]

@@ -66,7 +66,8 @@ pub(crate) fn check(nodes: Vec<NodeRecords>, explain_max: usize) -> EraReport {
                 }
             }
         }
-        let (o, notes) = oracle::check_explained(&records, explain_max);
+        let (o, notes) =
+            oracle::check_with_functions(&records, explain_max, &crate::smm_host::rmw_functions());
         report.eras += 1;
         let sum = &mut report.oracle;
         sum.isochrons += o.isochrons;

@@ -5,7 +5,8 @@
 //! The memory: a *hot* page every host holds a copy of and everyone reads and writes, pages
 //! replicated on two or three hosts (across switches), and one single-copy page per host.
 //! Isochrons carry 1..=4 operations: reads (nearest copy), writes (every copy, 32- and 64-bit),
-//! and sched/assign chains — a host schedules a variable and assigns it in a later isochron, so
+//! read-modify-writes (`add`, `compare_and_swap`, `apply`; every copy runs them and the oracle
+//! checks the value each found), and sched/assign chains — a host schedules a variable and assigns it in a later isochron, so
 //! other hosts' reads wait in the read-pending list in between. Each host keeps at most two
 //! isochrons not yet executed. After its last isochron a host assigns every sched it still
 //! holds, so no read waits forever.
@@ -14,12 +15,12 @@ use crate::host::{Host, HostCtx};
 use crate::net::{FaultError, RangeUs};
 use crate::oracle::PulseOracle;
 use crate::sim::{NetFaults, RunEnd, Sim, SimConfig, SimError};
-use crate::smm_host::{PortEvent, SmmPort, run_to_quiescence};
+use crate::smm_host::{PortEvent, SIM_RMW_FUNCTION, SmmPort, run_to_quiescence};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::Width;
 use isotach_proto::topology::HostId;
 use isotach_siu::SiuError;
-use isotach_smm::{Addr, MemoryMap};
+use isotach_smm::{Addr, Isochron, MemoryMap, SmmError};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -224,6 +225,26 @@ impl ScHost {
         }
     }
 
+    /// A random read-modify-write: half `add`, a quarter `compare_and_swap` (expecting 0 or
+    /// `value`, so some swap), a quarter `apply`.
+    fn rmw(
+        iso: &mut Isochron<'_>,
+        ctx: &mut HostCtx<'_>,
+        addr: Addr,
+        width: Width,
+        value: u64,
+    ) -> Result<(), SmmError> {
+        let r = match ctx.rng().below(4) {
+            0 | 1 => iso.add(addr, width, value),
+            2 => {
+                let expected = if ctx.rng().below(2) == 0 { 0 } else { value };
+                iso.compare_and_swap(addr, width, expected, value ^ 1)
+            }
+            _ => iso.apply(addr, width, SIM_RMW_FUNCTION, value),
+        };
+        r.map(|_| ())
+    }
+
     fn issue(&mut self, ctx: &mut HostCtx<'_>) {
         let last = self.left == 1;
         let ops = 1 + ctx.rng().below(4);
@@ -237,10 +258,12 @@ impl ScHost {
             let width = Self::width(addr);
             let value = ctx.rng().next_u64() & width.max_value();
             let roll = ctx.rng().below(100);
-            let r = if roll < 40 {
+            let r = if roll < 35 {
                 iso.read(addr, width).map(|_| ())
-            } else if roll < 75 {
+            } else if roll < 63 {
                 iso.write(addr, width, value)
+            } else if roll < 75 {
+                Self::rmw(&mut iso, ctx, addr, width, value)
             } else if roll < 88 && held + scheds.len() < 4 {
                 scheds.push(addr);
                 iso.sched(addr)

@@ -13,7 +13,9 @@ use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::{self, EopMarker, Kind};
 use isotach_proto::topology::HostId;
 use isotach_siu::SiuError;
-use isotach_smm::{ExecRecord, MemoryMap, SmmConfig, SmmError, SmmLimits, SmmNode, SmmStats};
+use isotach_smm::{
+    ExecRecord, MemoryMap, RmwFunctions, SmmConfig, SmmError, SmmLimits, SmmNode, SmmStats,
+};
 use std::sync::Arc;
 
 /// Read ids each node of a host draws from before the next node's range starts.
@@ -64,9 +66,32 @@ pub(crate) struct SmmPort {
     nodes_started: u32,
 }
 
+/// The `apply` function every simulated application registers (and the oracle replays).
+pub(crate) const SIM_RMW_FUNCTION: u16 = 1;
+
+/// [`SIM_RMW_FUNCTION`]: pure, and not commutative with `add`, so an order the copies disagree
+/// on shows.
+fn triple_plus(old: u64, arg: u64) -> u64 {
+    old.wrapping_mul(3).wrapping_add(arg)
+}
+
+/// The functions the simulated applications register, for the oracle.
+pub(crate) fn rmw_functions() -> RmwFunctions {
+    let mut f = RmwFunctions::default();
+    f.register(SIM_RMW_FUNCTION, triple_plus);
+    f
+}
+
+/// A node with the simulated applications' `apply` function registered.
+fn new_node(cfg: SmmConfig) -> SmmNode {
+    let mut node = SmmNode::new(cfg);
+    node.register_rmw(SIM_RMW_FUNCTION, triple_plus);
+    node
+}
+
 impl SmmPort {
     pub(crate) fn new(host: HostId, cluster: &ClusterConfig, map: Arc<MemoryMap>) -> Self {
-        let node = SmmNode::new(SmmConfig {
+        let node = new_node(SmmConfig {
             host,
             topology: Arc::new(cluster.topology.clone()),
             map,
@@ -152,7 +177,7 @@ impl SmmPort {
     pub(crate) fn restart(&mut self, host: HostId) {
         let cfg = self.node.config().clone();
         debug_assert_eq!(cfg.host, host);
-        self.node = SmmNode::new(cfg);
+        self.node = new_node(cfg);
         self.nodes_started += 1;
         self.node
             .start_read_ids_at(self.nodes_started.wrapping_mul(READ_IDS_PER_NODE));

@@ -20,17 +20,21 @@ pub mod map;
 mod memory;
 mod node;
 pub mod oracle;
+pub mod rmw;
 pub mod testkit;
 
 #[cfg(feature = "daemon")]
 pub use connect::{AmLink, ConnectError, ConnectOptions, Pump, connect_shared};
 pub use driver::{LinkError, SharedSmm, SiuLink, Smm, WaitError};
+/// Read-modify-write operations (re-exported).
+pub use isotach_proto::packet::RmwOp;
 /// Variable widths (re-exported: an application needs nothing from the proto crate).
 pub use isotach_proto::packet::Width;
 /// Host ids (re-exported).
 pub use isotach_proto::topology::HostId;
 pub use map::{Addr, LocalMap, MapError, MemoryMap};
 pub use node::{HandlerCall, Isochron, JoinReport, JoinStatus, SmmNode};
+pub use rmw::{RmwFn, RmwFunctions};
 
 use isotach_proto::topology::Topology;
 use std::sync::Arc;
@@ -186,6 +190,9 @@ pub enum SmmError {
     /// A read handle that is unknown or already taken.
     #[error("unknown read handle")]
     UnknownRead,
+    /// `apply` of a function this node has not registered ([`SmmNode::register_rmw`]).
+    #[error("no read-modify-write function {0} is registered")]
+    UnknownRmwFunction(u16),
     /// A barrier already in progress, or a count of zero.
     #[error("barrier {0}: already in progress or zero count")]
     Barrier(usize),
@@ -245,6 +252,9 @@ pub struct SmmStats {
     pub count_mismatches: u64,
     /// Message srefs with no registered handler.
     pub unhandled_messages: u64,
+    /// `apply` read-modify-writes of a function not registered at this copy (the variable
+    /// kept its value; functions must be registered alike on every host).
+    pub rmw_unknown_functions: u64,
     /// Other bad input from the SIU.
     pub bad_input: u64,
     /// Answers for reads this node has no open read for (ignored): replies carry no
@@ -315,6 +325,24 @@ pub enum RecordedOp {
         addr: Addr,
         /// Value assigned (narrowed to the width).
         value: u64,
+    },
+    /// A read-modify-write and the value it found (`None` until it is answered).
+    Rmw {
+        /// Address.
+        addr: Addr,
+        /// What it does.
+        op: RmwOp,
+        /// Its width.
+        width: Width,
+        /// Its argument.
+        arg: u64,
+        /// Its second argument (compare-and-swap's new value).
+        arg2: u64,
+        /// The value it found.
+        old: Option<u64>,
+        /// The host that refused to answer (no application was attached there): the other
+        /// copies ran it, but the value it found is unknown.
+        refused_by: Option<HostId>,
     },
 }
 

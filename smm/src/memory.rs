@@ -1,5 +1,5 @@
 //! This host's copies of shared pages: values, unsubstantiated variables and the read-pending
-//! list.
+//! list (reads and read-modify-writes waiting for an assign).
 //!
 //! A `sched` makes a variable unsubstantiated *at the sched's order key*. Reads ordered after it
 //! wait in the read-pending list, tied to that key, until the scheduling node's `assign`
@@ -8,6 +8,7 @@
 //! that node's oldest unresolved sched on the variable, so concurrent scheds resolve in
 //! logical-time order per node and readers get the value of the version they read.
 
+use crate::rmw::{Rmw, RmwFunctions};
 use crate::{OrderKey, SmmError, map::Addr};
 
 /// Identifies one sched at this copy: its isochron's place in the order and its position among
@@ -15,7 +16,7 @@ use crate::{OrderKey, SmmError, map::Addr};
 /// copy tells them apart by their messages' sequums, this host's copy by the position).
 pub(crate) type SchedId = (OrderKey, u32);
 use isotach_proto::packet::Width;
-use isotach_proto::reply::{ImageEntry, ImageSched};
+use isotach_proto::reply::{ImageEntry, ImageRmw, ImageSched};
 use isotach_proto::topology::HostId;
 use std::collections::HashMap;
 
@@ -29,17 +30,26 @@ struct Var {
     scheds: Vec<(SchedId, HostId)>,
 }
 
-/// A read waiting for a sched to be resolved.
+/// What waits for a sched to be resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PendingRead {
+pub(crate) enum Waiter {
+    /// A read of `width`.
+    Read(Width),
+    /// A read-modify-write: it runs on the assigned value, in order with the other waiters.
+    Rmw(Rmw),
+}
+
+/// An operation waiting for a sched to be resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PendingOp {
     pub(crate) addr: Addr,
-    pub(crate) width: Width,
+    pub(crate) waiter: Waiter,
     pub(crate) waits_on: SchedId,
     pub(crate) requester: HostId,
     pub(crate) ref_id: u32,
 }
 
-/// A read released by an assign.
+/// An answer released by an assign (a read's value, or a read-modify-write's old value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Released {
     pub(crate) requester: HostId,
@@ -47,7 +57,7 @@ pub(crate) struct Released {
     pub(crate) value: u64,
 }
 
-/// The outcome of a read.
+/// The outcome of a read, or of a read-modify-write (the value it found).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ReadOutcome {
     Value(u64),
@@ -59,8 +69,13 @@ pub(crate) enum ReadOutcome {
 pub(crate) struct Memory {
     slots_per_page: u32,
     pages: HashMap<u32, Vec<Var>>,
-    read_pending: Vec<PendingRead>,
+    /// Waiting operations in execution order (an assign replays its waiters in this order).
+    read_pending: Vec<PendingOp>,
     read_pending_max: usize,
+    /// The application's `apply` functions.
+    functions: RmwFunctions,
+    /// `apply`s of a function not registered here (the variable kept its value).
+    unknown_functions: u64,
 }
 
 fn narrow(value: u64, width: Width) -> u64 {
@@ -77,7 +92,29 @@ impl Memory {
             pages,
             read_pending: Vec::new(),
             read_pending_max: 0,
+            functions: RmwFunctions::default(),
+            unknown_functions: 0,
         }
+    }
+
+    /// The functions `apply` may name.
+    pub(crate) fn functions(&self) -> &RmwFunctions {
+        &self.functions
+    }
+
+    /// The functions `apply` may name, to register one.
+    pub(crate) fn functions_mut(&mut self) -> &mut RmwFunctions {
+        &mut self.functions
+    }
+
+    /// `apply`s of a function not registered here.
+    pub(crate) fn unknown_functions(&self) -> u64 {
+        self.unknown_functions
+    }
+
+    fn wait(&mut self, op: PendingOp) {
+        self.read_pending.push(op);
+        self.read_pending_max = self.read_pending_max.max(self.read_pending.len());
     }
 
     fn var(&mut self, addr: Addr) -> Result<&mut Var, SmmError> {
@@ -103,17 +140,52 @@ impl Memory {
         match var.pending {
             None => Ok(ReadOutcome::Value(narrow(var.value, width))),
             Some(waits_on) => {
-                self.read_pending.push(PendingRead {
+                self.wait(PendingOp {
                     addr,
-                    width,
+                    waiter: Waiter::Read(width),
                     waits_on,
                     requester,
                     ref_id,
                 });
-                self.read_pending_max = self.read_pending_max.max(self.read_pending.len());
                 Ok(ReadOutcome::Pending)
             }
         }
+    }
+
+    /// Runs a read-modify-write on `addr`: at once when the variable is substantiated (the
+    /// outcome is the value it found), else after the assign it waits for.
+    pub(crate) fn rmw(
+        &mut self,
+        addr: Addr,
+        rmw: Rmw,
+        requester: HostId,
+        ref_id: u32,
+    ) -> Result<ReadOutcome, SmmError> {
+        let var = self.var(addr)?;
+        let Some(waits_on) = var.pending else {
+            let old = narrow(var.value, rmw.width);
+            let new = Self::modified(&self.functions, &mut self.unknown_functions, rmw, old);
+            self.var(addr)?.value = new;
+            return Ok(ReadOutcome::Value(old));
+        };
+        self.wait(PendingOp {
+            addr,
+            waiter: Waiter::Rmw(rmw),
+            waits_on,
+            requester,
+            ref_id,
+        });
+        Ok(ReadOutcome::Pending)
+    }
+
+    /// The value `rmw` leaves after `old`; an unknown function leaves `old` (counted).
+    fn modified(functions: &RmwFunctions, unknown: &mut u64, rmw: Rmw, old: u64) -> u64 {
+        functions
+            .new_value(rmw.op, rmw.width, old, rmw.arg, rmw.arg2)
+            .unwrap_or_else(|| {
+                *unknown += 1;
+                old
+            })
     }
 
     /// The value a handler or a local check sees now (unsubstantiated or not).
@@ -142,7 +214,10 @@ impl Memory {
     }
 
     /// Resolves `scheduler`'s oldest unresolved sched on `addr` with `value`; returns the
-    /// reads it releases.
+    /// answers it releases. The operations that waited for it run on `value` in their order,
+    /// so a read after a read-modify-write sees its result; the variable keeps the outcome
+    /// only while this sched is still the version it is in (a later write or sched replaced
+    /// it already otherwise, and the outcome is as overwritten as the assigned value).
     pub(crate) fn assign(
         &mut self,
         addr: Addr,
@@ -156,28 +231,43 @@ impl Memory {
             return Err(SmmError::AssignWithoutSched(addr));
         };
         let (key, _) = var.scheds.remove(i);
-        if var.pending == Some(key) {
-            var.value = value;
-            var.pending = None;
-        }
+        let current = var.pending == Some(key);
         let mut released = Vec::new();
+        let mut value = value;
+        let (functions, unknown) = (&self.functions, &mut self.unknown_functions);
         self.read_pending.retain(|r| {
             let hit = r.addr == addr && r.waits_on == key;
             if hit {
-                released.push(Released {
-                    requester: r.requester,
-                    ref_id: r.ref_id,
-                    value: narrow(value, r.width),
-                });
+                let (found, answer) = match r.waiter {
+                    Waiter::Read(width) => (narrow(value, width), true),
+                    Waiter::Rmw(rmw) => {
+                        let old = narrow(value, rmw.width);
+                        value = Self::modified(functions, unknown, rmw, old);
+                        (old, rmw.answer)
+                    }
+                };
+                if answer {
+                    released.push(Released {
+                        requester: r.requester,
+                        ref_id: r.ref_id,
+                        value: found,
+                    });
+                }
             }
             !hit
         });
+        if current {
+            let var = self.var(addr)?;
+            var.value = value;
+            var.pending = None;
+        }
         Ok(released)
     }
 
     /// The page's variables as a state-transfer image: every variable that is non-zero or
-    /// has unresolved scheds. Reads waiting here are not part of it: they were sent to this
-    /// copy and this copy answers them.
+    /// has unresolved scheds, with the read-modify-writes waiting for them (the copy that
+    /// installs the image runs those too). Reads waiting here are not part of it: they were
+    /// sent to this copy and this copy answers them.
     pub(crate) fn image(&self, page: u32) -> Vec<ImageEntry> {
         let Some(vars) = self.pages.get(&page) else {
             return Vec::new();
@@ -185,25 +275,41 @@ impl Memory {
         vars.iter()
             .enumerate()
             .filter(|(_, v)| v.value != 0 || !v.scheds.is_empty())
-            .map(|(slot, v)| ImageEntry {
-                slot: slot as u32,
-                value: v.value,
-                pending: v
-                    .pending
-                    .and_then(|p| v.scheds.iter().position(|&(k, _)| k == p))
-                    .map(|i| i as u16),
-                scheds: v
-                    .scheds
-                    .iter()
-                    .map(|&((key, pos), host)| ImageSched {
-                        ts: key.ts,
-                        source: key.source,
-                        sequum: key.sequum,
-                        sub: key.sub,
-                        pos,
-                        host,
-                    })
-                    .collect(),
+            .map(|(slot, v)| {
+                let index = |k: SchedId| v.scheds.iter().position(|&(s, _)| s == k);
+                let addr = Addr::new(page, slot as u32);
+                ImageEntry {
+                    slot: slot as u32,
+                    value: v.value,
+                    pending: v.pending.and_then(index).map(|i| i as u16),
+                    scheds: v
+                        .scheds
+                        .iter()
+                        .map(|&((key, pos), host)| ImageSched {
+                            ts: key.ts,
+                            source: key.source,
+                            sequum: key.sequum,
+                            sub: key.sub,
+                            pos,
+                            host,
+                        })
+                        .collect(),
+                    rmws: self
+                        .read_pending
+                        .iter()
+                        .filter(|w| w.addr == addr)
+                        .filter_map(|w| match w.waiter {
+                            Waiter::Rmw(r) => Some(ImageRmw {
+                                sched: index(w.waits_on)? as u16,
+                                op: r.op,
+                                width: r.width,
+                                arg: r.arg,
+                                arg2: r.arg2,
+                            }),
+                            Waiter::Read(_) => None,
+                        })
+                        .collect(),
+                }
             })
             .collect()
     }
@@ -233,6 +339,26 @@ impl Memory {
                     ((key, s.pos), s.host)
                 })
                 .collect();
+            for r in &e.rmws {
+                let Some(&(waits_on, _)) = scheds.get(usize::from(r.sched)) else {
+                    continue; // the decoder refused such an index already
+                };
+                // The copy that sent the image answers the issuer.
+                let rmw = Rmw {
+                    op: r.op,
+                    width: r.width,
+                    arg: r.arg,
+                    arg2: r.arg2,
+                    answer: false,
+                };
+                self.read_pending.push(PendingOp {
+                    addr: Addr::new(page, e.slot),
+                    waiter: Waiter::Rmw(rmw),
+                    waits_on,
+                    requester: 0,
+                    ref_id: 0,
+                });
+            }
             let var = &mut vars[e.slot as usize];
             var.value = e.value;
             var.pending = e
@@ -241,6 +367,7 @@ impl Memory {
                 .map(|s| s.0);
             var.scheds = scheds;
         }
+        self.read_pending_max = self.read_pending_max.max(self.read_pending.len());
         Ok(())
     }
 

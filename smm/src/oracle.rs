@@ -7,10 +7,15 @@
 //! variable takes that value *at the sched's place in the order*, which is what readers
 //! waiting in the read-pending list receive; an `assign` changes nothing at its own place.
 //!
+//! A read-modify-write makes a new version at its place from the version before it (`add`,
+//! `compare_and_swap`, and `apply` with the functions the run registered), and the value it
+//! found is checked like a read's.
+//!
 //! A read that disagrees with the replay is an *atomicity violation* when no single point of
 //! the replay explains all reads of its isochron together, and an *SC violation* otherwise
 //! (each read is explained by one point, just not the isochron's own).
 
+use crate::rmw::RmwFunctions;
 use crate::{Addr, ExecRecord, OrderKey, RecordedOp};
 use std::collections::{HashMap, VecDeque};
 
@@ -51,6 +56,15 @@ pub fn check(records: &[ExecRecord]) -> OracleReport {
 
 /// Like [`check`], and describes up to `explain_max` failing reads (for diagnosis).
 pub fn check_explained(records: &[ExecRecord], explain_max: usize) -> (OracleReport, Vec<String>) {
+    check_with_functions(records, explain_max, &RmwFunctions::default())
+}
+
+/// Like [`check_explained`] for a run whose `apply` read-modify-writes name `functions`.
+pub fn check_with_functions(
+    records: &[ExecRecord],
+    explain_max: usize,
+    functions: &RmwFunctions,
+) -> (OracleReport, Vec<String>) {
     let mut report = OracleReport::default();
     let mut notes = Vec::new();
     check_program_order(records, &mut report);
@@ -62,7 +76,7 @@ pub fn check_explained(records: &[ExecRecord], explain_max: usize) -> (OracleRep
         .collect();
     executed.sort_unstable_by_key(|&(_, k)| k);
     report.isochrons = executed.len() as u64;
-    let history = History::replay(records, &executed, &resolved);
+    let history = History::replay(records, &executed, &resolved, functions);
     for (pos, &(i, _)) in executed.iter().enumerate() {
         let mut ctx = Check {
             history: &history,
@@ -140,6 +154,7 @@ impl History {
         records: &[ExecRecord],
         executed: &[(usize, OrderKey)],
         resolved: &HashMap<(usize, usize), u64>,
+        functions: &RmwFunctions,
     ) -> Self {
         let mut versions: HashMap<Addr, Vec<(usize, usize, Option<u64>)>> = HashMap::new();
         for (pos, &(i, _)) in executed.iter().enumerate() {
@@ -147,6 +162,22 @@ impl History {
                 let (addr, value) = match *op {
                     RecordedOp::Write { addr, value } => (addr, Some(value)),
                     RecordedOp::Sched { addr } => (addr, resolved.get(&(i, j)).copied()),
+                    RecordedOp::Rmw {
+                        addr,
+                        op,
+                        width,
+                        arg,
+                        arg2,
+                        ..
+                    } => {
+                        let before = versions
+                            .get(&addr)
+                            .and_then(|v| v.last())
+                            .map_or(Some(0), |&(_, _, v)| v);
+                        let after =
+                            before.and_then(|b| functions.new_value(op, width, b, arg, arg2));
+                        (addr, after)
+                    }
                     _ => continue,
                 };
                 versions.entry(addr).or_default().push((pos, j, value));
@@ -196,8 +227,17 @@ fn check_isochron(
     let mut failed = false;
     let mut explain: Option<Vec<(usize, usize)>> = None;
     for (j, op) in r.ops.iter().enumerate() {
-        let RecordedOp::Read { addr, mask, value } = *op else {
-            continue;
+        let (addr, mask, value) = match *op {
+            RecordedOp::Read { addr, mask, value } => (addr, mask, value),
+            // A refused answer: the other copies ran it; the value it found is unknown.
+            RecordedOp::Rmw {
+                refused_by: Some(_),
+                ..
+            } => continue,
+            RecordedOp::Rmw {
+                addr, width, old, ..
+            } => (addr, width.max_value(), old),
+            _ => continue,
         };
         let Some(value) = value else {
             report.unresolved_reads += 1;
@@ -214,6 +254,10 @@ fn check_isochron(
                 RecordedOp::Write { addr: a, value } if a == addr => Some(Some(value)),
                 RecordedOp::Sched { addr: a } if a == addr => {
                     Some(ctx.resolved.get(&(i, k)).copied())
+                }
+                // The version this isochron's own read-modify-write made.
+                RecordedOp::Rmw { addr: a, .. } if a == addr => {
+                    Some(history.value_at(addr, pos, k + 1))
                 }
                 _ => None,
             });

@@ -2,7 +2,9 @@
 //! timestamped by the source SIU. Also the in-place stamping and peeking the SIU's and the
 //! token manager's hot paths use, so they never re-encode a message.
 
-use super::codec::{CRC_LEN, Fields, begin, crc32, open, push_u16, push_u32, push_u64, seal};
+use super::codec::{
+    CRC_LEN, Fields, begin, check_bits, crc32, open, push_u16, push_u32, push_u64, seal,
+};
 use super::{DecodeError, Kind};
 use crate::logical::Generation;
 
@@ -12,6 +14,10 @@ pub const MSG_PAYLOAD_MAX: usize = 1024;
 pub const MEM_MESSAGE_LEN: usize = 52;
 /// Encoded length of a `msg` sref message without its payload.
 pub const MSG_MESSAGE_LEN_MIN: usize = 36;
+/// Encoded length of a read-modify-write sref message (add, compare-and-swap, apply).
+pub const RMW_MESSAGE_LEN: usize = 64;
+/// The flag of an RMW sref whose copy answers the issuer with the old value.
+const RMW_FLAG_ANSWER: u8 = 0b0000_0001;
 
 /// Operation codes of srefs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -30,6 +36,12 @@ pub enum SrefOp {
     /// Copy request of a joining node (state transfer): the holder answers with an image of
     /// the page of `addr` cut at this place in the order. `ref_id` names the join.
     Copy = 6,
+    /// Read-modify-write: add (wrapping at the width).
+    Add = 7,
+    /// Read-modify-write: compare and swap.
+    CompareAndSwap = 8,
+    /// Read-modify-write: an application-registered pure function of (old value, argument).
+    Apply = 9,
 }
 
 impl SrefOp {
@@ -41,6 +53,9 @@ impl SrefOp {
             4 => Self::Assign,
             5 => Self::Msg,
             6 => Self::Copy,
+            7 => Self::Add,
+            8 => Self::CompareAndSwap,
+            9 => Self::Apply,
             other => {
                 return Err(DecodeError::OutOfRange {
                     field: "message.op",
@@ -64,7 +79,7 @@ pub enum Width {
 
 impl Width {
     /// The width a width byte names (its size in bytes).
-    fn from_byte(b: u8) -> Option<Self> {
+    pub(crate) fn from_byte(b: u8) -> Option<Self> {
         [Self::W32, Self::W64].into_iter().find(|w| *w as u8 == b)
     }
 
@@ -73,6 +88,42 @@ impl Width {
         match self {
             Self::W32 => u64::from(u32::MAX),
             Self::W64 => u64::MAX,
+        }
+    }
+}
+
+/// What a read-modify-write sref does to its variable. Every copy executes it at the sref's
+/// place in the order, so copies agree without sched/assign; one copy answers the issuer with
+/// the value it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RmwOp {
+    /// `old + arg`, wrapping at the variable's width.
+    Add,
+    /// `new` if `old == expected`, else `old` unchanged (`arg` = expected, `arg2` = new). The
+    /// issuer learns whether it swapped by comparing the answer with `expected`.
+    CompareAndSwap,
+    /// The pure function the application registered as `func` on every host, of
+    /// `(old, arg)`; the SMM runs it (see `isotach_smm::SmmNode::register_rmw`).
+    Apply(u16),
+}
+
+impl RmwOp {
+    /// The operation code on the wire.
+    pub fn op(self) -> SrefOp {
+        match self {
+            Self::Add => SrefOp::Add,
+            Self::CompareAndSwap => SrefOp::CompareAndSwap,
+            Self::Apply(_) => SrefOp::Apply,
+        }
+    }
+
+    /// The new value of a built-in operation on `old` (`None` for [`RmwOp::Apply`], whose
+    /// function only the application knows). Both arguments fit `width`.
+    pub fn built_in(self, width: Width, old: u64, arg: u64, arg2: u64) -> Option<u64> {
+        match self {
+            Self::Add => Some(old.wrapping_add(arg) & width.max_value()),
+            Self::CompareAndSwap => Some(if old == arg { arg2 } else { old }),
+            Self::Apply(_) => None,
         }
     }
 }
@@ -93,6 +144,24 @@ pub enum Sref {
         /// Requester-local reference, echoed in read replies.
         ref_id: u32,
     },
+    /// An atomic read-modify-write of one variable at every copy (see [`RmwOp`]).
+    Rmw {
+        /// What it does.
+        op: RmwOp,
+        /// Variable width.
+        width: Width,
+        /// Shared address (page and offset).
+        addr: u64,
+        /// The argument (the addend, the expected value, the function's argument); fits
+        /// `width`.
+        arg: u64,
+        /// The second argument (compare-and-swap's new value, else 0); fits `width`.
+        arg2: u64,
+        /// Requester-local reference, echoed in the answer.
+        ref_id: u32,
+        /// This copy answers the issuer with the old value (exactly one copy does).
+        answer: bool,
+    },
     /// A message run by handler `handler` at its place in the order.
     Msg {
         /// Handler index at the destination.
@@ -103,10 +172,19 @@ pub enum Sref {
 }
 
 impl Sref {
+    /// The shared address it operates on (memory and read-modify-write srefs).
+    pub fn addr(&self) -> Option<u64> {
+        match self {
+            Self::Mem { addr, .. } | Self::Rmw { addr, .. } => Some(*addr),
+            Self::Msg { .. } => None,
+        }
+    }
+
     /// The operation code.
     pub fn op(&self) -> SrefOp {
         match self {
             Self::Mem { op, .. } => *op,
+            Self::Rmw { op, .. } => op.op(),
             Self::Msg { .. } => SrefOp::Msg,
         }
     }
@@ -155,6 +233,7 @@ impl IsotachMessage {
     pub fn encoded_len(&self) -> usize {
         match &self.sref {
             Sref::Mem { .. } => MEM_MESSAGE_LEN,
+            Sref::Rmw { .. } => RMW_MESSAGE_LEN,
             Sref::Msg { payload, .. } => MSG_MESSAGE_LEN_MIN + payload.len(),
         }
     }
@@ -162,9 +241,19 @@ impl IsotachMessage {
     /// Appends the encoded message; returns its CRC.
     pub fn encode(&self, out: &mut Vec<u8>) -> u32 {
         let start = begin(out, Kind::IsotachMessage);
+        debug_assert!(
+            !matches!(
+                &self.sref,
+                Sref::Mem {
+                    op: SrefOp::Msg | SrefOp::Add | SrefOp::CompareAndSwap | SrefOp::Apply,
+                    ..
+                }
+            ),
+            "a memory sref with another kind's operation"
+        );
         out.push(self.sref.op() as u8);
         out.push(match &self.sref {
-            Sref::Mem { width, .. } => *width as u8,
+            Sref::Mem { width, .. } | Sref::Rmw { width, .. } => *width as u8,
             Sref::Msg { .. } => 0,
         });
         push_u64(out, self.ts);
@@ -182,6 +271,24 @@ impl IsotachMessage {
                 push_u64(out, *addr);
                 push_u64(out, *value);
                 push_u32(out, *ref_id);
+            }
+            Sref::Rmw {
+                op,
+                width,
+                addr,
+                arg,
+                arg2,
+                ref_id,
+                answer,
+            } => {
+                debug_assert!(*arg <= width.max_value() && *arg2 <= width.max_value());
+                push_u64(out, *addr);
+                push_u64(out, *arg);
+                push_u64(out, *arg2);
+                push_u32(out, *ref_id);
+                push_u16(out, if let RmwOp::Apply(f) = op { *f } else { 0 });
+                out.push(if *answer { RMW_FLAG_ANSWER } else { 0 });
+                out.push(0);
             }
             Sref::Msg { handler, payload } => {
                 debug_assert!(payload.len() <= MSG_PAYLOAD_MAX);
@@ -215,7 +322,9 @@ impl IsotachMessage {
     /// Parses and checks every field. A `msg` sref comes back with an empty payload and the
     /// payload's bytes beside it, borrowed, so callers choose whether to copy.
     fn parse(bytes: &[u8]) -> Result<(Self, Option<&[u8]>), DecodeError> {
-        let len_max = MSG_MESSAGE_LEN_MIN + MSG_PAYLOAD_MAX;
+        const LEN_MAX: usize = MSG_MESSAGE_LEN_MIN + MSG_PAYLOAD_MAX;
+        const _: () = assert!(RMW_MESSAGE_LEN <= LEN_MAX && MEM_MESSAGE_LEN <= LEN_MAX);
+        let len_max = LEN_MAX;
         let mut f = Fields::new(open(bytes, Kind::IsotachMessage, len_max)?);
         let op = SrefOp::from_byte(f.u8()?)?;
         let width_byte = f.u8()?;
@@ -245,13 +354,10 @@ impl IsotachMessage {
                 handler,
                 payload: Vec::new(),
             }
+        } else if matches!(op, SrefOp::Add | SrefOp::CompareAndSwap | SrefOp::Apply) {
+            Self::parse_rmw(&mut f, op, width_byte)?
         } else {
-            let Some(width) = Width::from_byte(width_byte) else {
-                return Err(DecodeError::OutOfRange {
-                    field: "message.width",
-                    value: u64::from(width_byte),
-                });
-            };
+            let width = Self::parse_width(width_byte)?;
             let addr = f.u64()?;
             let value = f.u64()?;
             if value > width.max_value() {
@@ -279,6 +385,67 @@ impl IsotachMessage {
             sref,
         };
         Ok((m, payload))
+    }
+
+    fn parse_width(width_byte: u8) -> Result<Width, DecodeError> {
+        Width::from_byte(width_byte).ok_or(DecodeError::OutOfRange {
+            field: "message.width",
+            value: u64::from(width_byte),
+        })
+    }
+
+    /// A value field that must fit the variable's width.
+    fn fitting(f: &mut Fields<'_>, width: Width, field: &'static str) -> Result<u64, DecodeError> {
+        let value = f.u64()?;
+        if value > width.max_value() {
+            return Err(DecodeError::OutOfRange { field, value });
+        }
+        Ok(value)
+    }
+
+    /// The body of a read-modify-write sref: addr, arg, arg2, ref_id, func, flags, reserved.
+    fn parse_rmw(f: &mut Fields<'_>, op: SrefOp, width_byte: u8) -> Result<Sref, DecodeError> {
+        let width = Self::parse_width(width_byte)?;
+        let addr = f.u64()?;
+        let arg = Self::fitting(f, width, "message.arg")?;
+        let arg2 = Self::fitting(f, width, "message.arg2")?;
+        let ref_id = f.u32()?;
+        let func = f.u16()?;
+        let flags = check_bits("message.flags", f.u8()?, RMW_FLAG_ANSWER)?;
+        f.reserved(1, "message.reserved")?;
+        let op = match op {
+            SrefOp::Apply => RmwOp::Apply(func),
+            // Only `apply` names a function; only compare-and-swap has a second argument.
+            _ if func != 0 => {
+                return Err(DecodeError::OutOfRange {
+                    field: "message.func",
+                    value: u64::from(func),
+                });
+            }
+            SrefOp::Add if arg2 != 0 => {
+                return Err(DecodeError::OutOfRange {
+                    field: "message.arg2",
+                    value: arg2,
+                });
+            }
+            SrefOp::Add => RmwOp::Add,
+            _ => RmwOp::CompareAndSwap,
+        };
+        if matches!(op, RmwOp::Apply(_)) && arg2 != 0 {
+            return Err(DecodeError::OutOfRange {
+                field: "message.arg2",
+                value: arg2,
+            });
+        }
+        Ok(Sref::Rmw {
+            op,
+            width,
+            addr,
+            arg,
+            arg2,
+            ref_id,
+            answer: flags & RMW_FLAG_ANSWER != 0,
+        })
     }
 
     /// Reads the destination of an encoded message whose CRC was already checked.

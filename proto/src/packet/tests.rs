@@ -86,7 +86,36 @@ fn arb_sref() -> impl Strategy<Value = Sref> {
         proptest::collection::vec(any::<u8>(), 0..=MSG_PAYLOAD_MAX),
     )
         .prop_map(|(handler, payload)| Sref::Msg { handler, payload });
-    prop_oneof![mem, msg]
+    let rmw = (
+        prop_oneof![
+            Just(RmwOp::Add),
+            Just(RmwOp::CompareAndSwap),
+            any::<u16>().prop_map(RmwOp::Apply)
+        ],
+        any::<bool>(),
+        any::<u64>(),
+        (any::<u64>(), any::<u64>()),
+        any::<u32>(),
+        any::<bool>(),
+    )
+        .prop_map(|(op, wide, addr, (arg, arg2), ref_id, answer)| {
+            let width = if wide { Width::W64 } else { Width::W32 };
+            Sref::Rmw {
+                op,
+                width,
+                addr,
+                arg: arg & width.max_value(),
+                // Only compare-and-swap has a second argument.
+                arg2: if op == RmwOp::CompareAndSwap {
+                    arg2 & width.max_value()
+                } else {
+                    0
+                },
+                ref_id,
+                answer,
+            }
+        });
+    prop_oneof![mem, msg, rmw]
 }
 
 fn arb_message() -> impl Strategy<Value = IsotachMessage> {
@@ -512,4 +541,54 @@ fn is_repeat_reads_the_flag_of_valid_tokens_only() {
     corrupt[last] ^= 1;
     assert!(!Token::is_repeat(&corrupt), "a bad CRC is not a repeat");
     assert!(!Token::is_repeat(&[]));
+}
+
+#[test]
+fn rmw_messages_are_64_bytes_and_their_fields_are_checked() {
+    let m = IsotachMessage {
+        ts: 3,
+        source: 1,
+        dest: 2,
+        sequum: 9,
+        generation: Generation::new(1),
+        sref: Sref::Rmw {
+            op: RmwOp::Apply(7),
+            width: Width::W32,
+            addr: 0x0000_0002_0000_0005,
+            arg: 11,
+            arg2: 0,
+            ref_id: 4,
+            answer: true,
+        },
+    };
+    let mut b = Vec::new();
+    m.encode(&mut b);
+    assert_eq!(b.len(), RMW_MESSAGE_LEN);
+    assert_eq!(IsotachMessage::decode(&b).unwrap(), m);
+    // Body offsets: addr 28, arg 36, arg2 44, ref_id 52, func 56, flags 58, reserved 59.
+    let refused = |at: usize, byte: u8| {
+        let mut x = b.clone();
+        x[at] = byte;
+        let n = x.len() - 4;
+        let crc = crc32(&x[..n]);
+        x[n..].copy_from_slice(&crc.to_be_bytes());
+        IsotachMessage::decode(&x).is_err()
+    };
+    assert!(refused(58, 0b10), "an unknown flag");
+    assert!(refused(59, 1), "the reserved byte");
+    assert!(refused(44 + 7, 1), "apply has no second argument");
+    assert!(refused(36 + 3, 1), "an argument wider than 32 bits");
+    assert!(!refused(58, 0), "not answering is fine");
+}
+
+#[test]
+fn built_in_rmw_operations() {
+    assert_eq!(
+        RmwOp::Add.built_in(Width::W32, u64::from(u32::MAX), 2, 0),
+        Some(1)
+    );
+    assert_eq!(RmwOp::Add.built_in(Width::W64, u64::MAX, 1, 0), Some(0));
+    assert_eq!(RmwOp::CompareAndSwap.built_in(Width::W64, 5, 5, 9), Some(9));
+    assert_eq!(RmwOp::CompareAndSwap.built_in(Width::W64, 6, 5, 9), Some(6));
+    assert_eq!(RmwOp::Apply(1).built_in(Width::W64, 6, 5, 0), None);
 }

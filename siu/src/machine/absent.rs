@@ -1,5 +1,6 @@
 //! No application attached: decides what happens to a packet for a host nobody reads (dropped,
-//! a read or copy request refused on the host's behalf, marked `absent`) and where the next
+//! a read, a read-modify-write it was to answer or a copy request refused on the host's
+//! behalf, marked `absent`) and where the next
 //! application's first isochron may be stamped — after every pulse answered or handed over
 //! before it attached (`docs/design.md`, "Joining late").
 
@@ -33,18 +34,27 @@ impl Siu {
         if usize::from(m.source) >= self.cfg.topology.host_count() {
             return Ok(());
         }
-        let Sref::Mem {
-            op, addr, ref_id, ..
-        } = m.sref
-        else {
-            return Ok(());
-        };
-        let answer = match op {
-            SrefOp::Read => HostReply::ReadRefused {
+        let answer = match m.sref {
+            Sref::Mem {
+                op: SrefOp::Read,
+                ref_id,
+                ..
+            }
+            // A read-modify-write this host was to answer: the issuer would wait forever.
+            | Sref::Rmw {
+                ref_id,
+                answer: true,
+                ..
+            } => HostReply::ReadRefused {
                 ref_id,
                 absent: true,
             },
-            SrefOp::Copy => HostReply::CopyRefused {
+            Sref::Mem {
+                op: SrefOp::Copy,
+                addr,
+                ref_id,
+                ..
+            } => HostReply::CopyRefused {
                 page: reply::page_of(addr),
                 join_id: ref_id,
                 absent: true,

@@ -5,6 +5,7 @@
 use super::SmmNode;
 use crate::map::Addr;
 use crate::memory::{ReadOutcome, Released};
+use crate::rmw::{Rmw, RmwFn};
 use crate::{OrderKey, SmmError};
 use isotach_proto::packet::{IsotachMessage, Sref, SrefOp, Width};
 use isotach_proto::topology::HostId;
@@ -24,6 +25,13 @@ pub struct HandlerCall<'a> {
 pub(super) type Handler = Box<dyn FnMut(&HandlerCall<'_>) + Send>;
 
 impl SmmNode {
+    /// Registers `f` as read-modify-write function `func`, which `apply` names. It must be
+    /// pure and registered under the same number on every host (every copy runs it). False
+    /// when [`crate::rmw::RMW_FUNCTIONS_MAX`] others are registered already.
+    pub fn register_rmw(&mut self, func: u16, f: RmwFn) -> bool {
+        self.memory.functions_mut().register(func, f)
+    }
+
     /// Registers the handler run by `message` srefs naming `handler`, at their place in the
     /// order.
     pub fn register_handler(
@@ -49,6 +57,24 @@ impl SmmNode {
         };
         match &m.sref {
             Sref::Msg { handler, payload } => self.call(*handler, m.source, ts, payload),
+            &Sref::Rmw {
+                op,
+                width,
+                addr,
+                arg,
+                arg2,
+                ref_id,
+                answer,
+            } => {
+                let rmw = Rmw {
+                    op,
+                    width,
+                    arg,
+                    arg2,
+                    answer,
+                };
+                self.execute_rmw(Addr::from_raw(addr), rmw, m.source, ref_id);
+            }
             Sref::Mem {
                 op,
                 width,
@@ -81,12 +107,23 @@ impl SmmNode {
                             Err(SmmError::NotACopy(addr))
                         }
                     }
-                    SrefOp::Msg => Ok(()),
+                    // Carried by the other sref kinds (the decoder never builds these).
+                    SrefOp::Msg | SrefOp::Add | SrefOp::CompareAndSwap | SrefOp::Apply => Ok(()),
                 };
                 if let Err(e) = r {
                     self.count_exec_error(&e);
                 }
             }
+        }
+    }
+
+    /// Runs a read-modify-write on this host's copy; the copy the issuer named answers with
+    /// the value it found (now, or when the assign it waits for comes).
+    pub(super) fn execute_rmw(&mut self, addr: Addr, rmw: Rmw, issuer: HostId, ref_id: u32) {
+        match self.memory.rmw(addr, rmw, issuer, ref_id) {
+            Ok(ReadOutcome::Value(old)) if rmw.answer => self.reply(issuer, ref_id, old),
+            Ok(_) => {}
+            Err(e) => self.count_exec_error(&e),
         }
     }
 

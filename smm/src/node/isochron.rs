@@ -4,8 +4,9 @@
 
 use super::SmmNode;
 use crate::map::Addr;
+use crate::rmw::Rmw;
 use crate::{ReadHandle, SmmError, Table};
-use isotach_proto::packet::{MSG_PAYLOAD_MAX, Width};
+use isotach_proto::packet::{MSG_PAYLOAD_MAX, RmwOp, Width};
 use isotach_proto::topology::HostId;
 
 /// An operation as the application asked for it.
@@ -16,6 +17,8 @@ pub(super) enum Planned {
     Sched(Addr),
     Assign(Addr, Width, u64),
     Message(HostId, u16, Vec<u8>),
+    /// A read-modify-write (its `answer` is decided per copy at issue) and its read id.
+    Rmw(Addr, Rmw, u32),
 }
 
 /// An isochron being built. Operations are checked as they are added; [`Isochron::end`]
@@ -99,6 +102,66 @@ impl Isochron<'_> {
         self.push(Planned::Assign(addr, width, value))
     }
 
+    /// Adds `delta` to `addr` (wrapping at `width`) at every copy, at this isochron's place;
+    /// the handle resolves to the value it found.
+    pub fn add(&mut self, addr: Addr, width: Width, delta: u64) -> Result<ReadHandle, SmmError> {
+        self.rmw(addr, RmwOp::Add, width, delta, 0)
+    }
+
+    /// Sets `addr` to `new` if it holds `expected`, at every copy, at this isochron's place;
+    /// the handle resolves to the value it found (equal to `expected` when it swapped).
+    pub fn compare_and_swap(
+        &mut self,
+        addr: Addr,
+        width: Width,
+        expected: u64,
+        new: u64,
+    ) -> Result<ReadHandle, SmmError> {
+        self.rmw(addr, RmwOp::CompareAndSwap, width, expected, new)
+    }
+
+    /// Replaces `addr`'s value by registered function `func` of (value, `arg`) at every copy,
+    /// at this isochron's place ([`SmmNode::register_rmw`]); the handle resolves to the value
+    /// it found.
+    pub fn apply(
+        &mut self,
+        addr: Addr,
+        width: Width,
+        func: u16,
+        arg: u64,
+    ) -> Result<ReadHandle, SmmError> {
+        if !self.node.memory.functions().knows(func) {
+            return Err(SmmError::UnknownRmwFunction(func));
+        }
+        self.rmw(addr, RmwOp::Apply(func), width, arg, 0)
+    }
+
+    fn rmw(
+        &mut self,
+        addr: Addr,
+        op: RmwOp,
+        width: Width,
+        arg: u64,
+        arg2: u64,
+    ) -> Result<ReadHandle, SmmError> {
+        self.node.check_addr(addr)?;
+        Self::check_value(width, arg)?;
+        Self::check_value(width, arg2)?;
+        if self.ops.len() >= self.node.cfg.limits.isochron_ops_max {
+            return Err(SmmError::Limit(Table::IsochronOps));
+        }
+        let id = self.node.new_read()?;
+        let rmw = Rmw {
+            op,
+            width,
+            arg,
+            arg2,
+            answer: false,
+        };
+        self.ops.push(Planned::Rmw(addr, rmw, id));
+        Ok(ReadHandle(id))
+    }
+
     /// Runs handler `handler` on host `node` with `payload`, at this isochron's place.
     pub fn message(&mut self, node: HostId, handler: u16, payload: &[u8]) -> Result<(), SmmError> {
         if usize::from(node) >= self.node.cfg.topology.host_count() {
@@ -143,7 +206,7 @@ impl Isochron<'_> {
 
 fn read_ids(ops: &[Planned]) -> impl Iterator<Item = u32> + '_ {
     ops.iter().filter_map(|op| match op {
-        Planned::Read(_, _, id) => Some(*id),
+        Planned::Read(_, _, id) | Planned::Rmw(_, _, id) => Some(*id),
         _ => None,
     })
 }

@@ -1,6 +1,7 @@
 //! Issue: an isochron the application ended becomes this host's part (local operations) and
 //! one sref per remote copy. Decides which copies an operation reaches (a read goes to the
-//! nearest copy, a write, sched or assign to every copy), checks assigns against this host's
+//! nearest copy, a write, sched, assign or read-modify-write to every copy, the nearest of
+//! which answers the read-modify-write), checks assigns against this host's
 //! unassigned scheds in program order, and starts the execution record.
 
 use super::SmmNode;
@@ -8,6 +9,7 @@ use super::hit_buffer::LocalOp;
 use super::isochron::Planned;
 use super::reads::ReadSlot;
 use crate::map::Addr;
+use crate::rmw::Rmw;
 use crate::{ExecRecord, RecordedOp, SmmError, Table};
 use isotach_proto::packet::{Sref, SrefOp, Width};
 use isotach_proto::topology::HostId;
@@ -75,6 +77,22 @@ impl SmmNode {
                         }
                     }
                 }
+                Planned::Rmw(addr, rmw, ref_id) => {
+                    // Every copy runs it; the nearest answers, as it would a read.
+                    let copies = self.map.copyset(addr.page()).unwrap_or(&[]);
+                    let answering = copies.first().copied().unwrap_or(me);
+                    for &c in copies {
+                        let rmw = Rmw {
+                            answer: c == answering,
+                            ..*rmw
+                        };
+                        if c == me {
+                            local.push(LocalOp::Rmw(*addr, rmw, *ref_id));
+                        } else {
+                            remote.push((c, rmw_sref(*addr, rmw, *ref_id)));
+                        }
+                    }
+                }
                 Planned::Message(node, handler, payload) => {
                     if *node == me {
                         local.push(LocalOp::Message(*handler, payload.clone()));
@@ -119,6 +137,20 @@ impl SmmNode {
                     addr,
                     value: value & width.max_value(),
                 },
+                Planned::Rmw(addr, rmw, ref_id) => {
+                    if let Some(ReadSlot::Waiting { record }) = self.reads.get_mut(&ref_id) {
+                        *record = Some((r, recorded.len()));
+                    }
+                    RecordedOp::Rmw {
+                        addr,
+                        op: rmw.op,
+                        width: rmw.width,
+                        arg: rmw.arg,
+                        arg2: rmw.arg2,
+                        old: None,
+                        refused_by: None,
+                    }
+                }
                 Planned::Message(..) => continue,
             };
             recorded.push(rec);
@@ -167,5 +199,18 @@ impl SmmNode {
         }
         self.my_scheds_total = total as usize;
         Ok(())
+    }
+}
+
+/// The sref of a read-modify-write for one copy.
+fn rmw_sref(addr: Addr, rmw: Rmw, ref_id: u32) -> Sref {
+    Sref::Rmw {
+        op: rmw.op,
+        width: rmw.width,
+        addr: addr.raw(),
+        arg: rmw.arg,
+        arg2: rmw.arg2,
+        ref_id,
+        answer: rmw.answer,
     }
 }

@@ -240,7 +240,7 @@ impl SmmNode {
         if self.joins.is_empty() {
             return false;
         }
-        let Sref::Mem { addr, .. } = m.sref else {
+        let Some(addr) = m.sref.addr() else {
             return false;
         };
         let page = Addr::from_raw(addr).page();
@@ -259,25 +259,40 @@ impl SmmNode {
         true
     }
 
-    /// Answers a read or copy request that reached this copy where it is not current with a
-    /// refusal; other operations are dropped (an image will contain them).
+    /// Answers a read, a read-modify-write it was to answer or a copy request that reached
+    /// this copy where it is not current with a refusal; other operations are dropped (an
+    /// image will contain them).
     fn refuse_not_current(&mut self, page: u32, m: &IsotachMessage) {
-        let Sref::Mem { op, ref_id, .. } = m.sref else {
-            return;
-        };
-        self.stats.refused_not_current += 1;
-        let answer = match op {
-            SrefOp::Read => HostReply::ReadRefused {
+        let answer = match m.sref {
+            Sref::Mem {
+                op: SrefOp::Read,
+                ref_id,
+                ..
+            }
+            | Sref::Rmw {
+                ref_id,
+                answer: true,
+                ..
+            } => HostReply::ReadRefused {
                 ref_id,
                 absent: false,
             },
-            SrefOp::Copy => HostReply::CopyRefused {
+            Sref::Mem {
+                op: SrefOp::Copy,
+                ref_id,
+                ..
+            } => HostReply::CopyRefused {
                 page,
                 join_id: ref_id,
                 absent: false,
             },
-            _ => return,
+            Sref::Mem { .. } | Sref::Rmw { .. } => {
+                self.stats.refused_not_current += 1;
+                return;
+            }
+            Sref::Msg { .. } => return,
         };
+        self.stats.refused_not_current += 1;
         self.send_reply(m.source, &answer);
     }
 

@@ -103,14 +103,18 @@ impl SmmNode {
         let Some((r, op)) = record else {
             return Ok(());
         };
-        if let Some(rec) = self.records[r].ops.get_mut(op)
-            && let RecordedOp::Read { addr, value, .. } = rec
-        {
-            match outcome {
-                ReadSlot::Ready(v) => *value = Some(v),
-                ReadSlot::Refused(host) => *rec = RecordedOp::ReadRefused { addr: *addr, host },
-                ReadSlot::Waiting { .. } => {}
+        match (self.records[r].ops.get_mut(op), outcome) {
+            (Some(RecordedOp::Read { value, .. }), ReadSlot::Ready(v)) => *value = Some(v),
+            (Some(rec @ RecordedOp::Read { .. }), ReadSlot::Refused(host)) => {
+                if let RecordedOp::Read { addr, .. } = *rec {
+                    *rec = RecordedOp::ReadRefused { addr, host };
+                }
             }
+            (Some(RecordedOp::Rmw { old, .. }), ReadSlot::Ready(v)) => *old = Some(v),
+            (Some(RecordedOp::Rmw { refused_by, .. }), ReadSlot::Refused(host)) => {
+                *refused_by = Some(host);
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -11,6 +11,7 @@ impl SmmNode {
         s.read_pending = now as u64;
         s.read_pending_max = max as u64;
         s.markers_outstanding = self.markers_outstanding;
+        s.rmw_unknown_functions = self.memory.unknown_functions();
         s
     }
 

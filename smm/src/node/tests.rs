@@ -698,3 +698,148 @@ fn applications_joining_together_agree_on_who_starts_each_page() {
     }
     assert!(oracle::check(&c.records()).clean());
 }
+
+/// `apply` function 1 of the read-modify-write tests (registered on every host).
+fn triple_plus(old: u64, arg: u64) -> u64 {
+    old.wrapping_mul(3).wrapping_add(arg)
+}
+
+fn rmw_functions() -> crate::RmwFunctions {
+    let mut f = crate::RmwFunctions::default();
+    f.register(1, triple_plus);
+    f
+}
+
+#[test]
+fn read_modify_writes_run_at_every_copy_and_answer_the_old_value() {
+    let mut c = Cluster::new(3, 1, map("0 0 1 2\n", 3));
+    for n in &mut c.nodes {
+        assert!(n.register_rmw(1, triple_plus));
+    }
+    let a = Addr::new(0, 2);
+    let mut answers = Vec::new();
+    for h in [2, 0, 1, 2] {
+        let mut iso = c.nodes[h].isochron();
+        answers.push((h, iso.add(a, Width::W32, 5).unwrap()));
+        iso.end().unwrap();
+    }
+    c.quiesce();
+    let mut found: Vec<u64> = answers
+        .iter()
+        .map(|&(h, r)| c.nodes[h].take_read(r).unwrap().unwrap())
+        .collect();
+    found.sort_unstable();
+    assert_eq!(found, vec![0, 5, 10, 15], "each add saw the one before");
+    // Compare-and-swap: only the one expecting the current value swaps.
+    let mut iso = c.nodes[1].isochron();
+    let miss = iso.compare_and_swap(a, Width::W32, 19, 100).unwrap();
+    let hit = iso.compare_and_swap(a, Width::W32, 20, 7).unwrap();
+    let applied = iso.apply(a, Width::W32, 1, 1).unwrap();
+    // 32-bit wrap.
+    let wrap = iso.add(a, Width::W32, u64::from(u32::MAX)).unwrap();
+    iso.end().unwrap();
+    c.quiesce();
+    assert_eq!(c.nodes[1].take_read(miss), Ok(Some(20)));
+    assert_eq!(c.nodes[1].take_read(hit), Ok(Some(20)));
+    assert_eq!(c.nodes[1].take_read(applied), Ok(Some(7)));
+    assert_eq!(c.nodes[1].take_read(wrap), Ok(Some(22)));
+    for h in 0..3 {
+        assert_eq!(c.nodes[h].local_value(a), Some(21), "host {h}'s copy");
+    }
+    let (rep, notes) = oracle::check_with_functions(&c.records(), 4, &rmw_functions());
+    assert!(rep.clean() && rep.reads_checked == 8, "{rep:?} {notes:?}");
+    // Without the function, the oracle cannot replay `apply`: what follows is unexplained.
+    let (rep, _) = oracle::check_with_functions(&c.records(), 0, &crate::RmwFunctions::default());
+    assert!(!rep.clean(), "{rep:?}");
+    // An unregistered function is refused at the issuer.
+    let mut iso = c.nodes[0].isochron();
+    assert_eq!(
+        iso.apply(a, Width::W32, 9, 0),
+        Err(SmmError::UnknownRmwFunction(9))
+    );
+    assert_eq!(
+        iso.add(a, Width::W32, 1 << 32),
+        Err(SmmError::ValueTooWide {
+            value: 1 << 32,
+            bits: 32
+        })
+    );
+}
+
+#[test]
+fn a_read_modify_write_of_a_scheduled_variable_waits_for_the_assign() {
+    let mut c = Cluster::new(3, 1, map("0 0 1 2\n", 3));
+    let a = Addr::new(0, 1);
+    let mut iso = c.nodes[1].isochron();
+    iso.sched(a).unwrap();
+    iso.end().unwrap();
+    c.quiesce();
+    // Host 2 adds, then reads in a later isochron: both wait for host 1's assign.
+    let mut iso = c.nodes[2].isochron();
+    let added = iso.add(a, Width::W64, 3).unwrap();
+    iso.end().unwrap();
+    let mut iso = c.nodes[2].isochron();
+    let read = iso.read(a, Width::W64).unwrap();
+    iso.end().unwrap();
+    c.run_until(|c| c.nodes[2].hit.is_empty());
+    assert_eq!(c.nodes[2].read_value(added), None);
+    let mut iso = c.nodes[1].isochron();
+    iso.assign(a, Width::W64, 10).unwrap();
+    iso.end().unwrap();
+    c.quiesce();
+    assert_eq!(c.nodes[2].take_read(added), Ok(Some(10)));
+    assert_eq!(
+        c.nodes[2].take_read(read),
+        Ok(Some(13)),
+        "the read sees the add"
+    );
+    for h in 0..3 {
+        assert_eq!(c.nodes[h].local_value(a), Some(13), "host {h}'s copy");
+    }
+    let rep = oracle::check(&c.records());
+    assert!(rep.clean(), "{rep:?}");
+}
+
+#[test]
+fn a_waiting_read_modify_write_travels_in_a_joiners_image() {
+    let mut c = Cluster::new(3, 1, map("0 0 1 2\n", 3));
+    let a = Addr::new(0, 0);
+    let mut iso = c.nodes[2].isochron();
+    iso.sched(a).unwrap();
+    iso.end().unwrap();
+    c.quiesce();
+    let mut iso = c.nodes[0].isochron();
+    let added = iso.add(a, Width::W64, 4).unwrap();
+    iso.end().unwrap();
+    c.run_until(|c| c.nodes[0].hit.is_empty());
+    c.detach(1);
+    c.attach_and_join(1);
+    c.run_until(|c| c.nodes[1].join_status() == JoinStatus::Current);
+    let mut iso = c.nodes[2].isochron();
+    iso.assign(a, Width::W64, 10).unwrap();
+    iso.end().unwrap();
+    c.quiesce();
+    assert_eq!(c.nodes[0].take_read(added), Ok(Some(10)));
+    for h in 0..3 {
+        assert_eq!(c.nodes[h].local_value(a), Some(14), "host {h}'s copy");
+    }
+}
+
+#[test]
+fn an_absent_answering_copy_refuses_and_the_others_still_run_it() {
+    // Page 0 at hosts 1 and 2: host 1, the nearest, answers host 0's add.
+    let mut c = Cluster::new(3, 1, map("0 1 2\n", 3));
+    let a = Addr::new(0, 0);
+    c.detach(1);
+    let mut iso = c.nodes[0].isochron();
+    let added = iso.add(a, Width::W64, 6).unwrap();
+    iso.end().unwrap();
+    c.run_until(|c| c.nodes[0].read_settled(added) && c.nodes[2].local_value(a) == Some(6));
+    assert!(matches!(
+        c.nodes[0].take_read(added),
+        Err(SmmError::ReadRefused { host: 1, .. })
+    ));
+    assert_eq!(c.nodes[2].local_value(a), Some(6));
+    let rep = oracle::check(&c.records());
+    assert!(rep.clean(), "{rep:?}");
+}
