@@ -203,20 +203,14 @@ impl SmmPort {
         match self.node.handle_siu(bytes) {
             Ok(()) => {}
             Err(SmmError::Restarted { drained, .. }) if is_restart_eop(bytes) => {
-                // The reset EOP of pulse `drained`: that pulse drained in part.
+                // The reset EOP of pulse `drained`: that pulse drained in part. Every node
+                // here has entered its start barrier at least, so the node reports it.
                 self.end_era(ctx, drained);
                 return PortEvent::Restarted;
             }
             Err(e) => self
                 .problems
                 .push(format!("host {}: SMM refused SIU input: {e}", ctx.host())),
-        }
-        if is_restart_eop(bytes) && self.node.stats().pulses_drained <= 1 {
-            // A node that had run nothing yet takes the reset quietly, but whatever it sent
-            // (the start barrier's marker) went with the old generation: start again.
-            let cut_ts = self.node.last_pulse();
-            self.end_era(ctx, cut_ts);
-            return PortEvent::Restarted;
         }
         if self.era.is_none() && self.node.stats().pulses_drained > 0 {
             self.era = Some(ctx.siu_generation());

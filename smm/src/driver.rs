@@ -666,6 +666,24 @@ mod tests {
         assert!(smm.fatal().is_some());
     }
 
+    #[test]
+    fn a_restart_during_the_start_barrier_is_fatal() {
+        let topo = Arc::new(Topology::line(1, 1).unwrap());
+        let mut reset = Vec::new();
+        EopMarker {
+            ts: 3,
+            reset: true,
+            ..Default::default()
+        }
+        .encode(&mut reset);
+        let mut smm = Smm::new(node(&topo), Script([reset].into_iter().collect()));
+        // The barrier's marker went with the old generation: it would never complete.
+        let e = smm.barrier(0, 1, Duration::from_secs(5)).unwrap_err();
+        let restarted = SmmError::Restarted { ts: 0, drained: 3 };
+        assert_eq!(e, WaitError::Smm(restarted.clone()));
+        assert_eq!(smm.fatal(), Some(&restarted));
+    }
+
     use crate::testkit::block_on;
 
     #[test]

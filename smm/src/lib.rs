@@ -164,17 +164,20 @@ pub enum SmmError {
     /// An empty isochron.
     #[error("an isochron needs at least one operation")]
     EmptyIsochron,
-    /// A packet or EOP for a pulse already drained: the SIU restarted logical time (a new
-    /// generation; `docs/operations.md`, "Peer loss and restarts"). Shared memory does not
-    /// survive a restart: restart the application.
+    /// A packet or EOP for a pulse already drained, or the SIU's reset EOP marker (the reset
+    /// bit outside an epoch's end) after the node drained a pulse, issued an isochron or sent
+    /// a barrier or signal marker: the SIU restarted logical time (a new generation;
+    /// `docs/operations.md`, "Peer loss and restarts"). Shared memory does not survive a
+    /// restart: restart the application. Every later packet is refused with it.
     #[error(
         "logical time restarted: pulse {ts} arrived after pulse {drained} was drained; \
          shared memory does not survive a restart, restart the application"
     )]
     Restarted {
-        /// The pulse that arrived.
+        /// The pulse that arrived; 0 for the reset EOP itself (no pulse of the new generation
+        /// has arrived yet).
         ts: u64,
-        /// The last pulse drained.
+        /// The last pulse drained: for the reset EOP, its own pulse (drained in part).
         drained: u64,
     },
     /// The link to the SIU broke (the SIU restarted, or the transport gave up on it): logical

@@ -80,6 +80,8 @@ pub struct SmmNode {
     handlers: HashMap<u16, Handler>,
     signal_handler: Option<SignalHandler>,
     barriers: [BarrierState; BARRIERS],
+    /// A barrier or signal marker was sent: a restart of logical time voids it (`drain.rs`).
+    sent_marker: bool,
     // The wire (`wire.rs`).
     /// Encoded packets for the SIU, in order.
     to_siu: VecDeque<Vec<u8>>,
@@ -132,6 +134,7 @@ impl SmmNode {
             handlers: HashMap::new(),
             signal_handler: None,
             barriers: [BarrierState::default(); BARRIERS],
+            sent_marker: false,
             to_siu: VecDeque::new(),
             records: Vec::new(),
             order: Vec::with_capacity(SORT_VECTOR_MAX),

@@ -45,11 +45,27 @@ impl SmmNode {
     /// An EOP marker: drains its pulse's bucket. A reset bit outside an epoch's end is a
     /// restart of logical time (the reset *signal* reaches hosts only on an epoch's last
     /// wave): the pulse is drained, then every later packet is refused.
+    ///
+    /// A node that has drained nothing and sent nothing takes the restart quietly: it has
+    /// nothing to lose, drops the old generation's packets unexecuted and runs on in the new
+    /// one. Anything it sent went with the old generation, though: a node that only entered a
+    /// barrier (the start barrier an application begins with) would wait for a completion the
+    /// new generation never delivers, so it is told, like one that drained or issued.
     pub(super) fn end_pulse(&mut self, e: &EopMarker) -> Result<(), SmmError> {
         self.check_not_drained(e.ts)?;
-        let had_state = self.stats.pulses_drained > 0 || self.issued > 0;
+        let restart = e.reset && !e.end_of_epoch && !e.repeat;
+        // Before the drain: the reset EOP may itself complete the barrier the marker entered.
+        let had_state = self.stats.pulses_drained > 0 || self.issued > 0 || self.sent_marker;
+        if restart && !had_state {
+            // Every packet before the reset EOP is the old generation's; pulses count from
+            // the start again (nothing drained: `last_drained` is still 0).
+            self.buckets.clear();
+            self.bucket_packets = 0;
+            self.finish_pulse(e);
+            return Ok(());
+        }
         self.drain(e);
-        if e.reset && !e.end_of_epoch && !e.repeat && had_state {
+        if restart {
             self.restarted = true;
             return Err(SmmError::Restarted {
                 ts: 0,

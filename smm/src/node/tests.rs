@@ -515,18 +515,33 @@ fn hit_buffer_and_sched_limits_are_back_pressure() {
     );
 }
 
+/// An empty EOP marker for pulse `ts`.
+fn eop(ts: u64) -> Vec<u8> {
+    eop_with(EopMarker {
+        ts,
+        token_kind: Kind::Token as u8,
+        ..EopMarker::default()
+    })
+}
+
+/// The SIU's reset EOP marker for pulse `ts`: the reset bit outside an epoch's end.
+fn restart_eop(ts: u64) -> Vec<u8> {
+    eop_with(EopMarker {
+        ts,
+        reset: true,
+        token_kind: Kind::Token as u8,
+        ..EopMarker::default()
+    })
+}
+
+fn eop_with(e: EopMarker) -> Vec<u8> {
+    let mut out = Vec::new();
+    e.encode(&mut out);
+    out
+}
+
 #[test]
 fn pulses_going_back_report_a_restart_of_logical_time() {
-    let eop = |ts: u64| {
-        let mut out = Vec::new();
-        EopMarker {
-            ts,
-            token_kind: Kind::Token as u8,
-            ..EopMarker::default()
-        }
-        .encode(&mut out);
-        out
-    };
     let (mut node, first) = crate::testkit::pulse(3, crate::testkit::SortKind::Vector);
     node.handle_siu(&first).unwrap();
     for ts in 2..=5 {
@@ -557,6 +572,90 @@ fn pulses_going_back_report_a_restart_of_logical_time() {
         SmmError::Restarted { ts: 2, drained: 5 }
     );
     assert_eq!(node.stats().bad_input, 0, "a restart is not bad input");
+}
+
+/// A node for host 0 of two on one switch, holding page 0.
+fn lone_node() -> SmmNode {
+    SmmNode::new(SmmConfig {
+        host: 0,
+        topology: Arc::new(Topology::line(2, 1).unwrap()),
+        map: Arc::new(map("0 0\n", 2)),
+        limits: SmmLimits::default(),
+        record: false,
+    })
+}
+
+#[test]
+fn a_node_in_its_start_barrier_reports_a_restart_of_logical_time() {
+    let mut node = lone_node();
+    node.barrier_start(0, 1).unwrap();
+    assert!(
+        node.poll_siu().is_some(),
+        "the barrier marker went to the SIU"
+    );
+    // The marker went with the old generation: the barrier can never complete.
+    let restarted = SmmError::Restarted { ts: 0, drained: 7 };
+    assert_eq!(node.handle_siu(&restart_eop(7)), Err(restarted.clone()));
+    assert_eq!(
+        node.last_pulse(),
+        7,
+        "the reset EOP's pulse is the last drained"
+    );
+    // Sticky: the new generation's pulses and a second reset are refused too.
+    assert_eq!(
+        node.handle_siu(&eop(1)),
+        Err(SmmError::Restarted { ts: 1, drained: 7 })
+    );
+    assert_eq!(
+        node.handle_siu(&restart_eop(9)),
+        Err(SmmError::Restarted { ts: 9, drained: 7 })
+    );
+    assert!(
+        !node.barrier_done(0),
+        "the old generation's barrier never completes"
+    );
+    assert_eq!(node.stats().bad_input, 0, "a restart is not bad input");
+}
+
+#[test]
+fn a_node_that_sent_nothing_takes_a_restart_of_logical_time_quietly() {
+    let mut node = lone_node();
+    // A write of the old generation, for the pulse the reset cuts short.
+    let mut m = Vec::new();
+    IsotachMessage {
+        ts: 7,
+        source: 1,
+        dest: 0,
+        sequum: 0,
+        generation: 1,
+        sref: Sref::Mem {
+            op: SrefOp::Write,
+            width: Width::W64,
+            addr: 0,
+            value: 5,
+            ref_id: 0,
+        },
+    }
+    .encode(&mut m);
+    node.handle_siu(&m).unwrap();
+    assert_eq!(node.handle_siu(&restart_eop(7)), Ok(()));
+    assert_eq!(
+        node.local_value(Addr::new(0, 0)),
+        Some(0),
+        "nothing of the old generation runs"
+    );
+    assert!(node.is_idle());
+    // Nothing was lost: the node runs on in the new generation.
+    assert_eq!(node.handle_siu(&eop(1)), Ok(()));
+    node.barrier_start(0, 1).unwrap();
+    let done = eop_with(EopMarker {
+        ts: 2,
+        barrier: 1,
+        token_kind: Kind::Token as u8,
+        ..EopMarker::default()
+    });
+    assert_eq!(node.handle_siu(&done), Ok(()));
+    assert!(node.barrier_done(0));
 }
 
 fn write_all(c: &mut Cluster, from: usize, page: u32, base: u64) {

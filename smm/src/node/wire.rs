@@ -87,6 +87,7 @@ impl SmmNode {
         let mut out = Vec::with_capacity(packet::BSM_LEN);
         m.encode(&mut out);
         self.to_siu.push_back(out);
+        self.sent_marker = true;
     }
 
     /// Sends the remote part: start, one message per sref, end. The isochron distance is the
