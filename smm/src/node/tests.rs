@@ -627,7 +627,7 @@ fn a_node_that_sent_nothing_takes_a_restart_of_logical_time_quietly() {
         source: 1,
         dest: 0,
         sequum: 0,
-        generation: 1,
+        generation: Generation::new(1),
         sref: Sref::Mem {
             op: SrefOp::Write,
             width: Width::W64,
