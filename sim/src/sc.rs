@@ -20,7 +20,7 @@ use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::Width;
 use isotach_proto::topology::HostId;
 use isotach_siu::SiuError;
-use isotach_smm::{Addr, Isochron, MemoryMap, SmmError};
+use isotach_smm::{Addr, Isochron, MemoryMap, SmmError, SmmStats};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -363,7 +363,10 @@ impl Host for ScHost {
 
     fn on_wake(&mut self, ctx: &mut HostCtx<'_>, token: u64) {
         match token {
-            WAKE_LEAVE => self.try_leave(ctx),
+            WAKE_LEAVE => {
+                self.life.leave_retry_armed = false;
+                self.try_leave(ctx);
+            }
             WAKE_RETURN => self.come_back(ctx),
             _ => {
                 self.waking = false;
@@ -420,6 +423,29 @@ fn memory(
         pages.push(page);
     }
     (map, pages)
+}
+
+/// The SMM counters no correct run raises, named, with their non-zero counts: every unexpected
+/// error gets a line in `problems`.
+fn unexpected_smm_errors(s: &SmmStats, late_replies_ok: bool) -> Vec<(&'static str, u64)> {
+    [
+        ("bad inputs from the SIU", s.bad_input),
+        ("operations at a host holding no copy", s.not_a_copy),
+        ("assigns without a sched", s.assigns_without_sched),
+        ("EOP count mismatches", s.count_mismatches),
+        ("apply of an unregistered function", s.rmw_unknown_functions),
+        (
+            "answers to reads no application here issued",
+            if late_replies_ok {
+                0
+            } else {
+                s.replies_unknown
+            },
+        ),
+    ]
+    .into_iter()
+    .filter(|&(_, n)| n > 0)
+    .collect()
 }
 
 /// Runs `opts.runs` seeds and checks each with the oracle.
@@ -542,16 +568,17 @@ fn tally(sim: &Sim<ScHost, PulseOracle>, end: RunEnd, map: &MemoryMap, report: &
         );
     }
     problems.extend(detail);
-    for h in sim.hosts() {
+    for (i, h) in sim.hosts().iter().enumerate() {
         for s in h.all_stats() {
             report.read_pending_max = report.read_pending_max.max(s.read_pending_max);
-            let bad = s.bad_input + s.not_a_copy + s.assigns_without_sched + s.count_mismatches;
-            report.unexpected_errors += bad;
-            report.replies_ignored += s.replies_unknown;
-            if h.port.ended.is_empty() && h.life.restarts == 0 {
-                // Only an ended application's reads can be answered late.
-                report.unexpected_errors += s.replies_unknown;
+            // Only an ended application's reads can be answered late.
+            let late_ok = !(h.port.ended.is_empty() && h.life.restarts == 0);
+            let unexpected = unexpected_smm_errors(&s, late_ok);
+            for (what, n) in &unexpected {
+                report.unexpected_errors += n;
+                problems.push(format!("host {i}: {n} {what}"));
             }
+            report.replies_ignored += s.replies_unknown;
             report.reads_refused += s.reads_refused;
         }
         report.unexpected_errors += h.port.problems.len() as u64;

@@ -154,6 +154,8 @@ pub struct SimStats {
     pub corrupt_tokens_accepted: u64,
     /// Errors from a TM or an SIU on intact network input (must stay 0 without restarts).
     pub net_errors: u64,
+    /// Packets an application sent for later that reached its SIU after it left (dropped).
+    pub departed_dropped: u64,
     /// Intact network input refused by a node that restarted or whose peer did (an old
     /// generation's packets; expected after a restart, counted apart).
     pub net_refused_after_restart: u64,
@@ -194,6 +196,10 @@ enum Event {
     },
     /// A new application replaced the one attached to SIU `host` (in the host→SIU order).
     SiuReattach {
+        host: HostId,
+    },
+    /// The application of SIU `host` left (in the host→SIU order: after what it sent).
+    SiuDetach {
         host: HostId,
     },
     /// A packet from the SIU reaches its host.
@@ -294,6 +300,8 @@ struct SiuNode {
     from_host: Channel,
     /// The host's application is attached (as the SIU was last told).
     attached: bool,
+    /// The application left; the SIU learns it after what it sent ([`Event::SiuDetach`]).
+    detaching: bool,
     /// Host packets the SIU's in-process queue was full for, in order.
     backlog: VecDeque<Vec<u8>>,
 }
@@ -410,6 +418,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 to_host: Channel::fixed(cfg.net.faults.host_latency_us),
                 from_host: Channel::fixed(cfg.net.faults.host_latency_us),
                 attached: false,
+                detaching: false,
                 backlog: VecDeque::new(),
             })
             .collect();
@@ -642,6 +651,12 @@ impl<H: Host, O: Observer> Sim<H, O> {
             Event::SiuHost { host, bytes } => {
                 self.trace(NodeId::Siu(host), &bytes);
                 let node = &mut self.sius[usize::from(host)];
+                if !node.attached {
+                    // Sent late (a delayed resend) by an application that has left: gone
+                    // with it. Taken, its first packet would attach an application again.
+                    self.stats.departed_dropped += 1;
+                    return;
+                }
                 if node.backlog.is_empty() {
                     if let Err(b) = node.pump.local_send(bytes) {
                         node.backlog.push_back(b);
@@ -661,6 +676,13 @@ impl<H: Host, O: Observer> Sim<H, O> {
                     n.backlog.clear();
                     n.pump.local_replace(now);
                     self.run_node(NodeId::Siu(host));
+                }
+            }
+            Event::SiuDetach { host } => {
+                self.sius[usize::from(host)].detaching = false;
+                // Unless a new application attached meanwhile (its reattach follows).
+                if !self.hosts[usize::from(host)].attached() {
+                    self.detach(host);
                 }
             }
             Event::HostAbsent { host, bytes } => {
@@ -743,9 +765,9 @@ impl<H: Host, O: Observer> Sim<H, O> {
             };
             f(&mut self.hosts[h], &mut ctx);
         }
-        if self.sius[h].attached && !self.hosts[h].attached() {
-            self.detach(host);
-        }
+        // The application left: the SIU learns it after everything it sent, as a daemon
+        // learns it after the data on the link.
+        let left = self.sius[h].attached && !self.sius[h].detaching && !self.hosts[h].attached();
         for action in actions.drain(..) {
             match action {
                 HostAction::Send { at_us, bytes } => {
@@ -766,6 +788,11 @@ impl<H: Host, O: Observer> Sim<H, O> {
                     self.run_node(NodeId::Siu(host));
                 }
             }
+        }
+        if left {
+            self.sius[h].detaching = true;
+            let at = self.sius[h].from_host.fixed_transit(self.now_us);
+            self.schedule(at, Event::SiuDetach { host });
         }
         self.actions = actions;
     }

@@ -61,6 +61,10 @@ pub(super) struct Life {
     pub(super) rejoining: bool,
     /// Taken by the one host that is away or catching up.
     pub(super) token: Arc<AtomicBool>,
+    /// A retry of leaving is scheduled (at most one: `try_leave` runs on every event, and a
+    /// retry per event multiplied while another host was away for long — millions of
+    /// wake-ups under pauses).
+    pub(super) leave_retry_armed: bool,
     /// Execution records of earlier applications, program order continued.
     pub(super) retired: Vec<ExecRecord>,
     /// Program-order index of the current application's first isochron.
@@ -131,7 +135,10 @@ impl ScHost {
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .is_err()
         {
-            ctx.wake_at(ctx.now_us() + LEAVE_RETRY_US, WAKE_LEAVE);
+            if !self.life.leave_retry_armed {
+                self.life.leave_retry_armed = true;
+                ctx.wake_at(ctx.now_us() + LEAVE_RETRY_US, WAKE_LEAVE);
+            }
             return;
         }
         let records = self.records();
@@ -206,6 +213,7 @@ pub(super) fn life(
         away: false,
         rejoining: false,
         token: Arc::clone(token),
+        leave_retry_armed: false,
         retired: Vec::new(),
         index_base: 0,
         retired_stats: Vec::new(),

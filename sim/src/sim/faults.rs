@@ -81,6 +81,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 n.pump = node::siu_pump(&build, h, incarnation);
                 n.backlog.clear();
                 n.attached = false;
+                n.detaching = false;
             }
             NodeId::Host(_) => unreachable!("only daemons restart"),
         }

@@ -137,6 +137,12 @@ impl SmmNode {
         n
     }
 
+    /// Join ids continue from `first` (see [`SmmNode::start_read_ids_at`]).
+    pub(super) fn start_join_ids_at(&mut self, first: u32) {
+        assert!(self.joins.is_empty(), "join ids are chosen before the join");
+        self.join.id = first;
+    }
+
     /// Issues admission isochrons for `pages` under a new join id.
     fn admit_pages(&mut self, pages: Vec<u32>) {
         self.join.id = self.join.id.wrapping_add(1);

@@ -48,15 +48,18 @@ impl SmmNode {
         outcome
     }
 
-    /// Draws this node's read ids from `first` on. An application that replaces an earlier
-    /// one on the same host (after a restart) starts where no answer to the earlier one's
-    /// reads can land: answers carry only the read id. Call before the first read.
+    /// Draws this node's read ids and join ids from `first` on. An application that replaces
+    /// an earlier one on the same host (after a restart) starts where no answer to the earlier
+    /// one's reads or copy requests can land: answers carry only the read id or join id (an
+    /// earlier application's late page image taken as this one's would lack everything
+    /// between the two cuts). Call before the first read and the join.
     pub fn start_read_ids_at(&mut self, first: u32) {
         assert!(
             self.reads.is_empty() && self.next_ref == 0,
             "read ids are chosen before the first read"
         );
         self.next_ref = first;
+        self.start_join_ids_at(first);
     }
 
     /// A new read handle, waiting; refused at the table limit.

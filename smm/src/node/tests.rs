@@ -942,3 +942,26 @@ fn an_absent_answering_copy_refuses_and_the_others_still_run_it() {
     let rep = oracle::check(&c.records());
     assert!(rep.clean(), "{rep:?}");
 }
+
+#[test]
+fn a_replacing_application_draws_join_ids_where_no_earlier_answer_lands() {
+    let c = Cluster::new(3, 1, map("0 0 1 2\n", 3));
+    let mut n = Cluster::node(1, &c.topo, &c.nodes[1].cfg.map);
+    n.start_read_ids_at(5000);
+    n.join().unwrap();
+    let mut join_ids = Vec::new();
+    while let Some(b) = n.poll_siu() {
+        if let Ok(packet::Packet::IsotachMessage(m)) = packet::Packet::decode(&b)
+            && let Sref::Mem {
+                op: SrefOp::Copy,
+                ref_id,
+                ..
+            } = m.sref
+        {
+            join_ids.push(ref_id);
+        }
+    }
+    // Page 0's other holders (hosts 0 and 2) are asked under a join id past 5000, so a late
+    // image for the previous application's join (ids from 1) is not taken as this one's.
+    assert_eq!(join_ids, vec![5001, 5001]);
+}
