@@ -86,41 +86,45 @@ fn bench_isochrons_reports_latency_rate_and_baseline() {
 
 #[test]
 fn bench_transfers_conserves_the_total_and_reports_its_baselines() {
-    // --no-redis: tests never depend on Redis; the comparison's absence is reported.
-    let v = json_ok(&isotach(&[
-        "bench",
-        "transfers",
-        "--hosts",
-        "3",
-        "--accounts",
-        "60",
-        "--seconds",
-        "0.3",
-        "--rtt-iters",
-        "100",
-        "--no-redis",
-        "--json",
-    ]));
-    assert_eq!(
-        (v["hosts"].as_u64(), v["accounts"].as_u64()),
-        (Some(3), Some(60))
-    );
-    assert_eq!(v["idiom"], "sched-assign");
-    assert_eq!(v["ok"], true);
-    assert_eq!(v["total_conserved"], true);
-    assert_eq!(v["redis_skipped"], "--no-redis");
-    assert!(v["redis_transfers_per_s"].is_null() && v["ratio_vs_redis"].is_null());
-    positive(
-        &v,
-        &[
-            "transfers_per_s",
-            "transfer_latency_p50_us",
-            "unordered_transfers_per_s",
-            "ordered_to_unordered_ratio",
-            "raw_udp_rtt_p50_us",
-            "pulses_per_s",
-        ],
-    );
+    for idiom in ["sched-assign", "add"] {
+        // --no-redis: tests never depend on Redis; the comparison's absence is reported.
+        let v = json_ok(&isotach(&[
+            "bench",
+            "transfers",
+            "--hosts",
+            "3",
+            "--accounts",
+            "60",
+            "--idiom",
+            idiom,
+            "--seconds",
+            "0.3",
+            "--rtt-iters",
+            "100",
+            "--no-redis",
+            "--json",
+        ]));
+        assert_eq!(
+            (v["hosts"].as_u64(), v["accounts"].as_u64()),
+            (Some(3), Some(60))
+        );
+        assert_eq!(v["idiom"], idiom);
+        assert_eq!(v["ok"], true);
+        assert_eq!(v["total_conserved"], true);
+        assert_eq!(v["redis_skipped"], "--no-redis");
+        assert!(v["redis_transfers_per_s"].is_null() && v["ratio_vs_redis"].is_null());
+        positive(
+            &v,
+            &[
+                "transfers_per_s",
+                "transfer_latency_p50_us",
+                "unordered_transfers_per_s",
+                "ordered_to_unordered_ratio",
+                "raw_udp_rtt_p50_us",
+                "pulses_per_s",
+            ],
+        );
+    }
 }
 
 #[test]

@@ -10,6 +10,9 @@
 //!   resolved the application decides the new balances and assigns both in the next isochron.
 //!   The transfer's latency runs from issuing the first isochron to the decision (both reads
 //!   resolved; the assign follows at once and nobody can read the accounts before it lands).
+//! - `--idiom add`: one isochron of two read-modify-write `add`s (the debit adds the amount's
+//!   two's complement); every copy runs them, and the transfer's latency runs to both old
+//!   values answered. No overdraft check: an `add` cannot look at the balance first.
 //!
 //! Balances are 64-bit and start at [`INITIAL_BALANCE`]; memory starts zeroed, so a slot holds
 //! the balance minus the initial one (wrapping). After the window every host drains, host 0
@@ -54,6 +57,8 @@ pub(crate) const ACCOUNTS_MAX: u32 = 4096;
 pub(crate) enum Idiom {
     /// Read and sched both accounts in one isochron, assign both in the next.
     SchedAssign,
+    /// One isochron of two atomic `add`s.
+    Add,
 }
 
 /// `isotach bench transfers`.
@@ -165,21 +170,41 @@ pub(crate) struct HostTransfers {
 
 struct Load {
     bank: Bank,
+    idiom: Idiom,
     clients: usize,
     seconds: f64,
     deadline: Instant,
 }
 
-fn issue<L: SiuLink>(smm: &mut Smm<L>, bank: Bank, rng: &mut Rng) -> Result<Pending, String> {
+/// Issues a transfer's (first) isochron.
+fn issue<L: SiuLink>(
+    smm: &mut Smm<L>,
+    bank: Bank,
+    idiom: Idiom,
+    rng: &mut Rng,
+) -> Result<Pending, String> {
     let (a, b, amount) = bank.draw(rng);
     let (from, to) = (bank.addr(a), bank.addr(b));
     let issued = Instant::now();
     let mut iso = smm.node().isochron();
-    let read_from = iso.read(from, Width::W64).map_err(|e| e.to_string())?;
-    let read_to = iso.read(to, Width::W64).map_err(|e| e.to_string())?;
-    iso.sched(from).map_err(|e| e.to_string())?;
-    iso.sched(to).map_err(|e| e.to_string())?;
-    iso.end().map_err(|e| e.to_string())?;
+    let e = |e: isotach_smm::SmmError| e.to_string();
+    let (read_from, read_to) = match idiom {
+        Idiom::SchedAssign => {
+            let handles = (
+                iso.read(from, Width::W64).map_err(e)?,
+                iso.read(to, Width::W64).map_err(e)?,
+            );
+            iso.sched(from).map_err(e)?;
+            iso.sched(to).map_err(e)?;
+            handles
+        }
+        Idiom::Add => (
+            iso.add(from, Width::W64, amount.wrapping_neg())
+                .map_err(e)?,
+            iso.add(to, Width::W64, amount).map_err(e)?,
+        ),
+    };
+    iso.end().map_err(e)?;
     Ok(Pending {
         from,
         to,
@@ -190,9 +215,9 @@ fn issue<L: SiuLink>(smm: &mut Smm<L>, bank: Bank, rng: &mut Rng) -> Result<Pend
     })
 }
 
-/// Both reads settled: take them (a refused read is an error) and assign the new balances.
-/// Returns the latency.
-fn settle<L: SiuLink>(smm: &mut Smm<L>, p: &Pending) -> Result<Duration, String> {
+/// Both reads (or adds) settled: take them (a refused one is an error) and, for sched-assign,
+/// assign the new balances. Returns the latency.
+fn settle<L: SiuLink>(smm: &mut Smm<L>, p: &Pending, idiom: Idiom) -> Result<Duration, String> {
     let node = smm.node();
     let f = node.take_read(p.read_from).map_err(|e| e.to_string())?;
     let t = node.take_read(p.read_to).map_err(|e| e.to_string())?;
@@ -200,6 +225,9 @@ fn settle<L: SiuLink>(smm: &mut Smm<L>, p: &Pending) -> Result<Duration, String>
         return Err("settled a transfer whose reads had not resolved".into());
     };
     let decided = p.issued.elapsed();
+    if idiom == Idiom::Add {
+        return Ok(decided);
+    }
     let (f, t) = moved(f, t, p.amount);
     let mut iso = node.isochron();
     iso.assign(p.from, Width::W64, f)
@@ -232,7 +260,8 @@ fn host_transfers<L: SiuLink>(
     loop {
         let now = Instant::now();
         while now < end && q.len() < load.clients {
-            q.push_back(issue(smm, load.bank, &mut rng).map_err(|e| err("transfer", &e))?);
+            let p = issue(smm, load.bank, load.idiom, &mut rng);
+            q.push_back(p.map_err(|e| err("transfer", &e))?);
         }
         if q.is_empty() {
             break;
@@ -249,7 +278,7 @@ fn host_transfers<L: SiuLink>(
                 continue;
             }
             let p = q.remove(i).expect("index checked");
-            let took = settle(smm, &p).map_err(|e| err("assign", &e))?;
+            let took = settle(smm, &p, load.idiom).map_err(|e| err("settle", &e))?;
             if p.issued >= warm_end && p.issued < end {
                 let _ = lat.record(took.as_nanos().max(1) as u64);
                 transfers += 1;
@@ -334,6 +363,7 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
     let deadline = Instant::now() + Duration::from_secs_f64(c.seconds * 3.0 + 40.0);
     let load = std::sync::Arc::new(Load {
         bank,
+        idiom: a.idiom,
         clients: a.clients as usize,
         seconds: c.seconds,
         deadline,
