@@ -8,6 +8,7 @@
 //! loops run seeds `0..N`; a failure prints its seed, and `ISOTACH_TEST_SEED=<seed>` replays it.
 
 use isotach_proto::Generation;
+use isotach_proto::Pulse;
 use isotach_proto::WaveSeq;
 use isotach_proto::packet::{
     self, BarrierSignalMarker, DecodeError, EopMarker, IsochronMarker, IsotachMessage, Kind,
@@ -153,7 +154,7 @@ fn soi(iso_id: u32, distance: u16, send_delta: u32) -> StartOfIsochron {
 /// A message for [`HOST`] as the token manager would forward it from `source`.
 fn net_message(ts: u64, source: u16, sequum: u64) -> IsotachMessage {
     IsotachMessage {
-        ts,
+        ts: Pulse::new(ts),
         source,
         dest: HOST,
         sequum,
@@ -218,7 +219,7 @@ fn send_isochron(
 
 /// TS of the isochron `s` of one write to [`NEAR`].
 fn isochron_ts(rig: &mut Rig, s: StartOfIsochron) -> u64 {
-    send_isochron(rig, s, &[NEAR]).1.ts
+    (send_isochron(rig, s, &[NEAR]).1.ts).get()
 }
 
 /// TS of a one-message isochron to [`NEAR`] with distance 1 and no send delta.
@@ -409,7 +410,7 @@ fn siu_run(seed: u64, opts: RunOpts) -> (Rig, Vec<(u64, u64)>) {
         let wave = rig.bouncer.waves_sent();
         for p in &rig.receiver.packets()[before..] {
             if let Packet::EopMarker(e) = p {
-                eop_wave.push((e.ts, wave));
+                eop_wave.push((e.ts.get(), wave));
                 for (b, flag) in busy.iter_mut().enumerate() {
                     if e.barrier & (1 << b) != 0 {
                         *flag = false;
@@ -609,7 +610,7 @@ fn req_03_never_holds_an_allowed_token() {
                 4 if open.is_some() => {
                     let (id, ts, _) = open.take().unwrap();
                     rig.host_sends(|h| h.eoi(id));
-                    let marker = rig.receiver.markers().last().map(|m| m.ts);
+                    let marker = rig.receiver.markers().last().map(|m| m.ts.get());
                     assert_eq!(marker, Some(ts), "the model's TS (requirement 29)");
                 }
                 _ => rig.advance_us(rng.range(1, 1500)),
@@ -948,7 +949,7 @@ fn req_10_eop_iff_significant() {
                 .receiver
                 .eops()
                 .into_iter()
-                .filter(|e| e.ts == p.ts)
+                .filter(|e| e.ts == Pulse::new(p.ts))
                 .collect();
             assert_eq!(
                 eops.len(),
@@ -1059,7 +1060,7 @@ fn req_14_eop_after_markers_of_its_pulse() {
             if let Packet::IsochronMarker(m) = p {
                 let eop = rig
                     .receiver
-                    .eop_position(m.ts)
+                    .eop_position(m.ts.get())
                     .expect("every marker's pulse ended");
                 assert!(pos < eop, "marker {m:?} at {pos} after EOP at {eop}");
                 checked += 1;
@@ -1098,11 +1099,11 @@ fn req_15_eop_before_next_congruent_pulse() {
     for p in rig.receiver.packets() {
         match p {
             Packet::EopMarker(e) => {
-                eops_seen.insert(e.ts);
+                eops_seen.insert(e.ts.get());
             }
             Packet::IsotachMessage(m) => {
                 // Every earlier congruent pulse that had traffic has had its EOP marker.
-                for earlier in (m.ts % W..m.ts).step_by(W as usize) {
+                for earlier in (m.ts.get() % W..m.ts.get()).step_by(W as usize) {
                     if !rig.receiver.pulse_packets(earlier).is_empty() {
                         assert!(
                             eops_seen.contains(&earlier),
@@ -1129,7 +1130,7 @@ fn req_15_eop_before_next_congruent_pulse() {
     let (_, marker) = send_isochron(&mut rig, soi(901, 2, (W - 5) as u32), &[FAR]);
     assert_eq!(
         marker.ts,
-        s + W - 3,
+        Pulse::new(s + W - 3),
         "the furthest TS the window allows at distance 2"
     );
     // A message a whole window ahead is refused, not mixed into a congruent pulse.
@@ -1151,7 +1152,7 @@ fn req_16_eop_copies_token_kind_and_crc() {
     on_siu_runs(20, RUN, |rig, _| {
         let pulses = expected_pulses(rig);
         for e in rig.receiver.eops() {
-            let token = &pulses[e.ts as usize].token;
+            let token = &pulses[e.ts.get() as usize].token;
             assert_eq!(e.token_kind, Kind::Token as u8);
             assert_eq!(e.token_kind, token.bytes[1]);
             assert_eq!(
@@ -1182,7 +1183,10 @@ fn req_17_eop_ts_is_pulse() {
         rig.pump();
         let eops = rig.receiver.eops().len();
         rig.run_pulses(1);
-        let new: Vec<u64> = rig.receiver.eops()[eops..].iter().map(|e| e.ts).collect();
+        let new: Vec<u64> = rig.receiver.eops()[eops..]
+            .iter()
+            .map(|e| e.ts.get())
+            .collect();
         // Token w + 1 ends pulse w: at most its EOP, and only if pulse w had traffic.
         let had = !rig.receiver.pulse_packets(w).is_empty();
         assert_eq!(
@@ -1194,7 +1198,10 @@ fn req_17_eop_ts_is_pulse() {
     }
     // Every pulse's EOP names the pulse of the messages it counts.
     for e in rig.receiver.eops() {
-        assert_eq!(e.count as usize, rig.receiver.pulse_packets(e.ts).len());
+        assert_eq!(
+            e.count as usize,
+            rig.receiver.pulse_packets(e.ts.get()).len()
+        );
     }
 }
 
@@ -1224,7 +1231,11 @@ fn req_19_eop_count_messages_and_markers() {
             over += usize::from(e.count as usize > SORT_VECTOR_MAX);
         }
         let markers = rig.receiver.markers();
-        assert!(markers.iter().any(|m| rig.receiver.eop_for(m.ts).is_some()));
+        assert!(
+            markers
+                .iter()
+                .any(|m| rig.receiver.eop_for(m.ts.get()).is_some())
+        );
     });
     assert!(over > 10, "counts above the bucket size occurred: {over}");
     let rig = host_run(2, 30);
@@ -1270,7 +1281,7 @@ fn req_20_plain_traffic_never_waits() {
     for e in rig.receiver.eops() {
         assert_eq!(
             e.count as usize,
-            rig.receiver.pulse_packets(e.ts).len(),
+            rig.receiver.pulse_packets(e.ts.get()).len(),
             "plain packets are not counted"
         );
     }
@@ -1427,7 +1438,7 @@ fn req_23_host_mode_order_to_net() {
             .into_iter()
             .map(|p| match p {
                 Packet::IsotachMessage(m) => Packet::IsotachMessage(IsotachMessage {
-                    ts: 0,
+                    ts: Pulse::new(0),
                     source: 0,
                     sequum: 0,
                     generation: Generation::new(0),
@@ -1515,7 +1526,7 @@ fn req_25_ts_at_least_sendclock_distance_delta() {
             let (msgs, marker) = send_isochron_slowly(rig, rng, s, &dests);
             let bound = sendclock + u64::from(s.distance) + u64::from(s.send_delta);
             assert!(
-                marker.ts >= bound,
+                marker.ts >= Pulse::new(bound),
                 "isochron {iso_id}: TS {} < {bound}",
                 marker.ts
             );
@@ -1557,12 +1568,12 @@ fn req_26_ts_covers_sendclock_at_last_flit() {
                         .unwrap();
                     let d = distance[iso_id as usize];
                     assert!(
-                        tokens_ahead + d <= m.ts,
+                        tokens_ahead + d <= m.ts.get(),
                         "message of isochron {iso_id} left behind token {tokens_ahead}, TS {}",
                         m.ts
                     );
                     assert_eq!(m.ts, marker.ts);
-                    tight += usize::from(tokens_ahead + d == m.ts);
+                    tight += usize::from(tokens_ahead + d == m.ts.get());
                 }
                 _ => {}
             }
@@ -1584,7 +1595,7 @@ fn req_26_ts_covers_sendclock_at_last_flit() {
     rig.host_sends(|h| h.write(NEAR, 2, 2));
     rig.host_sends(|h| h.eoi(1));
     let ts = rig.receiver.markers()[0].ts;
-    assert_eq!(ts, s + 1 + 3);
+    assert_eq!(ts, Pulse::new(s + 1 + 3));
     assert!(
         rig.sendclock_on_wire() > s + 3,
         "the held token went at the end of the isochron"
@@ -1656,9 +1667,12 @@ fn req_27_logged_ts_bounds_other_set() {
             let (s, dests) = random_isochron(rng, iso_id);
             let (_, marker) = send_isochron_slowly(rig, rng, s, &dests);
             let (ch, set) = (usize::from(s.channel), usize::from(s.seqset));
-            assert!(marker.ts >= latest[ch][1 - set], "isochron {iso_id}");
+            assert!(
+                marker.ts >= Pulse::new(latest[ch][1 - set]),
+                "isochron {iso_id}"
+            );
             if s.logged {
-                latest[ch][set] = latest[ch][set].max(marker.ts);
+                latest[ch][set] = latest[ch][set].max(marker.ts.get());
             }
         }
     });
@@ -1724,12 +1738,12 @@ fn req_29_earliest_ts() {
             let (ch, set) = (usize::from(s.channel), usize::from(s.seqset));
             let expect = (sendclock + u64::from(s.distance) + u64::from(s.send_delta))
                 .max(latest[ch][1 - set]);
-            assert_eq!(marker.ts, expect, "isochron {iso_id}: {s:?}");
+            assert_eq!(marker.ts, Pulse::new(expect), "isochron {iso_id}: {s:?}");
             if s.logged {
                 latest[ch][set] = if s.host_gap {
                     sendclock + u64::from(s.gap)
                 } else {
-                    latest[ch][set].max(marker.ts)
+                    latest[ch][set].max(marker.ts.get())
                 };
             }
         }
@@ -2052,7 +2066,7 @@ fn req_37_eop_signal_field() {
     on_siu_runs(20, RUN, |rig, _| {
         let pulses = expected_pulses(rig);
         for e in rig.receiver.eops() {
-            let t = pulses[e.ts as usize].token.token;
+            let t = pulses[e.ts.get() as usize].token.token;
             let signals = if t.end_of_epoch { t.signals } else { 0 };
             assert_eq!(e.signals, signals, "pulse {}: token {t:?}", e.ts);
             assert_eq!(e.reset, t.reset);
@@ -2082,7 +2096,7 @@ fn req_37_eop_signal_field() {
         .receiver
         .eops()
         .iter()
-        .map(|e| (e.ts, e.signals, e.reset))
+        .map(|e| (e.ts.get(), e.signals, e.reset))
         .collect();
     assert_eq!(got, vec![(1, 0b1010, false), (3, 0, false), (4, 0, true)]);
 }
@@ -2119,7 +2133,7 @@ fn req_38_eop_barrier_field() {
         .receiver
         .eops()
         .iter()
-        .map(|e| (e.ts, e.barrier))
+        .map(|e| (e.ts.get(), e.barrier))
         .collect();
     assert_eq!(got, vec![(5, 0b10)]);
     // A barrier in progress cannot be entered again, and a count of zero runs no round.
@@ -2146,7 +2160,7 @@ fn req_38_eop_barrier_field() {
     let completions: Vec<u64> = rig.receiver.eops()[before..]
         .iter()
         .filter(|e| e.barrier & 0b01 != 0)
-        .map(|e| e.ts)
+        .map(|e| e.ts.get())
         .collect();
     assert_eq!(completions.len(), 1, "{completions:?}");
     assert_eq!(barrier_tokens(&rig, 0b01) - tokens_before, 2);
@@ -2194,7 +2208,7 @@ fn outstanding_isochrons_count_until_their_pulse_ends() {
     let open = |rig: &Rig| {
         stamped
             .iter()
-            .filter(|&&ts| ts >= rig.siu.recvclock())
+            .filter(|&&ts| ts >= Pulse::new(rig.siu.recvclock()))
             .count() as u64
     };
     assert!(
@@ -2203,7 +2217,7 @@ fn outstanding_isochrons_count_until_their_pulse_ends() {
     );
     assert_eq!(rig.siu.outstanding_isochrons(), open(&rig));
     let last = *stamped.iter().max().unwrap();
-    while rig.siu.recvclock() <= last {
+    while rig.siu.recvclock() <= last.get() {
         rig.run_pulses(1);
         assert_eq!(rig.siu.outstanding_isochrons(), open(&rig));
     }

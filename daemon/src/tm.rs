@@ -202,13 +202,14 @@ pub(crate) fn doomed(rejoin: &Rejoin, peer: usize, generation: Generation, bytes
 #[cfg(test)]
 mod tests {
     use super::*;
+    use isotach_proto::Pulse;
     use isotach_proto::packet::{IsotachMessage, Sref};
 
     #[test]
     fn only_isotach_messages_for_a_broken_link_are_doomed() {
         let mut m = Vec::new();
         IsotachMessage {
-            ts: 1,
+            ts: Pulse::new(1),
             source: 0,
             dest: 1,
             sequum: 0,

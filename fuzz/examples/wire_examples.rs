@@ -11,7 +11,7 @@ use isotach_proto::packet::{
     BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind, Packet,
     PlainMessage, Sref, SrefOp, Stamp, StartOfIsochron, Token, Width,
 };
-use isotach_proto::{Generation, WaveSeq};
+use isotach_proto::{Generation, Pulse, WaveSeq};
 use std::path::Path;
 
 fn hex(bytes: &[u8]) -> String {
@@ -35,7 +35,7 @@ fn examples() -> Vec<(&'static str, Packet)> {
         generation: Generation::new(1),
     };
     let message = IsotachMessage {
-        ts: 0,
+        ts: Pulse::new(0),
         source: 0,
         dest: 2,
         sequum: 0,
@@ -67,7 +67,7 @@ fn examples() -> Vec<(&'static str, Packet)> {
         (
             "isotach_message_msg",
             Packet::IsotachMessage(IsotachMessage {
-                ts: 0,
+                ts: Pulse::new(0),
                 source: 0,
                 dest: 1,
                 sequum: 0,
@@ -87,7 +87,7 @@ fn examples() -> Vec<(&'static str, Packet)> {
             Packet::IsochronMarker(IsochronMarker {
                 iso_id: 9,
                 source: 0,
-                ts: 12,
+                ts: Pulse::new(12),
                 sequum: 0,
                 crc_xor: 0xdead_beef,
             }),
@@ -95,7 +95,7 @@ fn examples() -> Vec<(&'static str, Packet)> {
         (
             "eop_marker",
             Packet::EopMarker(EopMarker {
-                ts: 12,
+                ts: Pulse::new(12),
                 count: 3,
                 repeat: false,
                 reset: false,
@@ -151,7 +151,7 @@ fn main() {
     };
     let mut bytes = Packet::IsotachMessage(m.clone()).to_vec();
     let stamp = Stamp {
-        ts: 12,
+        ts: Pulse::new(12),
         source: 0,
         sequum: 5,
         generation: Generation::new(1),

@@ -23,7 +23,7 @@ use isotach_proto::packet::{
     IsotachMessage, Kind, Packet, PlainMessage, RmwOp, Sref, SrefOp, StartOfIsochron, Token, Width,
 };
 use isotach_proto::topology::{Hop, SwitchId, Topology};
-use isotach_proto::{Generation, WaveSeq};
+use isotach_proto::{Generation, Pulse, WaveSeq};
 use isotach_siu::{Mode, Route, Siu, SiuConfig};
 use isotach_tm::{TmConfig, TokenManager};
 use std::sync::Arc;
@@ -126,7 +126,11 @@ fn message_checks(m: &IsotachMessage, bytes: &[u8]) {
     }
     // Stamp values derived from the input so they vary with it.
     let h = u64::from(packet::crc32(bytes));
-    let (ts, source, sequum) = (h.rotate_left(17) ^ m.sequum, (h >> 7) as u16, !m.ts ^ h);
+    let (ts, source, sequum) = (
+        Pulse::new(h.rotate_left(17) ^ m.sequum),
+        (h >> 7) as u16,
+        !m.ts.get() ^ h,
+    );
     let generation = Generation::new((h >> 3) as u32 ^ m.generation.get());
     let mut stamped = bytes.to_vec();
     let stamp = packet::Stamp {
@@ -685,7 +689,7 @@ fn fuzz_sref(inp: &mut Input<'_>) -> Sref {
 
 fn fuzz_message(inp: &mut Input<'_>, hosts: usize) -> IsotachMessage {
     IsotachMessage {
-        ts: 0,
+        ts: Pulse::ZERO,
         source: 0,
         dest: u16::from(inp.u8()) % (hosts as u16 + 1),
         sequum: 0,
@@ -891,9 +895,9 @@ pub fn run_siu(data: &[u8]) {
                     m.dest = host;
                 }
                 let delta = i64::from(inp.u8() as i8);
-                m.ts = siu.recvclock().saturating_add_signed(delta % 8);
+                m.ts = Pulse::new(siu.recvclock().saturating_add_signed(delta % 8));
                 if f & 2 != 0 {
-                    m.ts = inp.u64();
+                    m.ts = Pulse::new(inp.u64());
                 }
                 m.source = u16::from(inp.u8() % 8);
                 m.sequum = u64::from(inp.u8());
@@ -1054,7 +1058,7 @@ pub fn run_tm(data: &[u8]) {
             7 => {
                 let l = pick(&mut inp);
                 let mut m = fuzz_message(&mut inp, hosts);
-                m.ts = u64::from(inp.u8());
+                m.ts = Pulse::new(u64::from(inp.u8()));
                 m.source = u16::from(inp.u8() % 8);
                 // Mostly of the TM's generation (else stale and dropped at once).
                 m.generation = Generation::new(

@@ -22,6 +22,7 @@ use isotach_am::backend::udp::UdpTransport;
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
 use isotach_am::{Tag, Transport};
 use isotach_proto::Generation;
+use isotach_proto::Pulse;
 use isotach_proto::packet::{
     BARRIER_MASK, IsotachMessage, MSG_PAYLOAD_MAX, Packet, RmwOp, Sref, SrefOp, Width,
 };
@@ -522,16 +523,16 @@ pub(crate) fn to_json(bytes: &[u8]) -> Value {
                     json!({"op": "msg", "handler": handler, "payload": hex(payload)})
                 }
             };
-            json!({"kind": "message", "ts": m.ts, "source": m.source, "dest": m.dest,
+            json!({"kind": "message", "ts": m.ts.get(), "source": m.source, "dest": m.dest,
                 "sequum": m.sequum, "sref": sref})
         }
         Packet::EndOfIsochron(e) => json!({"kind": "eoi", "iso_id": e.iso_id}),
         Packet::IsochronMarker(m) => json!({
-            "kind": "marker", "iso_id": m.iso_id, "source": m.source, "ts": m.ts,
+            "kind": "marker", "iso_id": m.iso_id, "source": m.source, "ts": m.ts.get(),
             "sequum": m.sequum, "crc_xor": m.crc_xor,
         }),
         Packet::EopMarker(e) => json!({
-            "kind": "eop", "ts": e.ts, "count": e.count, "repeat": e.repeat, "reset": e.reset,
+            "kind": "eop", "ts": e.ts.get(), "count": e.count, "repeat": e.repeat, "reset": e.reset,
             "end_of_epoch": e.end_of_epoch, "signals": e.signals, "barrier": e.barrier,
             "token_kind": e.token_kind, "token_crc": e.token_crc, "sort_vector": e.sort_vector,
         }),
@@ -701,7 +702,7 @@ fn random_message(
         }
     };
     IsotachMessage {
-        ts,
+        ts: Pulse::new(ts),
         source,
         dest,
         sequum,

@@ -22,6 +22,7 @@ use common::{
 use isotach_am::frame::{self, Header, Kind as AmKind};
 use isotach_am::port::DEFAULT_TAG;
 use isotach_am::{Class, MAX_ARGS, MAX_MEDIUM_BYTES, MAX_SLOTS, Status};
+use isotach_proto::Pulse;
 use isotach_proto::packet::{
     EndOfIsochron, IsotachMessage, Packet, PlainMessage, Sref, SrefOp, StartOfIsochron, Token,
     Width,
@@ -89,7 +90,7 @@ fn isotach_packets() -> Vec<Vec<u8>> {
             ..StartOfIsochron::default()
         }),
         Packet::IsotachMessage(IsotachMessage {
-            ts: 0,
+            ts: Pulse::new(0),
             source: 0,
             dest: 1,
             sequum: 0,

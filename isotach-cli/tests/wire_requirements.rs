@@ -16,6 +16,7 @@ use isotach_am::NodeAddr;
 use isotach_am::backend::udp::UdpTransport;
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
 use isotach_proto::Generation;
+use isotach_proto::Pulse;
 use isotach_proto::WaveSeq;
 use isotach_proto::packet::{
     IsotachMessage, Kind, Packet, SORT_VECTOR_MAX, Sref, SrefOp, StartOfIsochron, Token, Width,
@@ -276,7 +277,7 @@ app = "{h3a}"
             .find(|m| m.iso_id == id)
             .unwrap()
             .ts;
-        (self.to_tm_messages()[before..].to_vec(), ts)
+        (self.to_tm_messages()[before..].to_vec(), ts.get())
     }
 
     /// Raw bytes of the isotach messages the SIU sent its token manager, in order.
@@ -323,7 +324,7 @@ fn net_message(ts: u64, source: u16, sequum: u64, payload: usize) -> IsotachMess
         }
     };
     IsotachMessage {
-        ts,
+        ts: Pulse::new(ts),
         source,
         dest: HOST,
         sequum,
@@ -577,7 +578,7 @@ fn wire_req_10_eop_iff_significant() {
     rig.until("every message and the last EOP", |r| {
         r.receiver.messages().len() == sent && r.receiver.eop_for(last).is_some()
     });
-    let got: HashSet<u64> = rig.receiver.eops().iter().map(|e| e.ts).collect();
+    let got: HashSet<u64> = rig.receiver.eops().iter().map(|e| e.ts.get()).collect();
     assert_eq!(got, significant);
     assert!(rig.receiver.eop_for(RESET_PULSE).unwrap().reset);
     assert!(significant.len() < 20, "insignificant pulses occurred");
@@ -607,7 +608,10 @@ fn wire_req_16_eop_copies_token_kind_and_crc() {
     let eops = rig.receiver.eops();
     assert!(eops.len() > 5);
     for e in eops {
-        let t = rig.bouncer.wave_token(e.ts + 1).expect("token ts + 1");
+        let t = rig
+            .bouncer
+            .wave_token(e.ts.get() + 1)
+            .expect("token ts + 1");
         assert_eq!(e.token_kind, Kind::Token as u8);
         assert_eq!(e.token_crc, carried_crc(&t.bytes), "pulse {}", e.ts);
     }
@@ -627,7 +631,7 @@ fn wire_req_17_eop_ts_is_pulse() {
         });
         let eops = rig.receiver.eops();
         assert_eq!(eops.len(), before + 1);
-        assert_eq!(eops[before].ts, ts);
+        assert_eq!(eops[before].ts, Pulse::new(ts));
     }
 }
 
@@ -638,12 +642,12 @@ fn wire_req_19_eop_count_messages_and_markers() {
     let rig = traffic_run("r19", 19, 20, 40, true);
     let (mut over, mut with_marker) = (0, 0);
     for e in rig.receiver.eops() {
-        let n = rig.receiver.pulse_packets(e.ts).len();
+        let n = rig.receiver.pulse_packets(e.ts.get()).len();
         assert_eq!(e.count as usize, n, "pulse {}", e.ts);
         over += usize::from(n > SORT_VECTOR_MAX);
     }
     for m in rig.receiver.markers() {
-        with_marker += usize::from(rig.receiver.eop_for(m.ts).is_some());
+        with_marker += usize::from(rig.receiver.eop_for(m.ts.get()).is_some());
     }
     assert!(over > 0, "counts above the bucket size occurred");
     assert!(with_marker > 0, "markers were counted");
@@ -706,7 +710,11 @@ fn wire_req_24_one_ts_per_isochron() {
         let (msgs, ts) = rig.isochron(soi(iso, 2, rng.below(3) as u32), &dests);
         assert_eq!(msgs.len(), dests.len());
         for b in msgs {
-            assert_eq!(IsotachMessage::decode(&b).unwrap().ts, ts, "isochron {iso}");
+            assert_eq!(
+                IsotachMessage::decode(&b).unwrap().ts,
+                Pulse::new(ts),
+                "isochron {iso}"
+            );
         }
         rig.run_pulses(rng.below(3));
     }
@@ -801,7 +809,11 @@ fn wire_req_34_sort_vector_one_entry_per_packet() {
     let rig = traffic_run("r34", 34, 15, 45, true);
     let mut full = 0;
     for e in rig.receiver.eops() {
-        let n = rig.receiver.pulse_packets(e.ts).len().min(SORT_VECTOR_MAX);
+        let n = rig
+            .receiver
+            .pulse_packets(e.ts.get())
+            .len()
+            .min(SORT_VECTOR_MAX);
         assert_eq!(e.sort_vector.len(), n, "pulse {}", e.ts);
         let mut seen = e.sort_vector.clone();
         seen.sort_unstable();
@@ -820,7 +832,7 @@ fn wire_req_35_sort_vector_source_then_sequum() {
     let rig = traffic_run("r35", 35, 20, 40, true);
     let mut reordered = 0;
     for e in rig.receiver.eops() {
-        let packets = rig.receiver.pulse_packets(e.ts);
+        let packets = rig.receiver.pulse_packets(e.ts.get());
         let first = &packets[..packets.len().min(SORT_VECTOR_MAX)];
         let order: Vec<(u16, u64)> = e
             .sort_vector

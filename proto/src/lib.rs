@@ -17,7 +17,7 @@ pub mod reply;
 pub mod topology;
 pub mod wave;
 
-pub use logical::{Generation, WaveSeq};
+pub use logical::{Generation, Pulse, WaveSeq};
 pub use packet::{
     BarrierSignalMarker, DecodeError, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage,
     Kind, Packet, PlainMessage, Sref, SrefOp, StartOfIsochron, Token, Width,

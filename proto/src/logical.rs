@@ -1,9 +1,46 @@
-//! The numbers of logical time as types of their own: a generation and a wave's sequence
-//! number on the wire. Each offers only what the protocol defines on it — a generation wraps,
+//! The numbers of logical time as types of their own: a pulse (a timestamp), a generation and
+//! a wave's sequence number on the wire. Each offers only what the protocol defines on it — a generation wraps,
 //! so it is compared with [`Generation::newer_than`], never with `<`; a wave sequence number
 //! is two bits and only ever classified against what a link accepted (`wave::classify`).
 
 use std::fmt;
+
+/// A pulse of logical time: the timestamp an SIU gives an isochron and every message of it,
+/// and the pulse an EOP marker ends. Pulses only move forward within a generation (64 bits do
+/// not wrap), so they are ordered; they are not counts, so they only step and offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct Pulse(u64);
+
+impl Pulse {
+    /// The first pulse of a generation.
+    pub const ZERO: Self = Self(0);
+
+    /// The pulse numbered `raw` (as the wire carries it).
+    pub const fn new(raw: u64) -> Self {
+        Self(raw)
+    }
+
+    /// The number the wire carries.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The pulse after this one.
+    pub const fn next(self) -> Self {
+        Self(self.0.saturating_add(1))
+    }
+
+    /// The pulse `pulses` after this one.
+    pub const fn plus(self, pulses: u64) -> Self {
+        Self(self.0.saturating_add(pulses))
+    }
+}
+
+impl fmt::Display for Pulse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// A logical-time generation: bumped by every restart of logical time, carried by every token
 /// and stamped into every isotach message, compared in serial-number arithmetic (RFC 1982).

@@ -217,7 +217,7 @@ impl PulseOracle {
             self.stats.stale_stamps += 1;
             return;
         }
-        if g == view.generation && view.last_eop.is_some_and(|last| m.ts <= last) {
+        if g == view.generation && view.last_eop.is_some_and(|last| m.ts.get() <= last) {
             let last = view.last_eop;
             self.eop_violation(1, || {
                 format!(
@@ -228,7 +228,7 @@ impl PulseOracle {
             return;
         }
         view.expected
-            .entry((g, m.ts))
+            .entry((g, m.ts.get()))
             .or_default()
             .push((m.source, m.sequum));
     }
@@ -301,7 +301,7 @@ impl PulseOracle {
         if eop.count as usize > SORT_VECTOR_MAX {
             self.stats.eops_over_32 += 1;
         }
-        let t = eop.ts;
+        let t = eop.ts.get();
         let Some(view) = self.hosts.get_mut(h) else {
             return;
         };
@@ -396,7 +396,7 @@ impl PulseOracle {
 
     /// The count and the sort vector describe exactly what the host got.
     fn check_order(&mut self, h: usize, eop: &EopMarker, arrived: &[Arrival]) {
-        let t = eop.ts;
+        let t = eop.ts.get();
         if eop.count as usize != arrived.len() {
             let (count, got) = (eop.count, arrived.len());
             self.order_violation(|| format!("host {h}: EOP {t} count {count}, host got {got}"));
@@ -485,7 +485,7 @@ impl Observer for PulseOracle {
                         marker: false,
                         stale: false,
                     };
-                    self.arrival(h, m.ts, a, "message");
+                    self.arrival(h, m.ts.get(), a, "message");
                 }
             }
             Some(Ok(Kind::IsochronMarker)) => {
@@ -496,7 +496,7 @@ impl Observer for PulseOracle {
                         marker: true,
                         stale: false,
                     };
-                    self.arrival(h, m.ts, a, "isochron marker");
+                    self.arrival(h, m.ts.get(), a, "isochron marker");
                 }
             }
             Some(Ok(Kind::EopMarker)) => {
@@ -513,12 +513,12 @@ impl Observer for PulseOracle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use isotach_proto::Generation;
     use isotach_proto::packet::Sref;
+    use isotach_proto::{Generation, Pulse};
 
     fn msg(ts: u64, source: u16, dest: u16, sequum: u64) -> Vec<u8> {
         let m = IsotachMessage {
-            ts,
+            ts: Pulse::new(ts),
             source,
             dest,
             sequum,
@@ -535,7 +535,7 @@ mod tests {
 
     fn eop(ts: u64, count: u32, sort_vector: Vec<u8>) -> Vec<u8> {
         let e = EopMarker {
-            ts,
+            ts: Pulse::new(ts),
             count,
             sort_vector,
             ..EopMarker::default()
@@ -614,7 +614,7 @@ mod tests {
 
     fn barrier_eop(ts: u64, bits: u8) -> Vec<u8> {
         let e = EopMarker {
-            ts,
+            ts: Pulse::new(ts),
             barrier: bits,
             ..EopMarker::default()
         };

@@ -17,6 +17,7 @@ use crate::net::{FaultError, RangeUs};
 use crate::oracle::{OracleStats, PulseOracle};
 use crate::sim::{NetFaults, RunEnd, Sim, SimConfig, SimError, Tamper};
 use isotach_proto::Generation;
+use isotach_proto::Pulse;
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::{
     BARRIERS, BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind,
@@ -615,7 +616,7 @@ impl WavesHost {
         for dest in dests {
             at += ctx.rng().range_inclusive(0, PACKET_SPACING_US_MAX);
             let m = IsotachMessage {
-                ts: 0,
+                ts: Pulse::new(0),
                 source: 0,
                 dest,
                 sequum: 0,
@@ -746,12 +747,12 @@ impl Host for WavesHost {
                 if let Ok(m) = IsochronMarker::decode(bytes) {
                     self.in_flight = self.in_flight.saturating_sub(1);
                     self.isochrons_done += 1;
-                    self.awaiting_eop.push_back(m.ts);
+                    self.awaiting_eop.push_back(m.ts.get());
                 }
             }
             Some(Ok(Kind::EopMarker)) => {
                 if let Ok(e) = EopMarker::decode(bytes) {
-                    self.awaiting_eop.retain(|&ts| ts > e.ts);
+                    self.awaiting_eop.retain(|&ts| ts > e.ts.get());
                     self.in_barrier &= !e.barrier;
                     if e.reset {
                         // A new generation: barriers in progress are gone.

@@ -6,6 +6,7 @@
 //! the same seeds make other runs.
 
 use isotach_proto::Generation;
+use isotach_proto::Pulse;
 use isotach_proto::config::{Limits, Timing};
 use isotach_proto::packet::{EndOfIsochron, IsotachMessage, Kind, Sref, StartOfIsochron, Token};
 use isotach_proto::topology::{Hop, HostId, Topology};
@@ -213,7 +214,7 @@ fn send_isochron_to_host_1(m: &mut Mini) {
         ..StartOfIsochron::default()
     };
     let msg = IsotachMessage {
-        ts: 0,
+        ts: Pulse::new(0),
         source: 0,
         dest: 1,
         sequum: 0,

@@ -1,6 +1,7 @@
 //! A host without an application: the SIU answers reads and copy requests for it.
 
 use isotach_proto::Generation;
+use isotach_proto::Pulse;
 use isotach_proto::config::{Limits, Timing};
 use isotach_proto::packet::{IsotachMessage, PlainMessage, Sref, SrefOp, Width};
 use isotach_proto::reply::HostReply;
@@ -21,7 +22,7 @@ fn siu() -> Siu {
 
 fn message(op: SrefOp, ref_id: u32) -> Vec<u8> {
     let m = IsotachMessage {
-        ts: 9,
+        ts: Pulse::new(9),
         source: 2,
         dest: 1,
         sequum: 4,

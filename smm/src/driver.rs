@@ -272,9 +272,9 @@ impl HeldInput {
     /// The pulse a packet is bucketed in (isotach messages, isochron and EOP markers).
     fn pulse(p: &[u8]) -> Option<u64> {
         match packet::peek_kind(p).ok()? {
-            Kind::IsotachMessage => IsotachMessage::peek_stamp(p).map(|(ts, _, _)| ts),
-            Kind::IsochronMarker => IsochronMarker::decode(p).ok().map(|m| m.ts),
-            Kind::EopMarker => EopMarker::decode(p).ok().map(|e| e.ts),
+            Kind::IsotachMessage => IsotachMessage::peek_stamp(p).map(|(ts, _, _)| ts.get()),
+            Kind::IsochronMarker => IsochronMarker::decode(p).ok().map(|m| m.ts.get()),
+            Kind::EopMarker => EopMarker::decode(p).ok().map(|e| e.ts.get()),
             _ => None,
         }
     }
@@ -455,10 +455,10 @@ impl Future for OutputReady {
 mod tests {
     use super::*;
     use crate::{Addr, MemoryMap, SmmConfig, SmmLimits};
-    use isotach_proto::Generation;
     use isotach_proto::config::{Limits, Timing};
     use isotach_proto::packet::Width;
     use isotach_proto::topology::{Hop, Topology};
+    use isotach_proto::{Generation, Pulse};
     use isotach_siu::{Siu, SiuConfig};
     use isotach_tm::{TmConfig, TokenManager};
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -604,7 +604,7 @@ mod tests {
 
     fn write_at(ts: u64, slot: u32) -> Vec<u8> {
         let m = IsotachMessage {
-            ts,
+            ts: Pulse::new(ts),
             source: 0,
             dest: 0,
             sequum: ts,
@@ -624,7 +624,7 @@ mod tests {
 
     fn eop(ts: u64, count: u32) -> Vec<u8> {
         let e = EopMarker {
-            ts,
+            ts: Pulse::new(ts),
             count,
             sort_vector: (0..count as u8).collect(),
             ..Default::default()
@@ -671,7 +671,7 @@ mod tests {
         let topo = Arc::new(Topology::line(1, 1).unwrap());
         let mut reset = Vec::new();
         EopMarker {
-            ts: 3,
+            ts: Pulse::new(3),
             reset: true,
             ..Default::default()
         }

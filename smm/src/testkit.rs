@@ -3,6 +3,7 @@
 
 use crate::{MemoryMap, SmmConfig, SmmLimits, SmmNode};
 use isotach_proto::Generation;
+use isotach_proto::Pulse;
 use isotach_proto::packet::{
     EopMarker, IsotachMessage, Kind, SORT_VECTOR_MAX, Sref, SrefOp, Width,
 };
@@ -45,7 +46,7 @@ pub fn pulse(srefs: usize, kind: SortKind) -> (SmmNode, Vec<u8>) {
         let source = 3 - (i % 3) as u16;
         let sequum = (i / 3) as u64;
         let m = IsotachMessage {
-            ts: 1,
+            ts: Pulse::new(1),
             source,
             dest: 0,
             sequum,
@@ -67,7 +68,7 @@ pub fn pulse(srefs: usize, kind: SortKind) -> (SmmNode, Vec<u8>) {
     let mut vector: Vec<u8> = (0..covered as u8).collect();
     vector.sort_by_key(|&i| arrivals[usize::from(i)]);
     let eop = EopMarker {
-        ts: 1,
+        ts: Pulse::new(1),
         count: srefs as u32,
         repeat: kind == SortKind::Software,
         token_kind: Kind::Token as u8,

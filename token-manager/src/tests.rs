@@ -1,4 +1,5 @@
 use super::*;
+use isotach_proto::Pulse;
 use isotach_proto::packet::{Packet, Sref, SrefOp, Width};
 use isotach_proto::{Generation, WaveSeq};
 
@@ -234,7 +235,7 @@ fn reset_echo_is_ignored_and_stale_generations_dropped() {
 fn unknown_destination_and_markers_are_refused() {
     let mut t = started(1);
     let m = IsotachMessage {
-        ts: 2,
+        ts: Pulse::new(2),
         source: 0,
         dest: 5,
         sequum: 0,
@@ -328,7 +329,7 @@ fn write_to(dest: u16) -> Vec<u8> {
 /// An isotach write from host 0 to `dest` stamped in `generation`, encoded.
 fn write_in(generation: u32, dest: u16) -> Vec<u8> {
     let m = IsotachMessage {
-        ts: 2,
+        ts: Pulse::new(2),
         source: 0,
         dest,
         sequum: 0,

@@ -2,6 +2,7 @@
 
 use crate::bouncer::TokenBits;
 use isotach_proto::Generation;
+use isotach_proto::Pulse;
 use isotach_proto::WaveSeq;
 use isotach_proto::packet::{
     BarrierSignalMarker, CRC_LEN, EndOfIsochron, IsotachMessage, PlainMessage, Sref, SrefOp,
@@ -81,7 +82,7 @@ impl ByteGenerator {
     /// An isotach message carrying any sref.
     pub fn message(&mut self, dest: HostId, sref: Sref) -> Vec<u8> {
         let m = IsotachMessage {
-            ts: 0,
+            ts: Pulse::new(0),
             source: 0,
             dest,
             sequum: 0,

@@ -1,5 +1,6 @@
 //! The receiver: collects and decodes what the SIU hands its host.
 
+use isotach_proto::Pulse;
 use isotach_proto::packet::{
     DecodeError, EopMarker, IsochronMarker, IsotachMessage, Packet, PlainMessage,
 };
@@ -107,14 +108,16 @@ impl Receiver {
 
     /// The (non-repeat) EOP marker for pulse `ts`, if one arrived.
     pub fn eop_for(&self, ts: u64) -> Option<&EopMarker> {
-        self.eops().into_iter().find(|e| e.ts == ts && !e.repeat)
+        self.eops()
+            .into_iter()
+            .find(|e| e.ts == Pulse::new(ts) && !e.repeat)
     }
 
     /// Position in [`Receiver::packets`] of the (non-repeat) EOP marker for pulse `ts`.
     pub fn eop_position(&self, ts: u64) -> Option<usize> {
         self.packets
             .iter()
-            .position(|p| matches!(p, Packet::EopMarker(e) if e.ts == ts && !e.repeat))
+            .position(|p| matches!(p, Packet::EopMarker(e) if e.ts == Pulse::new(ts) && !e.repeat))
     }
 
     /// `(position, ts, source, sequum)` of every isotach message and isochron marker, in arrival
@@ -124,8 +127,8 @@ impl Receiver {
             .iter()
             .enumerate()
             .filter_map(|(i, p)| match p {
-                Packet::IsotachMessage(m) => Some((i, m.ts, m.source, m.sequum)),
-                Packet::IsochronMarker(m) => Some((i, m.ts, m.source, m.sequum)),
+                Packet::IsotachMessage(m) => Some((i, m.ts.get(), m.source, m.sequum)),
+                Packet::IsochronMarker(m) => Some((i, m.ts.get(), m.source, m.sequum)),
                 _ => None,
             })
             .collect()

@@ -6,6 +6,7 @@ use super::codec::{
     BARRIER_MASK, Fields, begin, check_bits, open, push_u16, push_u32, push_u64, seal,
 };
 use super::{DecodeError, Kind};
+use crate::logical::Pulse;
 
 /// Most entries a sort vector carries (the hardware bucket size).
 pub const SORT_VECTOR_MAX: usize = 32;
@@ -23,7 +24,7 @@ mod eop_flags {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct EopMarker {
     /// The pulse this marker ends (don't-care in host mode).
-    pub ts: u64,
+    pub ts: Pulse,
     /// Isotach messages plus isochron markers the SIU sent the host with TS `ts`; may exceed
     /// the sort vector. 0 on a host-mode repeat.
     pub count: u32,
@@ -66,7 +67,7 @@ impl EopMarker {
         out.push(self.signals);
         out.push(self.sort_vector.len() as u8);
         push_u16(out, 0);
-        push_u64(out, self.ts);
+        push_u64(out, self.ts.get());
         push_u32(out, self.count);
         push_u32(out, self.token_crc);
         out.push(self.token_kind);
@@ -91,7 +92,7 @@ impl EopMarker {
             });
         }
         f.reserved(2, "eop.reserved")?;
-        let ts = f.u64()?;
+        let ts = Pulse::new(f.u64()?);
         let count = f.u32()?;
         if sort_len as u64 > u64::from(count) {
             return Err(DecodeError::OutOfRange {

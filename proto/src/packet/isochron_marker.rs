@@ -3,6 +3,7 @@
 
 use super::codec::{Fields, begin, open, push_u16, push_u32, push_u64, seal};
 use super::{DecodeError, Kind};
+use crate::logical::Pulse;
 
 /// Encoded length of an isochron marker.
 pub const CHR_LEN: usize = 32;
@@ -15,7 +16,7 @@ pub struct IsochronMarker {
     /// This host (the isochron's source).
     pub source: u16,
     /// The isochron's timestamp.
-    pub ts: u64,
+    pub ts: Pulse,
     /// The isochron's first sequum: the marker sorts where the isochron does.
     pub sequum: u64,
     /// XOR of the CRCs of the isochron's messages as they left the SIU.
@@ -28,7 +29,7 @@ impl IsochronMarker {
         let start = begin(out, Kind::IsochronMarker);
         push_u32(out, self.iso_id);
         push_u16(out, self.source);
-        push_u64(out, self.ts);
+        push_u64(out, self.ts.get());
         push_u64(out, self.sequum);
         push_u32(out, self.crc_xor);
         seal(out, start)
@@ -39,7 +40,7 @@ impl IsochronMarker {
         let mut f = Fields::new(open(bytes, Kind::IsochronMarker, CHR_LEN)?);
         let iso_id = f.u32()?;
         let source = f.u16()?;
-        let ts = f.u64()?;
+        let ts = Pulse::new(f.u64()?);
         let sequum = f.u64()?;
         let crc_xor = f.u32()?;
         f.finish(CHR_LEN)?;

@@ -6,7 +6,7 @@ use super::codec::{
     CRC_LEN, Fields, begin, check_bits, crc32, open, push_u16, push_u32, push_u64, seal,
 };
 use super::{DecodeError, Kind};
-use crate::logical::Generation;
+use crate::logical::{Generation, Pulse};
 
 /// Largest payload of a `msg` sref.
 pub const MSG_PAYLOAD_MAX: usize = 1024;
@@ -194,7 +194,7 @@ impl Sref {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct IsotachMessage {
     /// Timestamp (the pulse it executes in); the host sends 0 and the SIU stamps it.
-    pub ts: u64,
+    pub ts: Pulse,
     /// Source host; stamped by the SIU.
     pub source: u16,
     /// Destination host.
@@ -212,7 +212,7 @@ pub struct IsotachMessage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamp {
     /// The isochron's timestamp.
-    pub ts: u64,
+    pub ts: Pulse,
     /// The SIU's host.
     pub source: u16,
     /// The SIU's next sequence number.
@@ -256,7 +256,7 @@ impl IsotachMessage {
             Sref::Mem { width, .. } | Sref::Rmw { width, .. } => *width as u8,
             Sref::Msg { .. } => 0,
         });
-        push_u64(out, self.ts);
+        push_u64(out, self.ts.get());
         push_u16(out, self.source);
         push_u16(out, self.dest);
         push_u64(out, self.sequum);
@@ -328,7 +328,7 @@ impl IsotachMessage {
         let mut f = Fields::new(open(bytes, Kind::IsotachMessage, len_max)?);
         let op = SrefOp::from_byte(f.u8()?)?;
         let width_byte = f.u8()?;
-        let ts = f.u64()?;
+        let ts = Pulse::new(f.u64()?);
         let source = f.u16()?;
         let dest = f.u16()?;
         let sequum = f.u64()?;
@@ -455,12 +455,12 @@ impl IsotachMessage {
     }
 
     /// Reads `(ts, source, sequum)` of an encoded message whose CRC was already checked.
-    pub fn peek_stamp(bytes: &[u8]) -> Option<(u64, u16, u64)> {
+    pub fn peek_stamp(bytes: &[u8]) -> Option<(Pulse, u16, u64)> {
         let ts = bytes.get(MSG_TS_AT..MSG_TS_AT + 8)?;
         let src = bytes.get(MSG_SOURCE_AT..MSG_SOURCE_AT + 2)?;
         let seq = bytes.get(MSG_SEQUUM_AT..MSG_SEQUUM_AT + 8)?;
         Some((
-            u64::from_be_bytes(ts.try_into().ok()?),
+            Pulse::new(u64::from_be_bytes(ts.try_into().ok()?)),
             u16::from_be_bytes([src[0], src[1]]),
             u64::from_be_bytes(seq.try_into().ok()?),
         ))
@@ -482,7 +482,7 @@ impl IsotachMessage {
             sequum,
             generation,
         } = stamp;
-        bytes[MSG_TS_AT..MSG_TS_AT + 8].copy_from_slice(&ts.to_be_bytes());
+        bytes[MSG_TS_AT..MSG_TS_AT + 8].copy_from_slice(&ts.get().to_be_bytes());
         bytes[MSG_SOURCE_AT..MSG_SOURCE_AT + 2].copy_from_slice(&source.to_be_bytes());
         bytes[MSG_SEQUUM_AT..MSG_SEQUUM_AT + 8].copy_from_slice(&sequum.to_be_bytes());
         bytes[MSG_GENERATION_AT..MSG_GENERATION_AT + 4]

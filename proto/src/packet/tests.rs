@@ -1,4 +1,5 @@
 use super::*;
+use crate::logical::Pulse;
 use crate::logical::{Generation, WaveSeq};
 use proptest::prelude::*;
 
@@ -129,7 +130,7 @@ fn arb_message() -> impl Strategy<Value = IsotachMessage> {
     )
         .prop_map(
             |(ts, source, dest, sequum, generation, sref)| IsotachMessage {
-                ts,
+                ts: Pulse::new(ts),
                 source,
                 dest,
                 sequum,
@@ -175,7 +176,7 @@ fn arb_eop() -> impl Strategy<Value = EopMarker> {
                     sort_vector.swap(i, (s >> 33) as usize % (i + 1));
                 }
                 EopMarker {
-                    ts,
+                    ts: Pulse::new(ts),
                     count: len as u32 + extra,
                     repeat,
                     reset,
@@ -207,7 +208,7 @@ fn arb_packet() -> impl Strategy<Value = Packet> {
                 |(iso_id, source, ts, sequum, crc_xor)| Packet::IsochronMarker(IsochronMarker {
                     iso_id,
                     source,
-                    ts,
+                    ts: Pulse::new(ts),
                     sequum,
                     crc_xor
                 })
@@ -281,13 +282,13 @@ proptest! {
     #[test]
     fn stamping_in_place_matches_encoding(m in arb_message(), ts in any::<u64>(), source in any::<u16>(), sequum in any::<u64>(), generation in any::<u32>()) {
         let mut bytes = m.to_packet_bytes();
-        let crc = IsotachMessage::stamp_in_place(&mut bytes, Stamp { ts, source, sequum, generation: Generation::new(generation) });
-        let stamped = IsotachMessage { ts, source, sequum, generation: Generation::new(generation), ..m };
+        let crc = IsotachMessage::stamp_in_place(&mut bytes, Stamp { ts: Pulse::new(ts), source, sequum, generation: Generation::new(generation) });
+        let stamped = IsotachMessage { ts: Pulse::new(ts), source, sequum, generation: Generation::new(generation), ..m };
         let mut expect = Vec::new();
         let expect_crc = stamped.encode(&mut expect);
         prop_assert_eq!(crc, expect_crc);
         prop_assert_eq!(&bytes, &expect);
-        prop_assert_eq!(IsotachMessage::peek_stamp(&bytes), Some((ts, source, sequum)));
+        prop_assert_eq!(IsotachMessage::peek_stamp(&bytes), Some((Pulse::new(ts), source, sequum)));
         prop_assert_eq!(IsotachMessage::peek_dest(&bytes), Some(stamped.dest));
         prop_assert_eq!(IsotachMessage::peek_generation(&bytes), Some(Generation::new(generation)));
     }
@@ -436,7 +437,7 @@ fn out_of_range_fields_are_typed() {
 #[test]
 fn thirty_two_bit_value_must_fit() {
     let m = IsotachMessage {
-        ts: 1,
+        ts: Pulse::new(1),
         source: 0,
         dest: 1,
         sequum: 0,
@@ -546,7 +547,7 @@ fn is_repeat_reads_the_flag_of_valid_tokens_only() {
 #[test]
 fn rmw_messages_are_64_bytes_and_their_fields_are_checked() {
     let m = IsotachMessage {
-        ts: 3,
+        ts: Pulse::new(3),
         source: 1,
         dest: 2,
         sequum: 9,

@@ -18,7 +18,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 if let Some((held_host, ts, _)) = &self.tamper.held {
                     let closes = *held_host == host
                         && kind == Some(Kind::EopMarker as u8)
-                        && EopMarker::decode(&bytes).is_ok_and(|e| e.ts >= *ts);
+                        && EopMarker::decode(&bytes).is_ok_and(|e| e.ts.get() >= *ts);
                     if closes {
                         let (_, _, held) = self.tamper.held.take().expect("held");
                         self.tamper.done = true;
@@ -27,7 +27,8 @@ impl<H: Host, O: Observer> Sim<H, O> {
                     return vec![bytes];
                 }
                 if kind == Some(Kind::IsotachMessage as u8)
-                    && let Some((ts, _, _)) = IsotachMessage::peek_stamp(&bytes)
+                    && let Some((ts, _, _)) =
+                        IsotachMessage::peek_stamp(&bytes).map(|(t, s, q)| (t.get(), s, q))
                     && ts >= 8
                 {
                     self.tamper.held = Some((host, ts, bytes));

@@ -28,8 +28,9 @@ impl Siu {
         };
         // Only pulses this SIU could have handed the host (within its window) move the floor.
         let window = u64::from(self.cfg.limits.pulses_ahead_max);
-        if m.ts <= self.recvclock.saturating_add(window) {
-            self.raise_ts_floor(m.ts.saturating_add(1));
+        let ts = m.ts.get();
+        if ts <= self.recvclock.saturating_add(window) {
+            self.raise_ts_floor(ts.saturating_add(1));
         }
         if usize::from(m.source) >= self.cfg.topology.host_count() {
             return Ok(());

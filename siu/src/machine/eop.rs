@@ -6,6 +6,7 @@
 use super::Siu;
 use crate::pulse::{Placement, PulseSlot};
 use crate::{Mode, Side, SiuError};
+use isotach_proto::Pulse;
 use isotach_proto::packet::{self, EopMarker, IsotachMessage, Token};
 
 /// Offset of the token kind byte in an encoded token (copied into the EOP marker).
@@ -36,7 +37,7 @@ impl Siu {
             0
         };
         let eop = EopMarker {
-            ts,
+            ts: Pulse::new(ts),
             count,
             repeat,
             reset: t.reset || t.restart,
@@ -62,6 +63,8 @@ impl Siu {
         })?;
         let (ts, source, sequum) =
             IsotachMessage::peek_stamp(bytes).expect("a valid message has its stamp fields");
+        // The SIU's clocks count pulses as numbers; the wire's typed pulse stops here.
+        let ts = ts.get();
         if dest != self.cfg.host {
             self.stats.messages_refused += 1;
             return Err(SiuError::Misrouted {

@@ -7,6 +7,7 @@
 use super::Siu;
 use crate::pulse::Placement;
 use crate::{Mode, Route, Side, SiuError, Transmit};
+use isotach_proto::Pulse;
 use isotach_proto::packet::{
     self, EndOfIsochron, IsochronMarker, IsotachMessage, Stamp, StartOfIsochron,
 };
@@ -119,7 +120,7 @@ impl Siu {
         let mut out = bytes.to_vec();
         let sequum = self.next_sequum;
         let stamp = Stamp {
-            ts: open.ts,
+            ts: Pulse::new(open.ts),
             source: self.port,
             sequum,
             generation: self.generation,
@@ -186,7 +187,7 @@ impl Siu {
         let marker = IsochronMarker {
             iso_id: open.iso_id,
             source: self.port,
-            ts: open.ts,
+            ts: Pulse::new(open.ts),
             sequum: open.first_sequum,
             crc_xor: open.crc_xor,
         };

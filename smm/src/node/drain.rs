@@ -52,7 +52,7 @@ impl SmmNode {
     /// barrier (the start barrier an application begins with) would wait for a completion the
     /// new generation never delivers, so it is told, like one that drained or issued.
     pub(super) fn end_pulse(&mut self, e: &EopMarker) -> Result<(), SmmError> {
-        self.check_not_drained(e.ts)?;
+        self.check_not_drained(e.ts.get())?;
         let restart = e.reset && !e.end_of_epoch && !e.repeat;
         // Before the drain: the reset EOP may itself complete the barrier the marker entered.
         let had_state = self.stats.pulses_drained > 0 || self.issued > 0 || self.sent_marker;
@@ -69,7 +69,7 @@ impl SmmNode {
             self.restarted = true;
             return Err(SmmError::Restarted {
                 ts: 0,
-                drained: e.ts,
+                drained: e.ts.get(),
             });
         }
         Ok(())
@@ -91,7 +91,7 @@ impl SmmNode {
     /// vector when it covers the bucket, vector merged with a software sort of the excess when
     /// the count exceeds it, all software on a repeat EOP or a count mismatch.
     fn drain(&mut self, eop: &EopMarker) {
-        let ts = eop.ts;
+        let ts = eop.ts.get();
         debug_assert!(
             self.stats.pulses_drained == 0 || ts >= self.last_drained,
             "pulses drain in order (check_not_drained)"
@@ -127,7 +127,7 @@ impl SmmNode {
 
     /// Fills `self.order` with bucket indices in execution order.
     fn order_bucket(&mut self, eop: &EopMarker, bucket: &[Bucketed]) {
-        let partial = self.partial_pulse(eop.ts);
+        let partial = self.partial_pulse(eop.ts.get());
         let order = &mut self.order;
         order.clear();
         let n = bucket.len();

@@ -383,7 +383,7 @@ impl SmmNode {
         self.join_log = rest;
         if !self.join.skip_replay {
             for (_, m) in mine {
-                self.execute_message(m.ts, &m);
+                self.execute_message(m.ts.get(), &m);
             }
         }
         self.finish_join_if_done();

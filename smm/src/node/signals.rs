@@ -86,10 +86,10 @@ impl SmmNode {
         }
         if let Some(h) = self.signal_handler.as_mut() {
             if eop.reset {
-                h(Self::RESET_SIGNAL, eop.ts);
+                h(Self::RESET_SIGNAL, eop.ts.get());
             }
             if eop.signals != 0 {
-                h(eop.signals, eop.ts);
+                h(eop.signals, eop.ts.get());
             }
         }
     }

@@ -4,6 +4,7 @@ use super::*;
 use crate::oracle;
 use crate::{MemoryMap, SmmConfig, SmmError, SmmLimits, Table};
 use isotach_proto::Generation;
+use isotach_proto::Pulse;
 use isotach_proto::config::{Limits, Timing};
 use isotach_proto::packet::{self, EopMarker, Kind, Sref, SrefOp, Width};
 use isotach_proto::topology::Hop;
@@ -518,7 +519,7 @@ fn hit_buffer_and_sched_limits_are_back_pressure() {
 /// An empty EOP marker for pulse `ts`.
 fn eop(ts: u64) -> Vec<u8> {
     eop_with(EopMarker {
-        ts,
+        ts: Pulse::new(ts),
         token_kind: Kind::Token as u8,
         ..EopMarker::default()
     })
@@ -527,7 +528,7 @@ fn eop(ts: u64) -> Vec<u8> {
 /// The SIU's reset EOP marker for pulse `ts`: the reset bit outside an epoch's end.
 fn restart_eop(ts: u64) -> Vec<u8> {
     eop_with(EopMarker {
-        ts,
+        ts: Pulse::new(ts),
         reset: true,
         token_kind: Kind::Token as u8,
         ..EopMarker::default()
@@ -553,7 +554,7 @@ fn pulses_going_back_report_a_restart_of_logical_time() {
     assert!(e.to_string().contains("restart the application"), "{e}");
     let mut m = Vec::new();
     IsotachMessage {
-        ts: 2,
+        ts: Pulse::new(2),
         source: 1,
         dest: 0,
         sequum: 0,
@@ -623,7 +624,7 @@ fn a_node_that_sent_nothing_takes_a_restart_of_logical_time_quietly() {
     // A write of the old generation, for the pulse the reset cuts short.
     let mut m = Vec::new();
     IsotachMessage {
-        ts: 7,
+        ts: Pulse::new(7),
         source: 1,
         dest: 0,
         sequum: 0,
@@ -649,7 +650,7 @@ fn a_node_that_sent_nothing_takes_a_restart_of_logical_time_quietly() {
     assert_eq!(node.handle_siu(&eop(1)), Ok(()));
     node.barrier_start(0, 1).unwrap();
     let done = eop_with(EopMarker {
-        ts: 2,
+        ts: Pulse::new(2),
         barrier: 1,
         token_kind: Kind::Token as u8,
         ..EopMarker::default()

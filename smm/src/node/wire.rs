@@ -7,6 +7,7 @@ use super::SmmNode;
 use super::drain::Bucketed;
 use crate::SmmError;
 use isotach_proto::Generation;
+use isotach_proto::Pulse;
 use isotach_proto::packet::{
     self, BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind,
     PlainMessage, Sref, StartOfIsochron,
@@ -38,14 +39,14 @@ impl SmmNode {
         match packet::peek_kind(bytes).map_err(bad)? {
             Kind::IsotachMessage => {
                 let m = IsotachMessage::decode(bytes).map_err(bad)?;
-                self.bucket(m.ts, Bucketed::Message(m))
+                self.bucket(m.ts.get(), Bucketed::Message(m))
             }
             Kind::IsochronMarker => {
                 let k = IsochronMarker::decode(bytes).map_err(bad)?;
                 if k.source != self.cfg.host {
                     return Err(SmmError::BadInput(format!("marker from host {}", k.source)));
                 }
-                self.bucket(k.ts, Bucketed::Marker(k))
+                self.bucket(k.ts.get(), Bucketed::Marker(k))
             }
             Kind::EopMarker => {
                 let e = EopMarker::decode(bytes).map_err(bad)?;
@@ -116,7 +117,7 @@ impl SmmNode {
         self.to_siu.push_back(out);
         for (dest, sref) in remote {
             let m = IsotachMessage {
-                ts: 0,
+                ts: Pulse::new(0),
                 source: me,
                 dest: *dest,
                 sequum: 0,
