@@ -240,6 +240,27 @@ pub(super) fn join_apps<R>(apps: Vec<App<R>>, problems: &mut Vec<String>) -> Vec
     out
 }
 
+/// Waits until logical time runs everywhere, then until every application returned: what
+/// they returned, the startup time (s) and host 0's pulse rate meanwhile (pulses/s).
+pub(super) fn run_apps<R>(
+    lc: &LoopbackCluster,
+    apps: Vec<App<R>>,
+    problems: &mut Vec<String>,
+) -> (Vec<R>, f64, f64) {
+    let t_start = Instant::now();
+    let mut startup_s = 0.0;
+    let mut clock0 = None;
+    if wait_started(lc, problems) {
+        startup_s = t_start.elapsed().as_secs_f64();
+        clock0 = Some((Instant::now(), clocks(lc)[0]));
+    }
+    let results = join_apps(apps, problems);
+    let pulses_per_s = clock0.map_or(0.0, |(t0, c0)| {
+        clocks(lc)[0].saturating_sub(c0) as f64 / t0.elapsed().as_secs_f64().max(1e-6)
+    });
+    (results, startup_s, pulses_per_s)
+}
+
 /// An empty latency histogram, ns (1 ns to 600 s, 3 significant digits).
 pub(super) fn latency_hist() -> anyhow::Result<Histogram<u64>> {
     Ok(Histogram::new_with_bounds(1, 600_000_000_000, 3)?)
@@ -505,17 +526,7 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
         deadline,
         move |h, mut smm| host_load(&mut smm, h, n, w, ops, seconds, deadline),
     )?;
-    let t_start = Instant::now();
-    let mut startup_s = 0.0;
-    let mut clock0 = None;
-    if wait_started(&lc, &mut problems) {
-        startup_s = t_start.elapsed().as_secs_f64();
-        clock0 = Some((Instant::now(), clocks(&lc)[0]));
-    }
-    let loads = join_apps(apps, &mut problems);
-    let pulses_per_s = clock0.map_or(0.0, |(t0, c0)| {
-        clocks(&lc)[0].saturating_sub(c0) as f64 / t0.elapsed().as_secs_f64().max(1e-6)
-    });
+    let (loads, startup_s, pulses_per_s) = run_apps(&lc, apps, &mut problems);
     let raw = finish(c, base, lc.daemons, &mut problems)?;
 
     let mut lat = latency_hist()?;

@@ -25,8 +25,7 @@
 //! `redis-server` and `redis-benchmark` are on PATH (`redis.rs`).
 
 use super::daemons::{
-    CommonArgs, clocks, exit, finish, join_apps, latency_hist, left, print, ratio, spawn_apps,
-    start, wait_started,
+    CommonArgs, exit, finish, latency_hist, left, print, ratio, run_apps, spawn_apps, start,
 };
 use super::redis::{RedisNumbers, redis_transfers};
 use super::unordered::{UnorderedParams, unordered_transfers};
@@ -378,17 +377,7 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
             move |h, mut smm| host_transfers(&mut smm, h, &load),
         )?
     };
-    let t_start = Instant::now();
-    let mut startup_s = 0.0;
-    let mut clock0 = None;
-    if wait_started(&lc, &mut problems) {
-        startup_s = t_start.elapsed().as_secs_f64();
-        clock0 = Some((Instant::now(), clocks(&lc)[0]));
-    }
-    let hosts = join_apps(apps, &mut problems);
-    let pulses_per_s = clock0.map_or(0.0, |(t0, c0)| {
-        clocks(&lc)[0].saturating_sub(c0) as f64 / t0.elapsed().as_secs_f64().max(1e-6)
-    });
+    let (hosts, startup_s, pulses_per_s) = run_apps(&lc, apps, &mut problems);
     let raw = finish(c, base, lc.daemons, &mut problems)?;
 
     let mut lat = latency_hist()?;

@@ -131,11 +131,17 @@ fn run_host(
     let me = host.me;
     let bank = p.bank;
     let mut rng = Rng::stream(WORKLOAD_SEED, me as u64);
-    let mut lat = latency_hist().map_err(|e| e.to_string())?;
     let warm_end = Instant::now() + Duration::from_secs_f64((p.seconds / 5.0).min(0.2));
     let end = warm_end + Duration::from_secs_f64(p.seconds);
+    let mut window = Window {
+        bank,
+        warm_end,
+        end,
+        lat: latency_hist().map_err(|e| e.to_string())?,
+        transfers: 0,
+    };
     let mut waiting: HashMap<u64, Waiting> = HashMap::with_capacity(p.clients);
-    let (mut next_id, mut transfers, mut finished) = (0u64, 0u64, None);
+    let (mut next_id, mut finished) = (0u64, None);
     loop {
         let now = Instant::now();
         if now >= deadline {
@@ -159,16 +165,7 @@ fn run_host(
                 reads_left,
             };
             if reads_left == 0 {
-                decide(
-                    &mut host,
-                    bank,
-                    id,
-                    &w,
-                    warm_end,
-                    end,
-                    &mut lat,
-                    &mut transfers,
-                )?;
+                window.decide(&mut host, id, &w)?;
             } else {
                 waiting.insert(id, w);
             }
@@ -198,16 +195,7 @@ fn run_host(
                     w.reads_left -= 1;
                     if w.reads_left == 0 {
                         let w = waiting.remove(&id).expect("just found");
-                        decide(
-                            &mut host,
-                            bank,
-                            id,
-                            &w,
-                            warm_end,
-                            end,
-                            &mut lat,
-                            &mut transfers,
-                        )?;
+                        window.decide(&mut host, id, &w)?;
                     }
                 }
                 _ => {}
@@ -215,32 +203,33 @@ fn run_host(
         }
     }
     Ok(HostResult {
-        lat_ns: lat,
-        transfers,
+        lat_ns: window.lat,
+        transfers: window.transfers,
         window_s: (end - warm_end).as_secs_f64(),
     })
 }
 
-/// Both reads answered: the assigns go out, the latency is recorded when in the window.
-#[allow(clippy::too_many_arguments)]
-fn decide(
-    host: &mut Host,
+/// The measurement window of one host: what counts and what was counted.
+struct Window {
     bank: Bank,
-    id: u64,
-    w: &Waiting,
     warm_end: Instant,
     end: Instant,
-    lat: &mut hdrhistogram::Histogram<u64>,
-    transfers: &mut u64,
-) -> Result<(), String> {
-    for &page in &w.pages {
-        host.update(bank, page, id)?;
+    lat: hdrhistogram::Histogram<u64>,
+    transfers: u64,
+}
+
+impl Window {
+    /// Both reads answered: the assigns go out, the latency is recorded when in the window.
+    fn decide(&mut self, host: &mut Host, id: u64, w: &Waiting) -> Result<(), String> {
+        for &page in &w.pages {
+            host.update(self.bank, page, id)?;
+        }
+        if w.sent >= self.warm_end && w.sent < self.end {
+            let _ = self.lat.record(w.sent.elapsed().as_nanos().max(1) as u64);
+            self.transfers += 1;
+        }
+        Ok(())
     }
-    if w.sent >= warm_end && w.sent < end {
-        let _ = lat.record(w.sent.elapsed().as_nanos().max(1) as u64);
-        *transfers += 1;
-    }
-    Ok(())
 }
 
 /// Runs the baseline: one thread and one loopback UDP socket per host.
