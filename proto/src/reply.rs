@@ -177,6 +177,13 @@ impl HostReply<'_> {
                         got: b.len(),
                     });
                 }
+                // A chunk never holds more than a plain message carries: the encoder's bound.
+                if b.len() > IMAGE_HEADER_LEN + IMAGE_CHUNK_BYTES_MAX {
+                    return Err(DecodeError::Long {
+                        max: IMAGE_HEADER_LEN + IMAGE_CHUNK_BYTES_MAX,
+                        got: b.len(),
+                    });
+                }
                 let chunk = be16(&b[9..11]);
                 let chunks = be16(&b[11..13]);
                 if chunks == 0 || chunk >= chunks {
@@ -447,6 +454,21 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn an_image_chunk_longer_than_a_plain_message_carries_is_refused() {
+        let mut b = vec![TAG_PAGE_IMAGE, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 1];
+        b.resize(IMAGE_HEADER_LEN + IMAGE_CHUNK_BYTES_MAX, 0);
+        assert!(HostReply::decode(&b).is_ok(), "the largest chunk decodes");
+        b.push(0);
+        assert_eq!(
+            HostReply::decode(&b),
+            Err(DecodeError::Long {
+                max: IMAGE_HEADER_LEN + IMAGE_CHUNK_BYTES_MAX,
+                got: b.len()
+            })
+        );
     }
 
     #[test]
