@@ -155,6 +155,9 @@ pub struct ScReport {
     /// Read answers that reached a newer application than the one that asked (ignored;
     /// allowed only on a host whose application restarted).
     pub replies_ignored: u64,
+    /// Packets an application sent for later (a delayed resend) that reached its SIU after
+    /// it left: dropped with it (allowed).
+    pub departed_dropped: u64,
     /// Seeds of failing runs (first few).
     pub failed_seeds: Vec<u64>,
     /// First problems seen.
@@ -589,6 +592,7 @@ fn tally(sim: &Sim<ScHost, PulseOracle>, end: RunEnd, map: &MemoryMap, report: &
         problems.extend(h.port.problems.iter().cloned());
     }
     report.unexpected_errors += sim.stats().net_errors;
+    report.departed_dropped += sim.stats().departed_dropped;
     problems.extend(sim.observer().violations().iter().cloned());
     problems.extend(sim.errors().iter().cloned());
     for p in problems {
