@@ -20,7 +20,8 @@ use isotach_proto::config::{
 };
 use isotach_proto::packet::{
     self, BarrierSignalMarker, DecodeError, EndOfIsochron, EopMarker, IsochronMarker,
-    IsotachMessage, Kind, Packet, PlainMessage, RmwOp, Sref, SrefOp, StartOfIsochron, Token, Width,
+    IsotachMessage, Kind, Packet, PlainMessage, RmwOp, RmwSref, Sref, SrefOp, StartOfIsochron,
+    Token, Width,
 };
 use isotach_proto::topology::{Hop, SwitchId, Topology};
 use isotach_proto::{Generation, Pulse, WaveSeq};
@@ -655,7 +656,7 @@ fn fuzz_sref(inp: &mut Input<'_>) -> Sref {
         } else {
             0
         };
-        Sref::Rmw {
+        Sref::Rmw(RmwSref {
             op,
             width,
             addr: u64::from(inp.u16()),
@@ -663,7 +664,7 @@ fn fuzz_sref(inp: &mut Input<'_>) -> Sref {
             arg2,
             ref_id: u32::from(inp.u8()),
             answer: f & 0x40 != 0,
-        }
+        })
     } else if f % 7 == 4 {
         let n = usize::from(inp.u8() % 48);
         Sref::Msg {

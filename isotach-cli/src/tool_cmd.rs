@@ -421,17 +421,15 @@ pub(crate) fn describe(bytes: &[u8]) -> String {
                     "{op:?} w{} addr={addr:#x} value={value} ref={ref_id}",
                     *width as u8 * 8
                 ),
-                Sref::Rmw {
-                    op,
-                    width,
-                    addr,
-                    arg,
-                    arg2,
-                    ref_id,
-                    answer,
-                } => format!(
-                    "{op:?} w{} addr={addr:#x} arg={arg} arg2={arg2} ref={ref_id} answer={answer}",
-                    *width as u8 * 8
+                Sref::Rmw(r) => format!(
+                    "{:?} w{} addr={:#x} arg={} arg2={} ref={} answer={}",
+                    r.op,
+                    r.width as u8 * 8,
+                    r.addr,
+                    r.arg,
+                    r.arg2,
+                    r.ref_id,
+                    r.answer
                 ),
                 Sref::Msg { handler, payload } =>
                     format!("msg handler={handler} payload={}", hex(payload)),
@@ -501,23 +499,15 @@ pub(crate) fn to_json(bytes: &[u8]) -> Value {
                     ref_id,
                 } => json!({"op": format!("{op:?}").to_lowercase(), "width_bits": *width as u8 * 8,
                     "addr": addr, "value": value, "ref_id": ref_id}),
-                Sref::Rmw {
-                    op,
-                    width,
-                    addr,
-                    arg,
-                    arg2,
-                    ref_id,
-                    answer,
-                } => {
-                    let func = if let RmwOp::Apply(f) = op {
-                        Some(*f)
+                Sref::Rmw(r) => {
+                    let func = if let RmwOp::Apply(f) = r.op {
+                        Some(f)
                     } else {
                         None
                     };
-                    json!({"op": format!("{:?}", op.op()).to_lowercase(), "func": func,
-                        "width_bits": *width as u8 * 8, "addr": addr, "arg": arg, "arg2": arg2,
-                        "ref_id": ref_id, "answer": answer})
+                    json!({"op": format!("{:?}", r.op.op()).to_lowercase(), "func": func,
+                        "width_bits": r.width as u8 * 8, "addr": r.addr, "arg": r.arg,
+                        "arg2": r.arg2, "ref_id": r.ref_id, "answer": r.answer})
                 }
                 Sref::Msg { handler, payload } => {
                     json!({"op": "msg", "handler": handler, "payload": hex(payload)})

@@ -7,7 +7,8 @@ use std::fmt;
 
 /// A pulse of logical time: the timestamp an SIU gives an isochron and every message of it,
 /// and the pulse an EOP marker ends. Pulses only move forward within a generation (64 bits do
-/// not wrap), so they are ordered; they are not counts, so they only step and offset.
+/// not wrap), so they are ordered; they are not counts, so they have no arithmetic: the SIU's
+/// and SMM's clocks count with the number ([`Pulse::get`]) and convert at their edge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct Pulse(u64);
 
@@ -23,16 +24,6 @@ impl Pulse {
     /// The number the wire carries.
     pub const fn get(self) -> u64 {
         self.0
-    }
-
-    /// The pulse after this one.
-    pub const fn next(self) -> Self {
-        Self(self.0.saturating_add(1))
-    }
-
-    /// The pulse `pulses` after this one.
-    pub const fn plus(self, pulses: u64) -> Self {
-        Self(self.0.saturating_add(pulses))
     }
 }
 
@@ -93,8 +84,6 @@ pub struct WaveSeq(u8);
 impl WaveSeq {
     /// The two bits a token's flags byte carries.
     pub const BITS: u8 = 0b11;
-    /// A restart token's sequence number (it ends no pulse).
-    pub const RESTART: Self = Self(0);
 
     /// The sequence number of wave `n` (waves are numbered 1, 2, 3, … on a link).
     pub const fn of_wave(n: u64) -> Self {
@@ -147,7 +136,7 @@ mod tests {
     #[test]
     fn wave_sequence_numbers_are_two_bits_mod_4() {
         assert_eq!(WaveSeq::of_wave(1).bits(), 1);
-        assert_eq!(WaveSeq::of_wave(4), WaveSeq::RESTART);
+        assert_eq!(WaveSeq::of_wave(4).bits(), 0);
         assert_eq!(WaveSeq::of_wave(u64::MAX).bits(), 3);
         assert_eq!(WaveSeq::from_bits(0xff).bits(), 3);
         assert_eq!(WaveSeq::of_wave(1).after(WaveSeq::of_wave(3)), 2);

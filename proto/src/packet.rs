@@ -46,7 +46,7 @@ pub use error::DecodeError;
 pub use isochron_marker::{CHR_LEN, IsochronMarker};
 pub use isotach_message::{
     IsotachMessage, MEM_MESSAGE_LEN, MSG_MESSAGE_LEN_MIN, MSG_PAYLOAD_MAX, RMW_MESSAGE_LEN, RmwOp,
-    Sref, SrefOp, Stamp, Width,
+    RmwSref, Sref, SrefOp, Stamp, Width,
 };
 pub use kind::Kind;
 pub use plain_message::{PLAIN_LEN_MIN, PLAIN_PAYLOAD_MAX, PlainMessage};

@@ -3,7 +3,7 @@
 //! in a [`PlainMessage`](crate::packet::PlainMessage), which carries the CRC; the layout is
 //! in `docs/wire.md`. Decoders validate every length, tag and index and never panic.
 
-use crate::packet::{DecodeError, PLAIN_PAYLOAD_MAX, RmwOp, SrefOp, Width};
+use crate::packet::{DecodeError, PLAIN_PAYLOAD_MAX, RmwOp, RmwSref, Sref, SrefOp, Width};
 
 /// Tag of [`HostReply::ReadValue`].
 const TAG_READ_VALUE: u8 = 1;
@@ -82,6 +82,36 @@ pub enum HostReply<'a> {
 }
 
 impl HostReply<'_> {
+    /// The refusal a host that cannot serve `sref` (no application attached: `absent`, or a
+    /// copy not current yet) sends its issuer, so nobody waits for an answer that will not
+    /// come: a read, or a read-modify-write this copy was to answer, is `ReadRefused`; a copy
+    /// request `CopyRefused`. Anything else needs no answer.
+    pub fn refusal(sref: &Sref, absent: bool) -> Option<HostReply<'static>> {
+        match *sref {
+            Sref::Mem {
+                op: SrefOp::Read,
+                ref_id,
+                ..
+            }
+            | Sref::Rmw(RmwSref {
+                ref_id,
+                answer: true,
+                ..
+            }) => Some(HostReply::ReadRefused { ref_id, absent }),
+            Sref::Mem {
+                op: SrefOp::Copy,
+                addr,
+                ref_id,
+                ..
+            } => Some(HostReply::CopyRefused {
+                page: page_of(addr),
+                join_id: ref_id,
+                absent,
+            }),
+            _ => None,
+        }
+    }
+
     /// Appends the encoded payload.
     pub fn encode(&self, out: &mut Vec<u8>) {
         match *self {
@@ -454,6 +484,48 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn refusals_answer_what_an_issuer_waits_for_and_nothing_else() {
+        let mem = |op| Sref::Mem {
+            op,
+            width: Width::W64,
+            addr: 3 << 32,
+            value: 0,
+            ref_id: 9,
+        };
+        let rmw = |answer| {
+            Sref::Rmw(RmwSref {
+                op: RmwOp::Add,
+                width: Width::W64,
+                addr: 3 << 32,
+                arg: 1,
+                arg2: 0,
+                ref_id: 9,
+                answer,
+            })
+        };
+        let read_refused = Some(HostReply::ReadRefused {
+            ref_id: 9,
+            absent: true,
+        });
+        assert_eq!(HostReply::refusal(&mem(SrefOp::Read), true), read_refused);
+        assert_eq!(HostReply::refusal(&rmw(true), true), read_refused);
+        assert_eq!(
+            HostReply::refusal(&rmw(false), true),
+            None,
+            "another copy answers"
+        );
+        assert_eq!(
+            HostReply::refusal(&mem(SrefOp::Copy), false),
+            Some(HostReply::CopyRefused {
+                page: 3,
+                join_id: 9,
+                absent: false
+            })
+        );
+        assert_eq!(HostReply::refusal(&mem(SrefOp::Write), true), None);
     }
 
     #[test]

@@ -8,14 +8,14 @@
 //! that node's oldest unresolved sched on the variable, so concurrent scheds resolve in
 //! logical-time order per node and readers get the value of the version they read.
 
-use crate::rmw::{Rmw, RmwFunctions};
+use crate::rmw::RmwFunctions;
 use crate::{OrderKey, SmmError, map::Addr};
 
 /// Identifies one sched at this copy: its isochron's place in the order and its position among
 /// that isochron's operations (one isochron may schedule a variable more than once; a remote
 /// copy tells them apart by their messages' sequums, this host's copy by the position).
 pub(crate) type SchedId = (OrderKey, u32);
-use isotach_proto::packet::Width;
+use isotach_proto::packet::{RmwSref, Width};
 use isotach_proto::reply::{ImageEntry, ImageRmw, ImageSched};
 use isotach_proto::topology::HostId;
 use std::collections::HashMap;
@@ -36,7 +36,7 @@ pub(crate) enum Waiter {
     /// A read of `width`.
     Read(Width),
     /// A read-modify-write: it runs on the assigned value, in order with the other waiters.
-    Rmw(Rmw),
+    Rmw(RmwSref),
 }
 
 /// An operation waiting for a sched to be resolved.
@@ -154,13 +154,8 @@ impl Memory {
 
     /// Runs a read-modify-write on `addr`: at once when the variable is substantiated (the
     /// outcome is the value it found), else after the assign it waits for.
-    pub(crate) fn rmw(
-        &mut self,
-        addr: Addr,
-        rmw: Rmw,
-        requester: HostId,
-        ref_id: u32,
-    ) -> Result<ReadOutcome, SmmError> {
+    pub(crate) fn rmw(&mut self, rmw: RmwSref, requester: HostId) -> Result<ReadOutcome, SmmError> {
+        let addr = Addr::from_raw(rmw.addr);
         let var = self.var(addr)?;
         let Some(waits_on) = var.pending else {
             let old = narrow(var.value, rmw.width);
@@ -173,13 +168,13 @@ impl Memory {
             waiter: Waiter::Rmw(rmw),
             waits_on,
             requester,
-            ref_id,
+            ref_id: rmw.ref_id,
         });
         Ok(ReadOutcome::Pending)
     }
 
     /// The value `rmw` leaves after `old`; an unknown function leaves `old` (counted).
-    fn modified(functions: &RmwFunctions, unknown: &mut u64, rmw: Rmw, old: u64) -> u64 {
+    fn modified(functions: &RmwFunctions, unknown: &mut u64, rmw: RmwSref, old: u64) -> u64 {
         functions
             .new_value(rmw.op, rmw.width, old, rmw.arg, rmw.arg2)
             .unwrap_or_else(|| {
@@ -344,11 +339,13 @@ impl Memory {
                     continue; // the decoder refused such an index already
                 };
                 // The copy that sent the image answers the issuer.
-                let rmw = Rmw {
+                let rmw = RmwSref {
                     op: r.op,
                     width: r.width,
+                    addr: Addr::new(page, e.slot).raw(),
                     arg: r.arg,
                     arg2: r.arg2,
+                    ref_id: 0,
                     answer: false,
                 };
                 self.read_pending.push(PendingOp {

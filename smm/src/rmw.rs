@@ -16,17 +16,6 @@ pub type RmwFn = fn(old: u64, arg: u64) -> u64;
 /// Most functions one node registers.
 pub const RMW_FUNCTIONS_MAX: usize = 256;
 
-/// One read-modify-write as a copy executes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Rmw {
-    pub(crate) op: RmwOp,
-    pub(crate) width: Width,
-    pub(crate) arg: u64,
-    pub(crate) arg2: u64,
-    /// This copy answers the issuer with the old value.
-    pub(crate) answer: bool,
-}
-
 /// The functions `apply` may name, by number.
 #[derive(Debug, Clone, Default)]
 pub struct RmwFunctions {

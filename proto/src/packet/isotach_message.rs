@@ -128,6 +128,26 @@ impl RmwOp {
     }
 }
 
+/// An atomic read-modify-write of one variable, as one copy receives it: the SMM keeps it in
+/// this form from issue to execution (and while it waits for an assign).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RmwSref {
+    /// What it does.
+    pub op: RmwOp,
+    /// Variable width.
+    pub width: Width,
+    /// Shared address (page and offset).
+    pub addr: u64,
+    /// The argument (the addend, the expected value, the function's argument); fits `width`.
+    pub arg: u64,
+    /// The second argument (compare-and-swap's new value, else 0); fits `width`.
+    pub arg2: u64,
+    /// Requester-local reference, echoed in the answer.
+    pub ref_id: u32,
+    /// This copy answers the issuer with the old value (exactly one copy does).
+    pub answer: bool,
+}
+
 /// The shared-memory reference an isotach message carries.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Sref {
@@ -145,23 +165,7 @@ pub enum Sref {
         ref_id: u32,
     },
     /// An atomic read-modify-write of one variable at every copy (see [`RmwOp`]).
-    Rmw {
-        /// What it does.
-        op: RmwOp,
-        /// Variable width.
-        width: Width,
-        /// Shared address (page and offset).
-        addr: u64,
-        /// The argument (the addend, the expected value, the function's argument); fits
-        /// `width`.
-        arg: u64,
-        /// The second argument (compare-and-swap's new value, else 0); fits `width`.
-        arg2: u64,
-        /// Requester-local reference, echoed in the answer.
-        ref_id: u32,
-        /// This copy answers the issuer with the old value (exactly one copy does).
-        answer: bool,
-    },
+    Rmw(RmwSref),
     /// A message run by handler `handler` at its place in the order.
     Msg {
         /// Handler index at the destination.
@@ -175,7 +179,7 @@ impl Sref {
     /// The shared address it operates on (memory and read-modify-write srefs).
     pub fn addr(&self) -> Option<u64> {
         match self {
-            Self::Mem { addr, .. } | Self::Rmw { addr, .. } => Some(*addr),
+            Self::Mem { addr, .. } | Self::Rmw(RmwSref { addr, .. }) => Some(*addr),
             Self::Msg { .. } => None,
         }
     }
@@ -184,7 +188,7 @@ impl Sref {
     pub fn op(&self) -> SrefOp {
         match self {
             Self::Mem { op, .. } => *op,
-            Self::Rmw { op, .. } => op.op(),
+            Self::Rmw(r) => r.op.op(),
             Self::Msg { .. } => SrefOp::Msg,
         }
     }
@@ -253,7 +257,7 @@ impl IsotachMessage {
         );
         out.push(self.sref.op() as u8);
         out.push(match &self.sref {
-            Sref::Mem { width, .. } | Sref::Rmw { width, .. } => *width as u8,
+            Sref::Mem { width, .. } | Sref::Rmw(RmwSref { width, .. }) => *width as u8,
             Sref::Msg { .. } => 0,
         });
         push_u64(out, self.ts.get());
@@ -272,22 +276,14 @@ impl IsotachMessage {
                 push_u64(out, *value);
                 push_u32(out, *ref_id);
             }
-            Sref::Rmw {
-                op,
-                width,
-                addr,
-                arg,
-                arg2,
-                ref_id,
-                answer,
-            } => {
-                debug_assert!(*arg <= width.max_value() && *arg2 <= width.max_value());
-                push_u64(out, *addr);
-                push_u64(out, *arg);
-                push_u64(out, *arg2);
-                push_u32(out, *ref_id);
-                push_u16(out, if let RmwOp::Apply(f) = op { *f } else { 0 });
-                out.push(if *answer { RMW_FLAG_ANSWER } else { 0 });
+            Sref::Rmw(r) => {
+                debug_assert!(r.arg <= r.width.max_value() && r.arg2 <= r.width.max_value());
+                push_u64(out, r.addr);
+                push_u64(out, r.arg);
+                push_u64(out, r.arg2);
+                push_u32(out, r.ref_id);
+                push_u16(out, if let RmwOp::Apply(f) = r.op { f } else { 0 });
+                out.push(if r.answer { RMW_FLAG_ANSWER } else { 0 });
                 out.push(0);
             }
             Sref::Msg { handler, payload } => {
@@ -437,7 +433,7 @@ impl IsotachMessage {
                 value: arg2,
             });
         }
-        Ok(Sref::Rmw {
+        Ok(Sref::Rmw(RmwSref {
             op,
             width,
             addr,
@@ -445,7 +441,7 @@ impl IsotachMessage {
             arg2,
             ref_id,
             answer: flags & RMW_FLAG_ANSWER != 0,
-        })
+        }))
     }
 
     /// Reads the destination of an encoded message whose CRC was already checked.

@@ -101,7 +101,7 @@ fn arb_sref() -> impl Strategy<Value = Sref> {
     )
         .prop_map(|(op, wide, addr, (arg, arg2), ref_id, answer)| {
             let width = if wide { Width::W64 } else { Width::W32 };
-            Sref::Rmw {
+            Sref::Rmw(RmwSref {
                 op,
                 width,
                 addr,
@@ -114,7 +114,7 @@ fn arb_sref() -> impl Strategy<Value = Sref> {
                 },
                 ref_id,
                 answer,
-            }
+            })
         });
     prop_oneof![mem, msg, rmw]
 }
@@ -552,7 +552,7 @@ fn rmw_messages_are_64_bytes_and_their_fields_are_checked() {
         dest: 2,
         sequum: 9,
         generation: Generation::new(1),
-        sref: Sref::Rmw {
+        sref: Sref::Rmw(RmwSref {
             op: RmwOp::Apply(7),
             width: Width::W32,
             addr: 0x0000_0002_0000_0005,
@@ -560,7 +560,7 @@ fn rmw_messages_are_64_bytes_and_their_fields_are_checked() {
             arg2: 0,
             ref_id: 4,
             answer: true,
-        },
+        }),
     };
     let mut b = Vec::new();
     m.encode(&mut b);

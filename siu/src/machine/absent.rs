@@ -6,7 +6,7 @@
 
 use super::Siu;
 use crate::{Route, Side, SiuError, Transmit};
-use isotach_proto::packet::{self, IsotachMessage, Kind, PlainMessage, Sref, SrefOp};
+use isotach_proto::packet::{self, IsotachMessage, Kind, PlainMessage};
 use isotach_proto::reply::{self, HostReply};
 
 impl Siu {
@@ -35,32 +35,8 @@ impl Siu {
         if usize::from(m.source) >= self.cfg.topology.host_count() {
             return Ok(());
         }
-        let answer = match m.sref {
-            Sref::Mem {
-                op: SrefOp::Read,
-                ref_id,
-                ..
-            }
-            // A read-modify-write this host was to answer: the issuer would wait forever.
-            | Sref::Rmw {
-                ref_id,
-                answer: true,
-                ..
-            } => HostReply::ReadRefused {
-                ref_id,
-                absent: true,
-            },
-            Sref::Mem {
-                op: SrefOp::Copy,
-                addr,
-                ref_id,
-                ..
-            } => HostReply::CopyRefused {
-                page: reply::page_of(addr),
-                join_id: ref_id,
-                absent: true,
-            },
-            _ => return Ok(()),
+        let Some(answer) = HostReply::refusal(&m.sref, true) else {
+            return Ok(());
         };
         let mut payload = Vec::with_capacity(reply::COPY_REFUSED_LEN);
         answer.encode(&mut payload);

@@ -5,9 +5,9 @@
 use super::SmmNode;
 use crate::map::Addr;
 use crate::memory::{ReadOutcome, Released};
-use crate::rmw::{Rmw, RmwFn};
+use crate::rmw::RmwFn;
 use crate::{OrderKey, SmmError};
-use isotach_proto::packet::{IsotachMessage, Sref, SrefOp, Width};
+use isotach_proto::packet::{IsotachMessage, RmwSref, Sref, SrefOp, Width};
 use isotach_proto::topology::HostId;
 
 /// What a message handler is told.
@@ -57,24 +57,7 @@ impl SmmNode {
         };
         match &m.sref {
             Sref::Msg { handler, payload } => self.call(*handler, m.source, ts, payload),
-            &Sref::Rmw {
-                op,
-                width,
-                addr,
-                arg,
-                arg2,
-                ref_id,
-                answer,
-            } => {
-                let rmw = Rmw {
-                    op,
-                    width,
-                    arg,
-                    arg2,
-                    answer,
-                };
-                self.execute_rmw(Addr::from_raw(addr), rmw, m.source, ref_id);
-            }
+            Sref::Rmw(rmw) => self.execute_rmw(*rmw, m.source),
             Sref::Mem {
                 op,
                 width,
@@ -119,9 +102,9 @@ impl SmmNode {
 
     /// Runs a read-modify-write on this host's copy; the copy the issuer named answers with
     /// the value it found (now, or when the assign it waits for comes).
-    pub(super) fn execute_rmw(&mut self, addr: Addr, rmw: Rmw, issuer: HostId, ref_id: u32) {
-        match self.memory.rmw(addr, rmw, issuer, ref_id) {
-            Ok(ReadOutcome::Value(old)) if rmw.answer => self.reply(issuer, ref_id, old),
+    pub(super) fn execute_rmw(&mut self, rmw: RmwSref, issuer: HostId) {
+        match self.memory.rmw(rmw, issuer) {
+            Ok(ReadOutcome::Value(old)) if rmw.answer => self.reply(issuer, rmw.ref_id, old),
             Ok(_) => {}
             Err(e) => self.count_exec_error(&e),
         }

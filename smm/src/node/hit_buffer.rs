@@ -7,8 +7,7 @@ use super::SmmNode;
 use crate::OrderKey;
 use crate::map::Addr;
 use crate::memory::ReadOutcome;
-use crate::rmw::Rmw;
-use isotach_proto::packet::{IsochronMarker, Sref, Width};
+use isotach_proto::packet::{IsochronMarker, RmwSref, Sref, Width};
 use isotach_proto::topology::HostId;
 
 /// An operation this host executes itself (its own copy, its own handler, or a join's
@@ -20,8 +19,8 @@ pub(super) enum LocalOp {
     Sched(Addr),
     Assign(Addr, Width, u64),
     Message(u16, Vec<u8>),
-    /// A read-modify-write of this host's copy (answering here when `answer`) and its read id.
-    Rmw(Addr, Rmw, u32),
+    /// A read-modify-write of this host's copy (answering here when `answer`).
+    Rmw(RmwSref),
     /// A join's admission of a page (state transfer): operations on it are logged from here.
     Admit(u32),
 }
@@ -151,7 +150,7 @@ impl SmmNode {
                 }
                 LocalOp::Assign(addr, width, value) => self.assign(addr, width, value, me),
                 LocalOp::Message(handler, payload) => self.call(handler, me, key.ts, &payload),
-                LocalOp::Rmw(addr, rmw, ref_id) => self.execute_rmw(addr, rmw, me, ref_id),
+                LocalOp::Rmw(rmw) => self.execute_rmw(rmw, me),
                 LocalOp::Admit(page) => self.admit(page, key.ts),
             }
         }

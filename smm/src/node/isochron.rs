@@ -4,9 +4,8 @@
 
 use super::SmmNode;
 use crate::map::Addr;
-use crate::rmw::Rmw;
 use crate::{ReadHandle, SmmError, Table};
-use isotach_proto::packet::{MSG_PAYLOAD_MAX, RmwOp, Width};
+use isotach_proto::packet::{MSG_PAYLOAD_MAX, RmwOp, RmwSref, Width};
 use isotach_proto::topology::HostId;
 
 /// An operation as the application asked for it.
@@ -17,8 +16,9 @@ pub(super) enum Planned {
     Sched(Addr),
     Assign(Addr, Width, u64),
     Message(HostId, u16, Vec<u8>),
-    /// A read-modify-write (its `answer` is decided per copy at issue) and its read id.
-    Rmw(Addr, Rmw, u32),
+    /// A read-modify-write; its `ref_id` is the read id, its `answer` is decided per copy at
+    /// issue.
+    Rmw(RmwSref),
 }
 
 /// An isochron being built. Operations are checked as they are added; [`Isochron::end`]
@@ -151,14 +151,15 @@ impl Isochron<'_> {
             return Err(SmmError::Limit(Table::IsochronOps));
         }
         let id = self.node.new_read()?;
-        let rmw = Rmw {
+        self.ops.push(Planned::Rmw(RmwSref {
             op,
             width,
+            addr: addr.raw(),
             arg,
             arg2,
+            ref_id: id,
             answer: false,
-        };
-        self.ops.push(Planned::Rmw(addr, rmw, id));
+        }));
         Ok(ReadHandle(id))
     }
 
@@ -206,7 +207,7 @@ impl Isochron<'_> {
 
 fn read_ids(ops: &[Planned]) -> impl Iterator<Item = u32> + '_ {
     ops.iter().filter_map(|op| match op {
-        Planned::Read(_, _, id) | Planned::Rmw(_, _, id) => Some(*id),
+        Planned::Read(_, _, id) | Planned::Rmw(RmwSref { ref_id: id, .. }) => Some(*id),
         _ => None,
     })
 }

@@ -9,9 +9,8 @@ use super::hit_buffer::LocalOp;
 use super::isochron::Planned;
 use super::reads::ReadSlot;
 use crate::map::Addr;
-use crate::rmw::Rmw;
 use crate::{ExecRecord, RecordedOp, SmmError, Table};
-use isotach_proto::packet::{Sref, SrefOp, Width};
+use isotach_proto::packet::{RmwSref, Sref, SrefOp, Width};
 use isotach_proto::topology::HostId;
 use std::collections::HashMap;
 
@@ -77,19 +76,20 @@ impl SmmNode {
                         }
                     }
                 }
-                Planned::Rmw(addr, rmw, ref_id) => {
+                Planned::Rmw(rmw) => {
                     // Every copy runs it; the nearest answers, as it would a read.
-                    let copies = self.map.copyset(addr.page()).unwrap_or(&[]);
+                    let page = Addr::from_raw(rmw.addr).page();
+                    let copies = self.map.copyset(page).unwrap_or(&[]);
                     let answering = copies.first().copied().unwrap_or(me);
                     for &c in copies {
-                        let rmw = Rmw {
+                        let rmw = RmwSref {
                             answer: c == answering,
                             ..*rmw
                         };
                         if c == me {
-                            local.push(LocalOp::Rmw(*addr, rmw, *ref_id));
+                            local.push(LocalOp::Rmw(rmw));
                         } else {
-                            remote.push((c, rmw_sref(*addr, rmw, *ref_id)));
+                            remote.push((c, Sref::Rmw(rmw)));
                         }
                     }
                 }
@@ -137,12 +137,12 @@ impl SmmNode {
                     addr,
                     value: value & width.max_value(),
                 },
-                Planned::Rmw(addr, rmw, ref_id) => {
-                    if let Some(ReadSlot::Waiting { record }) = self.reads.get_mut(&ref_id) {
+                Planned::Rmw(rmw) => {
+                    if let Some(ReadSlot::Waiting { record }) = self.reads.get_mut(&rmw.ref_id) {
                         *record = Some((r, recorded.len()));
                     }
                     RecordedOp::Rmw {
-                        addr,
+                        addr: Addr::from_raw(rmw.addr),
                         op: rmw.op,
                         width: rmw.width,
                         arg: rmw.arg,
@@ -199,18 +199,5 @@ impl SmmNode {
         }
         self.my_scheds_total = total as usize;
         Ok(())
-    }
-}
-
-/// The sref of a read-modify-write for one copy.
-fn rmw_sref(addr: Addr, rmw: Rmw, ref_id: u32) -> Sref {
-    Sref::Rmw {
-        op: rmw.op,
-        width: rmw.width,
-        addr: addr.raw(),
-        arg: rmw.arg,
-        arg2: rmw.arg2,
-        ref_id,
-        answer: rmw.answer,
     }
 }

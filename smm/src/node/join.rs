@@ -125,8 +125,8 @@ impl SmmNode {
         let (dropped, kept): (Vec<_>, Vec<_>) =
             log.into_iter().partition(|(p, _)| stuck.contains(p));
         self.join_log = kept;
-        for (page, m) in dropped {
-            self.refuse_not_current(page, &m);
+        for (_, m) in dropped {
+            self.refuse_not_current(&m);
         }
         for p in &stuck {
             self.joins.remove(p);
@@ -261,45 +261,21 @@ impl SmmNode {
                 return true;
             }
         }
-        self.refuse_not_current(page, m);
+        self.refuse_not_current(m);
         true
     }
 
     /// Answers a read, a read-modify-write it was to answer or a copy request that reached
     /// this copy where it is not current with a refusal; other operations are dropped (an
     /// image will contain them).
-    fn refuse_not_current(&mut self, page: u32, m: &IsotachMessage) {
-        let answer = match m.sref {
-            Sref::Mem {
-                op: SrefOp::Read,
-                ref_id,
-                ..
-            }
-            | Sref::Rmw {
-                ref_id,
-                answer: true,
-                ..
-            } => HostReply::ReadRefused {
-                ref_id,
-                absent: false,
-            },
-            Sref::Mem {
-                op: SrefOp::Copy,
-                ref_id,
-                ..
-            } => HostReply::CopyRefused {
-                page,
-                join_id: ref_id,
-                absent: false,
-            },
-            Sref::Mem { .. } | Sref::Rmw { .. } => {
-                self.stats.refused_not_current += 1;
-                return;
-            }
-            Sref::Msg { .. } => return,
-        };
+    fn refuse_not_current(&mut self, m: &IsotachMessage) {
+        if m.sref.addr().is_none() {
+            return; // a handler message: nothing of a page
+        }
         self.stats.refused_not_current += 1;
-        self.send_reply(m.source, &answer);
+        if let Some(answer) = HostReply::refusal(&m.sref, false) {
+            self.send_reply(m.source, &answer);
+        }
     }
 
     fn fail_join(&mut self, e: SmmError) {
