@@ -118,11 +118,19 @@ impl Memory {
     }
 
     fn var(&mut self, addr: Addr) -> Result<&mut Var, SmmError> {
-        if addr.slot() >= self.slots_per_page {
+        Self::var_in(&mut self.pages, self.slots_per_page, addr)
+    }
+
+    /// [`Memory::var`] borrowing only the pages, so the caller keeps the other fields.
+    fn var_in(
+        pages: &mut HashMap<u32, Vec<Var>>,
+        slots_per_page: u32,
+        addr: Addr,
+    ) -> Result<&mut Var, SmmError> {
+        if addr.slot() >= slots_per_page {
             return Err(SmmError::Unmapped(addr));
         }
-        let page = self
-            .pages
+        let page = pages
             .get_mut(&addr.page())
             .ok_or(SmmError::NotACopy(addr))?;
         Ok(&mut page[addr.slot() as usize])
@@ -156,11 +164,10 @@ impl Memory {
     /// outcome is the value it found), else after the assign it waits for.
     pub(crate) fn rmw(&mut self, rmw: RmwSref, requester: HostId) -> Result<ReadOutcome, SmmError> {
         let addr = Addr::from_raw(rmw.addr);
-        let var = self.var(addr)?;
+        let var = Self::var_in(&mut self.pages, self.slots_per_page, addr)?;
         let Some(waits_on) = var.pending else {
             let old = narrow(var.value, rmw.width);
-            let new = Self::modified(&self.functions, &mut self.unknown_functions, rmw, old);
-            self.var(addr)?.value = new;
+            var.value = Self::modified(&self.functions, &mut self.unknown_functions, rmw, old);
             return Ok(ReadOutcome::Value(old));
         };
         self.wait(PendingOp {
@@ -220,15 +227,14 @@ impl Memory {
         value: u64,
         scheduler: HostId,
     ) -> Result<Vec<Released>, SmmError> {
-        let value = narrow(value, width);
-        let var = self.var(addr)?;
+        let var = Self::var_in(&mut self.pages, self.slots_per_page, addr)?;
         let Some(i) = var.scheds.iter().position(|&(_, s)| s == scheduler) else {
             return Err(SmmError::AssignWithoutSched(addr));
         };
         let (key, _) = var.scheds.remove(i);
         let current = var.pending == Some(key);
         let mut released = Vec::new();
-        let mut value = value;
+        let mut value = narrow(value, width);
         let (functions, unknown) = (&self.functions, &mut self.unknown_functions);
         self.read_pending.retain(|r| {
             let hit = r.addr == addr && r.waits_on == key;
@@ -252,7 +258,6 @@ impl Memory {
             !hit
         });
         if current {
-            let var = self.var(addr)?;
             var.value = value;
             var.pending = None;
         }

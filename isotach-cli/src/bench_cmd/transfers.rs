@@ -35,7 +35,7 @@ use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use isotach_proto::packet::Width;
 use isotach_rng::Rng;
-use isotach_smm::{Addr, ReadHandle, SiuLink, Smm, SmmLimits};
+use isotach_smm::{Addr, ReadHandle, SiuLink, Smm, SmmLimits, SmmNode};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::process::ExitCode;
@@ -236,8 +236,8 @@ fn settle<L: SiuLink>(smm: &mut Smm<L>, p: &Pending, idiom: Idiom) -> Result<Dur
     Ok(decided)
 }
 
-fn resolved<L: SiuLink>(smm: &mut Smm<L>, p: &Pending) -> bool {
-    let node = smm.node();
+/// Both of a transfer's reads (or adds) have their outcome.
+fn settled(node: &SmmNode, p: &Pending) -> bool {
     node.read_settled(p.read_from) && node.read_settled(p.read_to)
 }
 
@@ -266,13 +266,12 @@ fn host_transfers<L: SiuLink>(
             break;
         }
         smm.wait_until(left(load.deadline), |node| {
-            q.iter()
-                .any(|p| node.read_settled(p.read_from) && node.read_settled(p.read_to))
+            q.iter().any(|p| settled(node, p))
         })
         .map_err(|e| err("transfer", &e))?;
         let mut i = 0;
         while i < q.len() {
-            if !resolved(smm, &q[i]) {
+            if !settled(smm.node(), &q[i]) {
                 i += 1;
                 continue;
             }
