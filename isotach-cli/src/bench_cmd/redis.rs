@@ -30,9 +30,13 @@ pub(crate) struct RedisNumbers {
     pub(crate) clients: u32,
     pub(crate) pipeline: u32,
     pub(crate) requests: u64,
+    /// Reported once, as the report's `redis_transfers_per_s`.
+    #[serde(skip)]
     pub(crate) transfers_per_s: f64,
     pub(crate) latency_p50_us: f64,
     pub(crate) latency_p99_us: f64,
+    /// Reported once, as the report's `redis_pipelined_transfers_per_s`.
+    #[serde(skip)]
     pub(crate) pipelined_transfers_per_s: f64,
     pub(crate) pipelined_latency_p50_us: f64,
 }
