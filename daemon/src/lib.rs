@@ -6,9 +6,12 @@
 //! - [`tm`] and [`siu`]: the two roles: the state machines plus their daemons' rules
 //!   (rejoin after a broken link, when to start logical time, application attachment), and
 //!   each node's plan (addresses, peers) from a cluster config.
+//! - [`embedded`] (feature `embedded`): the SIU run on an application's own thread.
 //! - [`run`] (feature `runtime`): the tokio runner behind `isotach tm` / `isotach siu`, with
 //!   its [`telemetry`].
 
+#[cfg(feature = "embedded")]
+pub mod embedded;
 pub mod pump;
 #[cfg(feature = "runtime")]
 pub mod run;

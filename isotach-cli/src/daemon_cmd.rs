@@ -18,6 +18,7 @@ use isotach_daemon::siu::{SiuPlan, SiuRole, siu_plan};
 use isotach_daemon::tm::{TmPlan, TmRole, tm_plan};
 use isotach_proto::config::ClusterConfig;
 use isotach_smm::am_link::AmSiuLink;
+use isotach_smm::embedded::EmbeddedSiu;
 use isotach_smm::{SmmConfig, SmmLimits, SmmNode};
 use serde::Serialize;
 use std::net::SocketAddr;
@@ -87,6 +88,11 @@ pub(crate) struct PhiloArgs {
     /// Give up (exit 1) after this many seconds.
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     timeout_s: u64,
+    /// Run this host's SIU inside this process, on the philosopher's thread, at the host's
+    /// `siu` address (start no `isotach siu` for this host): no kernel hop between the
+    /// application and its SIU. See docs/operations.md, "Embedded SIU".
+    #[arg(long)]
+    embedded_siu: bool,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
@@ -383,6 +389,17 @@ pub(crate) fn run_philo(args: PhiloArgs) -> anyhow::Result<ExitCode> {
     init_logs("warn");
     let started = Instant::now();
     let timeout = Duration::from_secs(args.timeout_s);
+    if args.embedded_siu {
+        let plan = siu_plan(&cluster, host)
+            .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
+        let listen = plan.listen;
+        return match bind(link, listen)? {
+            Bound::Udp(t) => philo_over(EmbeddedSiu::new(plan, t, tag)?, &args, &cluster, started),
+            Bound::Quic(t, _) => {
+                philo_over(EmbeddedSiu::new(plan, t, tag)?, &args, &cluster, started)
+            }
+        };
+    }
     match link {
         Link::Udp => {
             let link = AmSiuLink::connect_udp(app, siu, tag, timeout)?;

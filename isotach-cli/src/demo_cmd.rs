@@ -18,6 +18,7 @@ use isotach_am::backend::udp::UdpTransport;
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
 use isotach_am::{NodeAddr, Tag, Transport};
 use isotach_daemon::DaemonError;
+use isotach_daemon::embedded::EmbeddedSiu;
 use isotach_daemon::run::{SiuDaemon, TmDaemon};
 use isotach_daemon::siu::{SiuGauges, SiuRole, siu_plan};
 use isotach_daemon::tm::{TmRole, tm_plan};
@@ -131,12 +132,16 @@ fn bind_quic(identity: QuicIdentity) -> anyhow::Result<QuicTransport> {
 }
 
 /// A token manager and N SIU daemons running on their own tokio runtime, plus the N (not yet
-/// used) transports of the hosts' applications.
+/// used) transports of the hosts' applications. With embedded SIUs the runtime runs the token
+/// manager only, and each host's SIU waits in `embedded` for its application's thread.
 pub(crate) struct LoopbackCluster<A = UdpTransport> {
     /// The generated cluster config, with every address filled in.
     pub(crate) cluster: ClusterConfig,
-    /// Each SIU daemon's gauges, by host.
+    /// Each SIU's gauges, by host.
     pub(crate) gauges: Vec<Arc<SiuGauges>>,
+    /// Each host's SIU when it is to run embedded in its application, by host (empty when
+    /// the SIUs run as daemons).
+    pub(crate) embedded: Vec<EmbeddedSiu<UdpTransport>>,
     /// Each host's application transport (blocking; for [`AmSiuLink`]), by host.
     pub(crate) app_ts: Vec<A>,
     /// The address each host's application reaches its SIU at, by host.
@@ -174,14 +179,52 @@ fn demo_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// Starts a token manager and `n` SIU daemons (the same drivers as `isotach tm` / `isotach
 /// siu`) on a two-worker tokio runtime, over fresh loopback UDP sockets.
 pub(crate) fn start_loopback_cluster(n: usize) -> anyhow::Result<LoopbackCluster> {
+    start_loopback_cluster_with(n, SiuPlacement::Daemon)
+}
+
+/// Where each host's SIU runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SiuPlacement {
+    /// In the application's process, on its thread (`EmbeddedSiu`): no kernel hop between
+    /// the application and its SIU.
+    Embedded,
+    /// A separate SIU daemon the application reaches over AM on loopback UDP.
+    Daemon,
+}
+
+impl SiuPlacement {
+    /// The name reports use.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Embedded => "embedded",
+            Self::Daemon => "daemon",
+        }
+    }
+}
+
+/// [`start_loopback_cluster`] with the SIUs placed as `placement` says: embedded SIUs are
+/// built (bound, not yet running) and left in [`LoopbackCluster::embedded`].
+pub(crate) fn start_loopback_cluster_with(
+    n: usize,
+    placement: SiuPlacement,
+) -> anyhow::Result<LoopbackCluster> {
     // The daemons' sockets are registered with the runtime (async waits); the applications'
-    // are plain blocking sockets on their own threads.
+    // and embedded SIUs' are plain blocking sockets on their own threads.
     let rt = demo_runtime()?;
     let (tm, sius) = {
         let _guard = rt.enter();
         let tm = bind()?;
-        let sius = (0..n).map(|_| bind()).collect::<anyhow::Result<Vec<_>>>()?;
+        let sius = if placement == SiuPlacement::Daemon {
+            (0..n).map(|_| bind()).collect::<anyhow::Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
         (tm, sius)
+    };
+    let sius = if placement == SiuPlacement::Embedded {
+        (0..n).map(|_| bind()).collect::<anyhow::Result<Vec<_>>>()?
+    } else {
+        sius
     };
     let apps = (0..n).map(|_| bind()).collect::<anyhow::Result<Vec<_>>>()?;
     let with_addr = |t: UdpTransport| {
@@ -194,7 +237,25 @@ pub(crate) fn start_loopback_cluster(n: usize) -> anyhow::Result<LoopbackCluster
         apps: apps.into_iter().map(with_addr).collect(),
         real: HashMap::new(),
     };
-    start_cluster(rt, nodes, DEFAULT_TAG)
+    if placement == SiuPlacement::Daemon {
+        return start_cluster(rt, nodes, DEFAULT_TAG);
+    }
+    let Nodes { tm, sius, apps, .. } = nodes;
+    let (siu_ts, siu_addrs): (Vec<UdpTransport>, Vec<SocketAddr>) = sius.into_iter().unzip();
+    let nodes = Nodes {
+        tm,
+        sius: Vec::new(),
+        apps,
+        real: HashMap::new(),
+    };
+    let mut lc = start_cluster_with(rt, nodes, &siu_addrs, DEFAULT_TAG)?;
+    for (h, t) in siu_ts.into_iter().enumerate() {
+        let plan = siu_plan(&lc.cluster, h as u16)?;
+        let siu = EmbeddedSiu::new(plan, t, DEFAULT_TAG)?;
+        lc.gauges.push(siu.gauges());
+        lc.embedded.push(siu);
+    }
+    Ok(lc)
 }
 
 /// The same over QUIC on loopback: an ephemeral cluster CA made in-process issues every
@@ -259,6 +320,18 @@ fn start_cluster<D: Transport + 'static, A>(
     nodes: Nodes<D, A>,
     tag: Tag,
 ) -> anyhow::Result<LoopbackCluster<A>> {
+    let siu_addrs: Vec<SocketAddr> = nodes.sius.iter().map(|s| s.1).collect();
+    start_cluster_with(rt, nodes, &siu_addrs, tag)
+}
+
+/// [`start_cluster`] with the SIUs' addresses given: SIU daemons run for `nodes.sius` (all
+/// hosts, or none when the SIUs are embedded and started by the caller).
+fn start_cluster_with<D: Transport + 'static, A>(
+    rt: tokio::runtime::Runtime,
+    nodes: Nodes<D, A>,
+    siu_listen: &[SocketAddr],
+    tag: Tag,
+) -> anyhow::Result<LoopbackCluster<A>> {
     let Nodes {
         tm,
         sius,
@@ -266,14 +339,15 @@ fn start_cluster<D: Transport + 'static, A>(
         real,
     } = nodes;
     let addr = |a: SocketAddr| real.get(&a).copied().unwrap_or(NodeAddr::Ip(a));
-    let n = sius.len();
+    let n = siu_listen.len();
+    debug_assert!(sius.is_empty() || sius.len() == n);
     let mut cluster = ClusterConfig::generated(n, 1).map_err(|e| UsageError(e.to_string()))?;
     cluster.switch_listen[0] = Some(tm.1);
     for h in 0..n {
-        cluster.host_siu[h] = Some(sius[h].1);
+        cluster.host_siu[h] = Some(siu_listen[h]);
         cluster.host_app[h] = Some(apps[h].1);
     }
-    let siu_addrs: Vec<NodeAddr> = sius.iter().map(|s| addr(s.1)).collect();
+    let siu_addrs: Vec<NodeAddr> = siu_listen.iter().map(|&a| addr(a)).collect();
     let real = |peers: Vec<NodeAddr>| -> Vec<NodeAddr> {
         peers
             .into_iter()
@@ -309,6 +383,7 @@ fn start_cluster<D: Transport + 'static, A>(
     Ok(LoopbackCluster {
         cluster,
         gauges,
+        embedded: Vec::new(),
         app_ts: apps.into_iter().map(|a| a.0).collect(),
         siu_addrs,
         daemons: RunningDaemons {
@@ -381,6 +456,7 @@ fn philo_over<A: Transport + 'static>(
         app_ts,
         siu_addrs,
         daemons,
+        ..
     } = lc;
     let progress = Arc::new(AtomicU64::new(0));
     let map = Arc::new(forks_map(n));

@@ -22,12 +22,14 @@ const RERUNS: usize = 10;
 /// Transfers per application and run.
 const TRANSFERS: &str = "30";
 
-/// The example's binary: next to `isotach` in the target directory (`cargo test` builds the
-/// workspace's examples); built here if it is not there yet (a single test binary run).
+/// The example's binary: next to `isotach` in the target directory. Built (or found up to
+/// date) by cargo once per test binary: `cargo nextest` does not build examples, and a stale
+/// one would test old code.
 fn bank_bin() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
     let dir = Path::new(BIN).parent().expect("isotach is in a directory");
     let bin = dir.join("examples").join("bank");
-    if !bin.exists() {
+    BUILT.call_once(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let profile = if dir.ends_with("release") {
             vec!["--release"]
@@ -48,7 +50,7 @@ fn bank_bin() -> PathBuf {
             .output()
             .unwrap();
         assert!(out.status.success(), "building the bank example: {out:?}");
-    }
+    });
     bin
 }
 
@@ -67,6 +69,11 @@ fn cluster(dir: &Path, a: &[String], transport: &str) -> PathBuf {
 
 /// Starts the TM and the SIUs, each with an admin service, and a watchdog over them.
 fn start_daemons(dir: &Path, cfg: &str) -> (Procs, Watchdog) {
+    start_daemons_for(dir, cfg, &HOSTS)
+}
+
+/// [`start_daemons`] with SIU daemons for `sius` only (the other hosts embed theirs).
+fn start_daemons_for(dir: &Path, cfg: &str, sius: &[&str]) -> (Procs, Watchdog) {
     let mut procs = Procs::default();
     let mut admins = Vec::new();
     let admin = free_tcp();
@@ -76,7 +83,7 @@ fn start_daemons(dir: &Path, cfg: &str) -> (Procs, Watchdog) {
         &["tm", "--config", cfg, "--name", "tm0", "--admin", &admin],
     ));
     admins.push(("tm0".to_string(), admin));
-    for h in HOSTS {
+    for &h in sius {
         let (label, admin) = (format!("siu-{h}"), free_tcp());
         procs.0.push(spawn(
             dir,
@@ -94,11 +101,24 @@ fn start_daemons(dir: &Path, cfg: &str) -> (Procs, Watchdog) {
 
 /// Starts the bank application of `host`: stdout in `DIR/LABEL.out`, stderr in `.log`.
 fn bank(dir: &Path, label: &str, cfg: &str, host: &str, transfers: &str) -> Child {
+    bank_with(dir, label, cfg, host, transfers, &[])
+}
+
+/// [`bank`] with extra flags.
+fn bank_with(
+    dir: &Path,
+    label: &str,
+    cfg: &str,
+    host: &str,
+    transfers: &str,
+    extra: &[&str],
+) -> Child {
     let out = File::create(dir.join(format!("{label}.out"))).unwrap();
     let err = File::create(dir.join(format!("{label}.log"))).unwrap();
     Command::new(bank_bin())
         .args(["--config", cfg, "--host", host, "--transfers", transfers])
         .args(["--timeout-s", "60"])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
@@ -111,41 +131,85 @@ fn bank(dir: &Path, label: &str, cfg: &str, host: &str, transfers: &str) -> Chil
 fn reruns(dir: &Path, cfg: &str, watch: &mut Watchdog) {
     let until = Instant::now() + GUARD;
     for run in 0..RERUNS {
-        let mut apps: Vec<Child> = HOSTS
-            .iter()
-            .map(|h| bank(dir, &format!("run{run}-{h}"), cfg, h, TRANSFERS))
-            .collect();
-        let mut copies: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-        for (h, app) in HOSTS.iter().zip(&mut apps) {
-            let status = watch.wait(app, until);
-            let out = std::fs::read_to_string(dir.join(format!("run{run}-{h}.out"))).unwrap();
-            assert!(
-                status.is_some_and(|s| s.success()),
-                "run {run}: bank {h} ended with {status:?}: {out}\n{}",
-                logs(dir)
-            );
-            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-            let expected = v["expected"].as_u64().unwrap();
-            let totals = v["totals"].as_array().unwrap();
-            assert!(totals.len() >= 2, "{out}");
-            assert!(
-                totals.iter().all(|t| t.as_u64() == Some(expected)),
-                "run {run}: {h} saw the total change: {out}"
-            );
-            for (addr, value) in v["copies"].as_object().unwrap() {
-                copies
-                    .entry(addr.clone())
-                    .or_default()
-                    .push(value.as_u64().unwrap());
-            }
-        }
-        // Four pages of four accounts, each held by two hosts: every copy agrees.
-        assert_eq!(copies.len(), 16, "run {run}: {copies:?}");
-        for (addr, values) in &copies {
-            assert_eq!(values.len(), 2, "run {run}: {addr} {values:?}");
-            assert_eq!(values[0], values[1], "run {run}: copies of {addr} differ");
+        run_once(dir, cfg, watch, run, until, &[]);
+    }
+}
+
+/// Runs the four applications once (those of `embedded` with `--embedded-siu`) and checks
+/// that every one saw the total unchanged and that every copy agrees at the end.
+fn run_once(
+    dir: &Path,
+    cfg: &str,
+    watch: &mut Watchdog,
+    run: usize,
+    until: Instant,
+    embedded: &[&str],
+) {
+    let mut apps: Vec<Child> = HOSTS
+        .iter()
+        .map(|h| {
+            let extra: &[&str] = if embedded.contains(h) {
+                &["--embedded-siu"]
+            } else {
+                &[]
+            };
+            bank_with(dir, &format!("run{run}-{h}"), cfg, h, TRANSFERS, extra)
+        })
+        .collect();
+    let mut copies: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (h, app) in HOSTS.iter().zip(&mut apps) {
+        let status = watch.wait(app, until);
+        let out = std::fs::read_to_string(dir.join(format!("run{run}-{h}.out"))).unwrap();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "run {run}: bank {h} ended with {status:?}: {out}\n{}",
+            logs(dir)
+        );
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let expected = v["expected"].as_u64().unwrap();
+        let totals = v["totals"].as_array().unwrap();
+        assert!(totals.len() >= 2, "{out}");
+        assert!(
+            totals.iter().all(|t| t.as_u64() == Some(expected)),
+            "run {run}: {h} saw the total change: {out}"
+        );
+        for (addr, value) in v["copies"].as_object().unwrap() {
+            copies
+                .entry(addr.clone())
+                .or_default()
+                .push(value.as_u64().unwrap());
         }
     }
+    // Four pages of four accounts, each held by two hosts: every copy agrees.
+    assert_eq!(copies.len(), 16, "run {run}: {copies:?}");
+    for (addr, values) in &copies {
+        assert_eq!(values.len(), 2, "run {run}: {addr} {values:?}");
+        assert_eq!(values[0], values[1], "run {run}: copies of {addr} differ");
+    }
+}
+
+/// Two hosts embed their SIUs in the bank (`ConnectOptions::embedded_siu`), two attach to SIU
+/// daemons; over QUIC with mutual TLS, so the embedded SIUs present their host's certificate.
+#[test]
+fn banks_with_embedded_sius_beside_siu_daemons_over_quic_lose_nothing() {
+    let dir = scratch("bank-embedded");
+    let mut nodes = vec!["tm0"];
+    nodes.extend(HOSTS);
+    make_pki(&dir.join("pki"), "bank", &nodes);
+    let cfg = cluster(
+        &dir,
+        &free_addrs(9),
+        "kind = \"quic\"\nca = \"pki/ca.pem\"\ncerts = \"pki\"",
+    );
+    let cfg = cfg.to_str().unwrap();
+    let embedded = [HOSTS[0], HOSTS[2]];
+    let daemons: Vec<&str> = HOSTS
+        .iter()
+        .copied()
+        .filter(|h| !embedded.contains(h))
+        .collect();
+    let (_daemons, mut watch) = start_daemons_for(&dir, cfg, &daemons);
+    run_once(&dir, cfg, &mut watch, 0, Instant::now() + GUARD, &embedded);
 }
 
 #[test]

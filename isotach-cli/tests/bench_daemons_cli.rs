@@ -58,39 +58,48 @@ fn bench_tokens_reports_pulse_rate_and_baseline() {
 
 #[test]
 fn bench_isochrons_reports_latency_rate_and_baseline() {
-    let v = json_ok(&isotach(&[
-        "bench",
-        "isochrons",
-        "--hosts",
-        "3",
-        "--seconds",
-        "0.2",
-        "--rtt-iters",
-        "100",
-        "--json",
-    ]));
-    assert_eq!(v["hosts"], 3);
-    assert_eq!(v["ok"], true);
-    positive(
-        &v,
-        &[
-            "isochron_latency_p50_us",
-            "isochron_latency_p99_us",
-            "latency_to_raw_rtt_ratio",
-            "srefs_per_s",
-            "isochrons_per_s",
-            "raw_udp_rtt_p50_us",
-        ],
-    );
+    // Both placements of the SIU: embedded in each application (the default) and daemons.
+    for siu in ["embedded", "daemon"] {
+        let v = json_ok(&isotach(&[
+            "bench",
+            "isochrons",
+            "--hosts",
+            "3",
+            "--siu",
+            siu,
+            "--seconds",
+            "0.2",
+            "--rtt-iters",
+            "100",
+            "--json",
+        ]));
+        assert_eq!(v["hosts"], 3);
+        assert_eq!(v["siu"], siu);
+        assert_eq!(v["ok"], true);
+        positive(
+            &v,
+            &[
+                "isochron_latency_p50_us",
+                "isochron_latency_p99_us",
+                "latency_to_raw_rtt_ratio",
+                "srefs_per_s",
+                "isochrons_per_s",
+                "raw_udp_rtt_p50_us",
+            ],
+        );
+    }
 }
 
 #[test]
 fn bench_transfers_conserves_the_total_and_reports_its_baselines() {
-    for idiom in ["sched-assign", "add"] {
+    // Each idiom with one placement of the SIU (both are covered, and the run stays short).
+    for (idiom, siu) in [("sched-assign", "embedded"), ("add", "daemon")] {
         // --no-redis: tests never depend on Redis; the comparison's absence is reported.
         let v = json_ok(&isotach(&[
             "bench",
             "transfers",
+            "--siu",
+            siu,
             "--hosts",
             "3",
             "--accounts",
@@ -109,6 +118,7 @@ fn bench_transfers_conserves_the_total_and_reports_its_baselines() {
             (Some(3), Some(60))
         );
         assert_eq!(v["idiom"], idiom);
+        assert_eq!(v["siu"], siu);
         assert_eq!(v["ok"], true);
         assert_eq!(v["total_conserved"], true);
         assert_eq!(v["redis_skipped"], "--no-redis");

@@ -126,6 +126,76 @@ fn daemons_and_two_philosopher_processes_on_loopback() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// One host runs its SIU embedded in its philosopher (`--embedded-siu`), the other a SIU
+/// daemon: both placements in one cluster, the same wire between them.
+#[test]
+fn a_philosopher_with_an_embedded_siu_eats_beside_a_daemon_host() {
+    let dir = scratch("embedded");
+    let a = free_addrs(5);
+    let config = two_host_config(&a);
+    let cfg = dir.join("cluster.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let mut procs = Procs(Vec::new());
+    let (adm_tm, adm_beta) = (free_tcp(), free_tcp());
+    for (label, args) in [
+        (
+            "philo-alpha-embedded",
+            vec![
+                "philo",
+                "--config",
+                cfg,
+                "--host",
+                "alpha",
+                "--meals",
+                "5",
+                "--embedded-siu",
+            ],
+        ),
+        (
+            "philo-beta",
+            vec!["philo", "--config", cfg, "--host", "beta", "--meals", "5"],
+        ),
+        (
+            "siu-beta",
+            vec![
+                "siu", "--config", cfg, "--host", "beta", "--admin", &adm_beta,
+            ],
+        ),
+        (
+            "tm0",
+            vec!["tm", "--config", cfg, "--name", "tm0", "--admin", &adm_tm],
+        ),
+    ] {
+        procs.0.push(spawn(&dir, label, &args));
+    }
+    let mut watch = Watchdog::new(&dir, &[("tm0", &adm_tm), ("siu-beta", &adm_beta)]);
+    let until = Instant::now() + GUARD;
+    for i in [0, 1] {
+        let status = watch.wait(&mut procs.0[i].1, until);
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{} ended with {status:?}\n{}",
+            procs.0[i].0,
+            logs(&dir)
+        );
+    }
+    for i in [2, 3] {
+        sigterm(&procs.0[i].1);
+    }
+    for i in [2, 3] {
+        let status = wait_guarded(&mut procs.0[i].1, Instant::now() + GUARD);
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{} ended with {status:?}\n{}",
+            procs.0[i].0,
+            logs(&dir)
+        );
+    }
+    drop(procs);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_address_in_config_exits_2_naming_file_line_and_key() {
     let dir = scratch("badcfg");

@@ -11,6 +11,9 @@
 //! cargo run -p isotach-smm --features daemon --example bank -- \
 //!     --config cluster.toml --host alpha --transfers 200
 //! ```
+//!
+//! With `--embedded-siu` the host's SIU runs inside the bank process (start no `isotach siu`
+//! for that host).
 
 use isotach_rng::Rng;
 use isotach_smm::{Addr, ConnectOptions, Smm, SmmError, WaitError, Width};
@@ -31,6 +34,7 @@ struct Args {
     transfers: u64,
     seed: u64,
     timeout: Duration,
+    embedded_siu: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -41,6 +45,7 @@ fn parse_args() -> Result<Args, String> {
         transfers: 100,
         seed: 1,
         timeout: Duration::from_secs(30),
+        embedded_siu: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -55,9 +60,11 @@ fn parse_args() -> Result<Args, String> {
             "--transfers" => a.transfers = number(value()?)?,
             "--seed" => a.seed = number(value()?)?,
             "--timeout-s" => a.timeout = Duration::from_secs(number(value()?)?),
+            "--embedded-siu" => a.embedded_siu = true,
             "-h" | "--help" => {
                 return Err("usage: bank --config FILE --host NAME [--accounts N (16)] \
-                            [--transfers N (100)] [--seed S] [--timeout-s S (30)]"
+                            [--transfers N (100)] [--seed S] [--timeout-s S (30)] \
+                            [--embedded-siu (run the host's SIU in this process)]"
                     .into());
             }
             other => return Err(format!("unknown flag {other}")),
@@ -119,6 +126,7 @@ fn run(a: &Args) -> Result<String, String> {
     let started = Instant::now();
     let opts = ConnectOptions {
         timeout: a.timeout,
+        embedded_siu: a.embedded_siu,
         ..ConnectOptions::default()
     };
     let (mut smm, joined) =

@@ -154,8 +154,16 @@ fn connect_error(
 }
 
 impl<T: Transport> SiuLink for AmSiuLink<T> {
+    /// Queues the packet; it leaves with the next [`SiuLink::flush`] or receive, batched
+    /// with the rest of its burst (at once when the queue towards the SIU is full).
     fn send(&mut self, packet: Vec<u8>) -> Result<(), LinkError> {
-        self.port.send(SIU, &packet).map_err(link_err)?;
+        if !self.port.has_room(SIU) {
+            self.poll()?;
+        }
+        self.port.send(SIU, &packet).map_err(link_err)
+    }
+
+    fn flush(&mut self) -> Result<(), LinkError> {
         self.poll()
     }
 

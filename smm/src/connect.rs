@@ -32,9 +32,10 @@
 
 use crate::am_link::AmSiuLink;
 use crate::driver::{HeldInput, LinkError, SharedSmm, SiuLink, Smm, WaitError};
+use crate::embedded::EmbeddedSiu;
 use crate::{JoinReport, MemoryMap, SmmConfig, SmmLimits, SmmNode};
 use isotach_am::Tag;
-use isotach_am::backend::quic::{QuicTransport, identity_from_pem};
+use isotach_am::backend::quic::{QuicConfig, QuicTransport, identity_from_pem};
 use isotach_am::backend::udp::UdpTransport;
 use isotach_proto::config::{ClusterConfig, TransportKind};
 use isotach_proto::topology::HostId;
@@ -58,6 +59,11 @@ pub struct ConnectOptions {
     pub limits: SmmLimits,
     /// Keep execution records (for an oracle).
     pub record: bool,
+    /// Run the host's SIU in this process, on the thread that waits ([`EmbeddedSiu`]), bound
+    /// to the host's `siu` address, instead of attaching to an SIU daemon: no kernel hop
+    /// between the application and its SIU. Start no `isotach siu` for the host then
+    /// (`docs/operations.md`, "Embedded SIU").
+    pub embedded_siu: bool,
 }
 
 impl Default for ConnectOptions {
@@ -67,6 +73,7 @@ impl Default for ConnectOptions {
             timeout: Duration::from_secs(30),
             limits: SmmLimits::default(),
             record: false,
+            embedded_siu: false,
         }
     }
 }
@@ -103,6 +110,10 @@ pub enum AmLink {
     Udp(AmSiuLink<UdpTransport>),
     /// AM over QUIC with mutual TLS.
     Quic(AmSiuLink<QuicTransport>),
+    /// The host's SIU in this process; its network side over UDP.
+    EmbeddedUdp(Box<EmbeddedSiu<UdpTransport>>),
+    /// The host's SIU in this process; its network side over QUIC with mutual TLS.
+    EmbeddedQuic(Box<EmbeddedSiu<QuicTransport>>),
 }
 
 impl SiuLink for AmLink {
@@ -110,6 +121,17 @@ impl SiuLink for AmLink {
         match self {
             Self::Udp(l) => l.send(packet),
             Self::Quic(l) => l.send(packet),
+            Self::EmbeddedUdp(l) => SiuLink::send(l.as_mut(), packet),
+            Self::EmbeddedQuic(l) => SiuLink::send(l.as_mut(), packet),
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), LinkError> {
+        match self {
+            Self::Udp(l) => l.flush(),
+            Self::Quic(l) => l.flush(),
+            Self::EmbeddedUdp(l) => SiuLink::flush(l.as_mut()),
+            Self::EmbeddedQuic(l) => SiuLink::flush(l.as_mut()),
         }
     }
 
@@ -117,6 +139,8 @@ impl SiuLink for AmLink {
         match self {
             Self::Udp(l) => l.recv(timeout),
             Self::Quic(l) => l.recv(timeout),
+            Self::EmbeddedUdp(l) => SiuLink::recv(l.as_mut(), timeout),
+            Self::EmbeddedQuic(l) => SiuLink::recv(l.as_mut(), timeout),
         }
     }
 
@@ -124,6 +148,8 @@ impl SiuLink for AmLink {
         match self {
             Self::Udp(l) => l.broken(),
             Self::Quic(l) => l.broken(),
+            // In this process: a restart of its logical time reaches the node as a reset EOP.
+            Self::EmbeddedUdp(_) | Self::EmbeddedQuic(_) => None,
         }
     }
 }
@@ -176,20 +202,41 @@ fn plan(
     Ok((Plan { cfg, app, siu, tag }, cluster))
 }
 
-/// Binds the host's `app` address and attaches to its SIU.
+/// Binds the host's `app` address and attaches to its SIU (or, with
+/// [`ConnectOptions::embedded_siu`], binds its `siu` address and runs the SIU here).
 fn attach(
     cluster: &ClusterConfig,
     config: &Path,
     host_name: &str,
     plan: &Plan,
-    timeout: Duration,
+    opts: &ConnectOptions,
 ) -> Result<AmLink, ConnectError> {
     let in_use = |e: &LinkError| e.0.contains("in use");
+    let (timeout, embedded) = (opts.timeout, opts.embedded_siu);
     let taken = || ConnectError::AlreadyAttached {
         host: host_name.to_string(),
-        addr: plan.app,
+        addr: if embedded { plan.siu } else { plan.app },
     };
+    let bind_err = |e: isotach_am::AmError| {
+        let addr = plan.siu;
+        if e.to_string().contains("in use") {
+            taken()
+        } else {
+            ConnectError::Link(LinkError(format!("bind {addr}: {e}")))
+        }
+    };
+    let siu_plan = || {
+        isotach_daemon::siu::siu_plan(cluster, plan.cfg.host)
+            .map_err(|e| ConnectError::Config(format!("{}: {e}", config.display())))
+    };
+    let embed_err = |e: isotach_daemon::DaemonError| LinkError(format!("embedded SIU: {e}"));
     match cluster.transport.kind {
+        TransportKind::Udp if embedded => {
+            let sp = siu_plan()?;
+            let t = UdpTransport::bind(sp.listen).map_err(bind_err)?;
+            let siu = EmbeddedSiu::new(sp, t, plan.tag).map_err(embed_err)?;
+            Ok(AmLink::EmbeddedUdp(Box::new(siu)))
+        }
         TransportKind::Udp => AmSiuLink::connect_udp(plan.app, plan.siu, plan.tag, timeout)
             .map(AmLink::Udp)
             .map_err(|e| if in_use(&e) { taken() } else { e.into() }),
@@ -204,6 +251,13 @@ fn attach(
             let identity =
                 identity_from_pem(&read(&files.ca)?, &read(&files.cert)?, &read(&files.key)?)
                     .map_err(|e| ConnectError::Config(format!("{}: {e}", files.cert.display())))?;
+            if embedded {
+                let sp = siu_plan()?;
+                let t =
+                    QuicTransport::bind(QuicConfig::new(sp.listen, identity)).map_err(bind_err)?;
+                let siu = EmbeddedSiu::new(sp, t, plan.tag).map_err(embed_err)?;
+                return Ok(AmLink::EmbeddedQuic(Box::new(siu)));
+            }
             AmSiuLink::connect_quic(plan.app, plan.siu, identity, plan.tag, timeout)
                 .map(AmLink::Quic)
                 .map_err(|e| if in_use(&e) { taken() } else { e.into() })
@@ -229,7 +283,7 @@ impl Smm<AmLink> {
     ) -> Result<(Self, JoinReport), ConnectError> {
         let config = config.as_ref();
         let (plan, cluster) = plan(config, host_name, opts)?;
-        let link = attach(&cluster, config, host_name, &plan, opts.timeout)?;
+        let link = attach(&cluster, config, host_name, &plan, opts)?;
         let mut node = SmmNode::new(plan.cfg);
         node.start_read_ids_at(read_ids_start());
         let mut smm = Self::new(node, link);
@@ -297,11 +351,17 @@ fn pump(shared: &SharedSmm, mut link: AmLink, stop: &AtomicBool) {
     let mut held = HeldInput::default();
     let refused = |p: &[u8]| matches!(shared.handle_siu(p), Err(crate::SmmError::Limit(_)));
     while !stop.load(Ordering::Relaxed) {
+        let mut sent = false;
         while let Some(p) = shared.poll_siu() {
             if let Err(e) = link.send(p) {
                 shared.link_broken(e.0);
                 return;
             }
+            sent = true;
+        }
+        if sent && let Err(e) = link.flush() {
+            shared.link_broken(e.0);
+            return;
         }
         if let Some(reason) = link.broken() {
             shared.link_broken(reason);

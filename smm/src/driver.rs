@@ -19,6 +19,12 @@ use thiserror::Error;
 pub trait SiuLink {
     /// Sends one packet to the SIU.
     fn send(&mut self, packet: Vec<u8>) -> Result<(), LinkError>;
+    /// Hands the packets [`SiuLink::send`] queued to the SIU now. A link may hold sent
+    /// packets until this (or [`SiuLink::recv`]) runs, so that a burst — an isochron's start,
+    /// srefs and end — leaves together, batched. Does nothing by default.
+    fn flush(&mut self) -> Result<(), LinkError> {
+        Ok(())
+    }
     /// Receives one packet from the SIU, waiting at most `timeout`; `Ok(None)` on timeout.
     fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError>;
     /// Why the link to the SIU broke since it was set up (the SIU restarted, or the transport
@@ -171,8 +177,13 @@ impl<L: SiuLink> Smm<L> {
     }
 
     fn flush(&mut self) -> Result<(), LinkError> {
+        let mut sent = false;
         while let Some(p) = self.node.poll_siu() {
             self.link.send(p)?;
+            sent = true;
+        }
+        if sent {
+            self.link.flush()?;
         }
         Ok(())
     }

@@ -16,6 +16,8 @@ pub mod am_link;
 #[cfg(feature = "daemon")]
 pub mod connect;
 pub mod driver;
+#[cfg(feature = "daemon")]
+pub mod embedded;
 pub mod map;
 mod memory;
 mod node;

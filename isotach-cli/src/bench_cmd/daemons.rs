@@ -17,7 +17,7 @@
 //!   buckets (the copies other hosts' isochrons updated here), summed over hosts.
 
 use super::am::{BenchOptions, RawUdpBaseline};
-use crate::demo_cmd::{LoopbackCluster, RunningDaemons, start_loopback_cluster};
+use crate::demo_cmd::{LoopbackCluster, RunningDaemons, SiuPlacement, start_loopback_cluster_with};
 // The replicated map: page `p` at hosts `p` and `p + 1` (mod N), as the philosophers' forks.
 use crate::philo_app::forks_map;
 use crate::{EXIT_FAILED, UsageError};
@@ -30,7 +30,10 @@ use isotach_am::port::{DEFAULT_TAG, PacketPort};
 use isotach_proto::packet::Width;
 use isotach_proto::topology::{HostId, Topology};
 use isotach_smm::am_link::AmSiuLink;
-use isotach_smm::{Addr, MemoryMap, ReadHandle, Smm, SmmConfig, SmmLimits, SmmNode, WaitError};
+use isotach_smm::embedded::EmbeddedSiu;
+use isotach_smm::{
+    Addr, LinkError, MemoryMap, ReadHandle, SiuLink, Smm, SmmConfig, SmmLimits, SmmNode, WaitError,
+};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::process::ExitCode;
@@ -64,6 +67,10 @@ pub(crate) struct CommonArgs {
     /// Run the baseline's peer on a thread of this process instead of a second process.
     #[arg(long)]
     in_process: bool,
+    /// Where each host's SIU runs: embedded in its application (on the application's
+    /// thread, no kernel hop between them) or as a separate SIU daemon over loopback UDP.
+    #[arg(long, value_enum, default_value_t = SiuPlacement::Embedded)]
+    pub(super) siu: SiuPlacement,
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(super) json: bool,
@@ -96,6 +103,8 @@ struct TokensReport {
     hosts: usize,
     seconds: f64,
     mode: &'static str,
+    /// Where the SIUs ran (`embedded` or `daemon`).
+    siu: &'static str,
     pulses: u64,
     pulses_per_s: f64,
     pulse_period_us: f64,
@@ -116,6 +125,8 @@ struct IsochronsReport {
     hosts: usize,
     seconds: f64,
     mode: &'static str,
+    /// Where the SIUs ran (`embedded` or `daemon`).
+    siu: &'static str,
     outstanding: u32,
     ops_per_isochron: u32,
     isochrons: u64,
@@ -164,7 +175,10 @@ pub(super) fn start(c: &CommonArgs) -> anyhow::Result<(RawUdpBaseline, LoopbackC
     let mut base = baseline(c)?;
     base.measure(half_iters(c)?)
         .context("raw UDP baseline (before)")?;
-    Ok((base, start_loopback_cluster(usize::from(c.hosts))?))
+    Ok((
+        base,
+        start_loopback_cluster_with(usize::from(c.hosts), c.siu)?,
+    ))
 }
 
 /// What the raw baseline measured (both halves).
@@ -196,6 +210,46 @@ pub(super) fn finish(
     Ok(raw)
 }
 
+/// A bench application's link to its SIU: the SIU embedded on the application's thread, or
+/// an SIU daemon over AM on loopback UDP.
+#[derive(Debug)]
+pub(super) enum BenchLink {
+    /// The host's SIU runs on this thread.
+    Embedded(Box<EmbeddedSiu<UdpTransport>>),
+    /// The host's SIU is a daemon.
+    Daemon(Box<AmSiuLink<UdpTransport>>),
+}
+
+impl SiuLink for BenchLink {
+    fn send(&mut self, packet: Vec<u8>) -> Result<(), LinkError> {
+        match self {
+            Self::Embedded(l) => SiuLink::send(l.as_mut(), packet),
+            Self::Daemon(l) => l.send(packet),
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), LinkError> {
+        match self {
+            Self::Embedded(l) => SiuLink::flush(l.as_mut()),
+            Self::Daemon(l) => l.flush(),
+        }
+    }
+
+    fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError> {
+        match self {
+            Self::Embedded(l) => SiuLink::recv(l.as_mut(), timeout),
+            Self::Daemon(l) => l.recv(timeout),
+        }
+    }
+
+    fn broken(&mut self) -> Option<String> {
+        match self {
+            Self::Embedded(_) => None,
+            Self::Daemon(l) => l.broken(),
+        }
+    }
+}
+
 /// A host's application thread.
 pub(super) type App<R> = std::thread::JoinHandle<Result<R, String>>;
 
@@ -210,18 +264,26 @@ pub(super) fn spawn_apps<R, F>(
 ) -> anyhow::Result<Vec<App<R>>>
 where
     R: Send + 'static,
-    F: Fn(usize, Smm<AmSiuLink<UdpTransport>>) -> Result<R, String> + Clone + Send + 'static,
+    F: Fn(usize, Smm<BenchLink>) -> Result<R, String> + Clone + Send + 'static,
 {
     let map = Arc::new(map);
     let topology = Arc::new(lc.cluster.topology.clone());
+    let mut embedded = std::mem::take(&mut lc.embedded).into_iter();
     let mut apps = Vec::new();
     for (h, t) in std::mem::take(&mut lc.app_ts).into_iter().enumerate() {
         let siu = lc.cluster.host_siu[h].expect("filled by start_loopback_cluster");
         let (map, topology, app) = (Arc::clone(&map), Arc::clone(&topology), app.clone());
+        let own_siu = embedded.next();
         apps.push(
             std::thread::Builder::new()
                 .name(format!("bench-app-{h}"))
-                .spawn(move || app(h, connect(t, siu, h, map, topology, limits, deadline)?))?,
+                .spawn(move || {
+                    let link = match own_siu {
+                        Some(s) => BenchLink::Embedded(Box::new(s)),
+                        None => BenchLink::Daemon(Box::new(connect(t, siu, h, deadline)?)),
+                    };
+                    app(h, smm_over(link, h, map, topology, limits))
+                })?,
         );
     }
     Ok(apps)
@@ -271,15 +333,22 @@ fn connect(
     t: UdpTransport,
     lc_siu: std::net::SocketAddr,
     h: usize,
+    deadline: Instant,
+) -> Result<AmSiuLink<UdpTransport>, String> {
+    let port =
+        PacketPort::new(t, &[NodeAddr::Ip(lc_siu)], DEFAULT_TAG).map_err(|e| e.to_string())?;
+    AmSiuLink::connect(port, left(deadline))
+        .map_err(|e| format!("host {h}: connect to the SIU: {e}"))
+}
+
+/// Host `h`'s SMM over `link`.
+fn smm_over(
+    link: BenchLink,
+    h: usize,
     map: Arc<MemoryMap>,
     topology: Arc<Topology>,
     limits: SmmLimits,
-    deadline: Instant,
-) -> Result<Smm<AmSiuLink<UdpTransport>>, String> {
-    let port =
-        PacketPort::new(t, &[NodeAddr::Ip(lc_siu)], DEFAULT_TAG).map_err(|e| e.to_string())?;
-    let link = AmSiuLink::connect(port, left(deadline))
-        .map_err(|e| format!("host {h}: connect to the SIU: {e}"))?;
+) -> Smm<BenchLink> {
     let node = SmmNode::new(SmmConfig {
         host: h as HostId,
         topology,
@@ -287,7 +356,7 @@ fn connect(
         limits,
         record: false,
     });
-    Ok(Smm::new(node, link))
+    Smm::new(node, link)
 }
 
 /// Waits until logical time runs at every SIU (or the startup limit passed).
@@ -398,6 +467,7 @@ pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
         hosts: n,
         seconds: c.seconds,
         mode: raw.mode,
+        siu: c.siu.name(),
         pulses,
         pulses_per_s: pps,
         pulse_period_us: period,
@@ -426,7 +496,7 @@ struct HostLoad {
 /// One host's load: isochrons with at most `w` outstanding for `warm + seconds`, then a
 /// drain and an end barrier (nobody leaves while others still write to its copies).
 fn host_load(
-    smm: &mut Smm<AmSiuLink<UdpTransport>>,
+    smm: &mut Smm<BenchLink>,
     h: usize,
     n: usize,
     w: usize,
@@ -555,6 +625,7 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
         hosts: n,
         seconds: c.seconds,
         mode: raw.mode,
+        siu: c.siu.name(),
         outstanding: a.outstanding,
         ops_per_isochron: a.ops,
         isochrons: isos,

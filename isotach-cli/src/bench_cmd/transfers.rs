@@ -91,6 +91,8 @@ struct TransfersReport {
     idiom: Idiom,
     seconds: f64,
     mode: &'static str,
+    /// Where the SIUs ran (`embedded` or `daemon`).
+    siu: &'static str,
     transfers: u64,
     transfers_per_s: f64,
     transfer_latency_p50_us: f64,
@@ -446,6 +448,7 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
         idiom: a.idiom,
         seconds: c.seconds,
         mode: raw.mode,
+        siu: c.siu.name(),
         transfers: count,
         transfers_per_s: per_s,
         transfer_latency_p50_us: p50,

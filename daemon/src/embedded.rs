@@ -1,0 +1,115 @@
+//! An SIU embedded in the application's process (feature `embedded`): the host's SIU pump runs
+//! on the application's own thread, its host peer is in-process ([`Pump::with_local`]), and
+//! only the network side (its token manager, the other hosts' SIUs) goes over a transport.
+//!
+//! Why: with a separate SIU daemon every isochron crosses the kernel twice on its own host
+//! (application → SIU, SIU → application) and wakes a second thread each way. Embedded, a
+//! packet from the SMM is a push onto a queue the same thread drains in its next pass; the
+//! pass that took a token from the network hands the EOP to the SMM without a system call.
+//! It fits the common case of one application per host; a host with several applications,
+//! or an application that restarts often, keeps the SIU daemon (`docs/operations.md`).
+//!
+//! Run to completion: [`EmbeddedSiu::pass`] reads the clock once, takes what arrived, runs
+//! the pump and sends what it has; [`EmbeddedSiu::wait`] blocks in the transport until a
+//! datagram or the pump's next deadline. No task, lock or thread hop per packet. It decides
+//! nothing itself: the rules are the pump's and the SIU role's, the ones the SIU daemon and
+//! the simulator run.
+
+use crate::DaemonError;
+use crate::pump::Pump;
+use crate::siu::{PEER_APP, SiuGauges, SiuPlan, SiuRole};
+use isotach_am::port::{links_on, take_arrivals};
+use isotach_am::{NodeAddr, Tag, Time, Transport};
+use isotach_siu::Siu;
+use std::sync::Arc;
+
+/// The host's SIU and its transport, driven by the application's thread.
+#[derive(Debug)]
+pub struct EmbeddedSiu<T: Transport> {
+    pump: Pump<SiuRole>,
+    transport: T,
+}
+
+impl<T: Transport> EmbeddedSiu<T> {
+    /// The SIU of `plan` over `transport` (bound to the plan's SIU address; the plan's
+    /// application address is not used: the application is this process), tagged `tag`.
+    /// The application counts as attached from the start.
+    pub fn new(plan: SiuPlan, transport: T, tag: Tag) -> Result<Self, DaemonError> {
+        let queue_max = plan.cfg.limits.queue_packets_max;
+        let role = SiuRole::new(Siu::new(plan.cfg));
+        // The links hold every peer but the in-process application, in peer-id order.
+        let net_peers: Vec<NodeAddr> = plan
+            .peers
+            .iter()
+            .enumerate()
+            .filter(|&(p, _)| p != PEER_APP)
+            .map(|(_, &a)| a)
+            .collect();
+        let links = links_on(&transport, &net_peers, tag)?;
+        let mut pump = Pump::with_local(role, links, queue_max, PEER_APP);
+        pump.local_attach(transport.now());
+        Ok(Self { pump, transport })
+    }
+
+    /// Queues a packet from the application; handed back when the SIU's host queue is full
+    /// (run [`EmbeddedSiu::pass`] and offer it again). It leaves in the next pass, batched
+    /// with whatever else the pass sends.
+    pub fn offer(&mut self, packet: Vec<u8>) -> Result<(), Vec<u8>> {
+        self.pump.local_send(packet)
+    }
+
+    /// The next packet for the application.
+    pub fn take_for_host(&mut self) -> Option<Vec<u8>> {
+        self.pump.local_recv()
+    }
+
+    /// One pass without blocking: what arrived in, the pump (timers, input, output), and
+    /// datagrams out. Returns the datagrams taken.
+    pub fn pass(&mut self) -> Result<usize, DaemonError> {
+        let now = self.transport.now();
+        let pump = &mut self.pump;
+        let taken = take_arrivals(&mut self.transport, |from, bytes| {
+            pump.handle_datagram(now, from, bytes);
+        })?;
+        self.pump.advance(now)?;
+        while let Some((to, bytes)) = self.pump.poll_transmit(now) {
+            self.transport.send(to, bytes)?;
+        }
+        self.transport.flush()?;
+        Ok(taken)
+    }
+
+    /// Blocks until a datagram arrives, the pump's next deadline, or `deadline`, whichever is
+    /// first. Returns whether a datagram is waiting.
+    pub fn wait(&mut self, deadline: Time) -> Result<bool, DaemonError> {
+        let now = self.transport.now();
+        let until = self
+            .pump
+            .poll_timeout(now)
+            .map_or(deadline, |t| t.min(deadline));
+        if until <= now {
+            return Ok(self.transport.has_pending());
+        }
+        Ok(self.transport.wait_from(now, Some(until))?)
+    }
+
+    /// The transport's clock.
+    pub fn now(&self) -> Time {
+        self.transport.now()
+    }
+
+    /// The pump (role, links, counters).
+    pub fn pump(&self) -> &Pump<SiuRole> {
+        &self.pump
+    }
+
+    /// The gauges the SIU updates (its receive clock, whether logical time started).
+    pub fn gauges(&self) -> Arc<SiuGauges> {
+        self.pump.role().gauges()
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+}

@@ -1,0 +1,65 @@
+//! [`EmbeddedSiu`] as the SMM's [`SiuLink`] (feature `daemon`): the host's SIU runs on the
+//! application's thread, so a packet between the SMM and its SIU is a queue push, not a
+//! datagram. Every blocking wait of [`crate::Smm`] drives the SIU's pass: while the
+//! application waits for a read, its SIU takes tokens and messages from the network.
+//!
+//! When to use it rather than the SIU daemon: `docs/operations.md`, "Embedded SIU".
+
+use crate::driver::{LinkError, SiuLink};
+use isotach_am::Transport;
+pub use isotach_daemon::embedded::EmbeddedSiu;
+use std::time::{Duration, Instant};
+
+/// How long a send whose packet the SIU's full host queue refused waits for room between
+/// passes.
+const SEND_RETRY: Duration = Duration::from_millis(1);
+
+fn link_err(e: impl std::fmt::Display) -> LinkError {
+    LinkError(format!("embedded SIU: {e}"))
+}
+
+impl<T: Transport> SiuLink for EmbeddedSiu<T> {
+    /// Queues the packet for the SIU's next pass; while the SIU's host queue is full (it
+    /// waits for logical time to start, or for back-pressure to clear) the SIU runs until it
+    /// takes it.
+    fn send(&mut self, packet: Vec<u8>) -> Result<(), LinkError> {
+        let mut packet = packet;
+        loop {
+            match self.offer(packet) {
+                Ok(()) => return Ok(()),
+                Err(back) => packet = back,
+            }
+            self.pass().map_err(link_err)?;
+            if let Err(back) = self.offer(packet) {
+                packet = back;
+                let until = self.now().plus(SEND_RETRY);
+                self.wait(until).map_err(link_err)?;
+            } else {
+                return Ok(());
+            }
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), LinkError> {
+        self.pass().map(drop).map_err(link_err)
+    }
+
+    fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError> {
+        if let Some(p) = self.take_for_host() {
+            return Ok(Some(p));
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.pass().map_err(link_err)?;
+            if let Some(p) = self.take_for_host() {
+                return Ok(Some(p));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let until = self.now().plus(left);
+            self.wait(until).map_err(link_err)?;
+        }
+    }
+}
