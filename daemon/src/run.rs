@@ -15,6 +15,7 @@ use isotach_siu::{Siu, SiuStats};
 use isotach_tm::{TmStats, TokenManager};
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -134,11 +135,7 @@ impl<R: Publish, T: Transport> Daemon<R, T> {
                 // through the runtime's reactor (a wake-up per pass costs a context switch).
                 continue;
             }
-            let wait_max = now.plus(WAIT_MAX);
-            let deadline = self
-                .pump
-                .poll_timeout(now)
-                .map_or(wait_max, |t| t.min(wait_max));
+            let deadline = self.deadline(now);
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
@@ -147,6 +144,33 @@ impl<R: Publish, T: Transport> Daemon<R, T> {
         }
         R::log_stop(&self.pump);
         Ok(self.pump.into_role())
+    }
+
+    /// Runs on the calling thread until `stop` is set; returns the role (for its counters).
+    /// The same passes as [`Daemon::run`], blocking in the transport between them: no
+    /// runtime, no task hop or reactor wake-up between a datagram and the pass that takes
+    /// it. The daemons run here, one thread per role; [`Daemon::run`] is for a daemon that
+    /// must share a runtime's threads.
+    pub fn run_blocking(mut self, stop: &AtomicBool) -> Result<R, DaemonError> {
+        self.pump.role().log_start(self.transport.local_addr());
+        while !stop.load(Ordering::Relaxed) {
+            let (now, taken) = self.pass()?;
+            if taken > 0 {
+                continue;
+            }
+            self.transport.wait_from(now, Some(self.deadline(now)))?;
+        }
+        R::log_stop(&self.pump);
+        Ok(self.pump.into_role())
+    }
+
+    /// How long the loop may wait after a pass at `now` that took nothing: until the pump's
+    /// next deadline, at most [`WAIT_MAX`] (so a stop request is seen).
+    fn deadline(&self, now: Time) -> Time {
+        let wait_max = now.plus(WAIT_MAX);
+        self.pump
+            .poll_timeout(now)
+            .map_or(wait_max, |t| t.min(wait_max))
     }
 
     /// One pass: arrivals in, the pump, output out, measurements. Never blocks. Returns the

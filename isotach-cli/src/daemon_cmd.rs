@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
 
@@ -232,9 +232,11 @@ async fn with_handshake_log<F: Future>(h: Option<QuicCounters>, run: F) -> F::Ou
 /// makes and how the admin service reads it.
 trait NodePlan: Sized {
     /// The daemon's role.
-    type Role: Publish;
+    type Role: Publish + Send + 'static;
     /// The admin address when neither `--admin` nor the config names one.
     const ADMIN_DEFAULT: &'static str;
+    /// The name of the daemon's thread.
+    const THREAD: &'static str;
     /// Where the daemon's transport binds.
     fn listen(&self) -> SocketAddr;
     /// The daemon over `transport`.
@@ -250,6 +252,7 @@ trait NodePlan: Sized {
 impl NodePlan for TmPlan {
     type Role = TmRole;
     const ADMIN_DEFAULT: &'static str = TM_ADMIN_DEFAULT;
+    const THREAD: &'static str = "tm";
     fn listen(&self) -> SocketAddr {
         self.listen
     }
@@ -264,6 +267,7 @@ impl NodePlan for TmPlan {
 impl NodePlan for SiuPlan {
     type Role = SiuRole;
     const ADMIN_DEFAULT: &'static str = SIU_ADMIN_DEFAULT;
+    const THREAD: &'static str = "siu";
     fn listen(&self) -> SocketAddr {
         self.listen
     }
@@ -276,7 +280,7 @@ impl NodePlan for SiuPlan {
 }
 
 /// Runs the daemon of `plan` over `transport` with its admin service until it is told to stop.
-async fn serve<P: NodePlan, T: Transport>(
+async fn serve<P: NodePlan, T: Transport + Send + 'static>(
     plan: P,
     transport: T,
     tag: Tag,
@@ -293,9 +297,34 @@ async fn serve<P: NodePlan, T: Transport>(
         quic: handshakes.clone(),
     };
     let stop = admin(ops, configured, P::ADMIN_DEFAULT, exposed).await?;
-    with_handshake_log(handshakes, daemon.run(shutdown_or(stop))).await?;
-    Ok(())
+    // The daemon's passes run to completion on a thread of their own, blocking in the
+    // transport between them; the runtime keeps the admin service and the signals.
+    let running = Arc::new(AtomicBool::new(false));
+    let stopping = Arc::clone(&running);
+    let pump = std::thread::Builder::new()
+        .name(P::THREAD.to_string())
+        .spawn(move || daemon.run_blocking(&stopping))?;
+    with_handshake_log(handshakes, async {
+        let mut shutdown = std::pin::pin!(shutdown_or(stop));
+        let mut tick = tokio::time::interval(PUMP_CHECK);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                _ = tick.tick() => if pump.is_finished() { break },
+            }
+        }
+    })
+    .await;
+    running.store(true, Ordering::Relaxed);
+    match tokio::task::spawn_blocking(move || pump.join()).await? {
+        Ok(result) => result.map(drop).map_err(Into::into),
+        Err(_) => Err(anyhow::anyhow!("the daemon's thread panicked")),
+    }
 }
+
+/// How often the runtime checks that the daemon's thread still runs (it ends early only on
+/// a transport error, which then ends the process).
+const PUMP_CHECK: Duration = Duration::from_millis(50);
 
 /// Loads `config` and finds the node `name` (a `what`: switch or host) in it with `id`, then
 /// binds its transport and runs its daemon (planned by `plan`; its configured admin address

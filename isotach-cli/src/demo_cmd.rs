@@ -1,5 +1,5 @@
 //! `isotach demo philo`: the embedded default. One process runs a token manager, N SIU
-//! daemons (tokio tasks, the same drivers as `isotach tm` / `isotach siu`) and N SMM
+//! daemons (a thread each, the same drivers as `isotach tm` / `isotach siu`) and N SMM
 //! applications (threads, the same code as `isotach philo`), all through the AM transport:
 //! over loopback UDP sockets (`--transport udp`, the default), loopback QUIC with mutual TLS
 //! (`quic`, certificates from an ephemeral in-process CA) or an in-process real-time network
@@ -19,9 +19,9 @@ use isotach_am::port::{DEFAULT_TAG, PacketPort};
 use isotach_am::{NodeAddr, Tag, Transport};
 use isotach_daemon::DaemonError;
 use isotach_daemon::embedded::EmbeddedSiu;
-use isotach_daemon::run::{SiuDaemon, TmDaemon};
-use isotach_daemon::siu::{SiuGauges, SiuRole, siu_plan};
-use isotach_daemon::tm::{TmRole, tm_plan};
+use isotach_daemon::run::{Daemon, Publish, SiuDaemon, TmDaemon};
+use isotach_daemon::siu::{SiuGauges, siu_plan};
+use isotach_daemon::tm::tm_plan;
 use isotach_proto::config::ClusterConfig;
 use isotach_smm::am_link::AmSiuLink;
 use isotach_smm::{Smm, SmmConfig, SmmLimits, SmmNode};
@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Embedded demos: the whole system in one process over loopback.
@@ -150,12 +150,11 @@ pub(crate) struct LoopbackCluster<A = UdpTransport> {
     pub(crate) daemons: RunningDaemons,
 }
 
-/// The daemon tasks of a [`LoopbackCluster`] and their runtime.
+/// The daemon threads of a [`LoopbackCluster`], one per daemon (each runs its passes to
+/// completion and blocks in its transport between them).
 pub(crate) struct RunningDaemons {
-    rt: tokio::runtime::Runtime,
-    stop_tx: tokio::sync::watch::Sender<bool>,
-    tm_task: tokio::task::JoinHandle<Result<TmRole, DaemonError>>,
-    siu_tasks: Vec<tokio::task::JoinHandle<Result<SiuRole, DaemonError>>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<(String, std::thread::JoinHandle<Result<(), DaemonError>>)>,
 }
 
 /// The transports of one embedded cluster before the daemons start: the token manager's,
@@ -167,13 +166,6 @@ struct Nodes<D, A> {
     apps: Vec<(A, SocketAddr)>,
     /// Config address → transport address, where they differ (in-process transports).
     real: HashMap<SocketAddr, NodeAddr>,
-}
-
-fn demo_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?)
 }
 
 /// Starts a token manager and `n` SIU daemons (the same drivers as `isotach tm` / `isotach
@@ -208,24 +200,10 @@ pub(crate) fn start_loopback_cluster_with(
     n: usize,
     placement: SiuPlacement,
 ) -> anyhow::Result<LoopbackCluster> {
-    // The daemons' sockets are registered with the runtime (async waits); the applications'
-    // and embedded SIUs' are plain blocking sockets on their own threads.
-    let rt = demo_runtime()?;
-    let (tm, sius) = {
-        let _guard = rt.enter();
-        let tm = bind()?;
-        let sius = if placement == SiuPlacement::Daemon {
-            (0..n).map(|_| bind()).collect::<anyhow::Result<Vec<_>>>()?
-        } else {
-            Vec::new()
-        };
-        (tm, sius)
-    };
-    let sius = if placement == SiuPlacement::Embedded {
-        (0..n).map(|_| bind()).collect::<anyhow::Result<Vec<_>>>()?
-    } else {
-        sius
-    };
+    // Every socket is a plain blocking one: each daemon, application and embedded SIU waits
+    // in its own on its own thread.
+    let tm = bind()?;
+    let sius = (0..n).map(|_| bind()).collect::<anyhow::Result<Vec<_>>>()?;
     let apps = (0..n).map(|_| bind()).collect::<anyhow::Result<Vec<_>>>()?;
     let with_addr = |t: UdpTransport| {
         let a = t.socket_addr();
@@ -238,7 +216,7 @@ pub(crate) fn start_loopback_cluster_with(
         real: HashMap::new(),
     };
     if placement == SiuPlacement::Daemon {
-        return start_cluster(rt, nodes, DEFAULT_TAG);
+        return start_cluster(nodes, DEFAULT_TAG);
     }
     let Nodes { tm, sius, apps, .. } = nodes;
     let (siu_ts, siu_addrs): (Vec<UdpTransport>, Vec<SocketAddr>) = sius.into_iter().unzip();
@@ -248,7 +226,7 @@ pub(crate) fn start_loopback_cluster_with(
         apps,
         real: HashMap::new(),
     };
-    let mut lc = start_cluster_with(rt, nodes, &siu_addrs, DEFAULT_TAG)?;
+    let mut lc = start_cluster_with(nodes, &siu_addrs, DEFAULT_TAG)?;
     for (h, t) in siu_ts.into_iter().enumerate() {
         let plan = siu_plan(&lc.cluster, h as u16)?;
         let siu = EmbeddedSiu::new(plan, t, DEFAULT_TAG)?;
@@ -262,20 +240,15 @@ pub(crate) fn start_loopback_cluster_with(
 /// daemon's and application's certificate (mutual TLS on every link).
 fn start_quic_cluster(n: usize) -> anyhow::Result<LoopbackCluster<QuicTransport>> {
     let ca = make_ca("isotach demo cluster CA")?;
-    let rt = demo_runtime()?;
     let bound = |name: &str| -> anyhow::Result<(QuicTransport, SocketAddr)> {
         let t = bind_quic(make_node_identity(&ca, name)?)?;
         let a = t.socket_addr();
         Ok((t, a))
     };
-    let (tm, sius) = {
-        let _guard = rt.enter();
-        let tm = bound("tm0")?;
-        let sius = (0..n)
-            .map(|h| bound(&format!("host{h}")))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        (tm, sius)
-    };
+    let tm = bound("tm0")?;
+    let sius = (0..n)
+        .map(|h| bound(&format!("host{h}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let apps = (0..n)
         .map(|h| bound(&format!("host{h}-app")))
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -285,7 +258,7 @@ fn start_quic_cluster(n: usize) -> anyhow::Result<LoopbackCluster<QuicTransport>
         apps,
         real: HashMap::new(),
     };
-    start_cluster(rt, nodes, DEFAULT_TAG)
+    start_cluster(nodes, DEFAULT_TAG)
 }
 
 /// The same in one process without sockets: an in-process real-time network
@@ -311,23 +284,22 @@ fn start_chan_cluster(n: usize) -> anyhow::Result<LoopbackCluster<ChanTransport>
         apps,
         real,
     };
-    start_cluster(demo_runtime()?, nodes, DEFAULT_TAG)
+    start_cluster(nodes, DEFAULT_TAG)
 }
 
-/// Fills the generated config with the nodes' addresses and spawns the daemons on `rt`.
-fn start_cluster<D: Transport + 'static, A>(
-    rt: tokio::runtime::Runtime,
+/// Fills the generated config with the nodes' addresses and starts the daemons, each on its
+/// own thread.
+fn start_cluster<D: Transport + Send + 'static, A>(
     nodes: Nodes<D, A>,
     tag: Tag,
 ) -> anyhow::Result<LoopbackCluster<A>> {
     let siu_addrs: Vec<SocketAddr> = nodes.sius.iter().map(|s| s.1).collect();
-    start_cluster_with(rt, nodes, &siu_addrs, tag)
+    start_cluster_with(nodes, &siu_addrs, tag)
 }
 
 /// [`start_cluster`] with the SIUs' addresses given: SIU daemons run for `nodes.sius` (all
 /// hosts, or none when the SIUs are embedded and started by the caller).
-fn start_cluster_with<D: Transport + 'static, A>(
-    rt: tokio::runtime::Runtime,
+fn start_cluster_with<D: Transport + Send + 'static, A>(
     nodes: Nodes<D, A>,
     siu_listen: &[SocketAddr],
     tag: Tag,
@@ -357,76 +329,73 @@ fn start_cluster_with<D: Transport + 'static, A>(
             })
             .collect()
     };
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stop = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
+    let mut daemons = RunningDaemons {
+        stop: Arc::new(AtomicBool::new(false)),
+        threads: Vec::new(),
     };
     let mut gauges: Vec<Arc<SiuGauges>> = Vec::new();
-    let (tm_task, siu_tasks) = {
-        let _guard = rt.enter();
-        let mut plan = tm_plan(&cluster, 0)?;
+    let mut plan = tm_plan(&cluster, 0)?;
+    plan.peers = real(plan.peers);
+    daemons.spawn("token manager", "tm-0", TmDaemon::tm(plan, tm.0, tag)?)?;
+    for (h, (t, _)) in sius.into_iter().enumerate() {
+        let mut plan = siu_plan(&cluster, h as u16)?;
         plan.peers = real(plan.peers);
-        let tm_task = rt.spawn(TmDaemon::tm(plan, tm.0, tag)?.run(stop()));
-        let mut siu_tasks = Vec::new();
-        for (h, (t, _)) in sius.into_iter().enumerate() {
-            let mut plan = siu_plan(&cluster, h as u16)?;
-            plan.peers = real(plan.peers);
-            let d = SiuDaemon::siu(plan, t, tag)?;
-            gauges.push(d.gauges());
-            siu_tasks.push(rt.spawn(d.run(stop())));
-        }
-        (tm_task, siu_tasks)
-    };
+        let d = SiuDaemon::siu(plan, t, tag)?;
+        gauges.push(d.gauges());
+        daemons.spawn(&format!("SIU {h}"), &format!("siu-{h}"), d)?;
+    }
     Ok(LoopbackCluster {
         cluster,
         gauges,
         embedded: Vec::new(),
         app_ts: apps.into_iter().map(|a| a.0).collect(),
         siu_addrs,
-        daemons: RunningDaemons {
-            rt,
-            stop_tx,
-            tm_task,
-            siu_tasks,
-        },
+        daemons,
     })
 }
 
+/// How long [`RunningDaemons::stop`] waits for the daemon threads.
+const STOP_MAX: Duration = Duration::from_secs(10);
+
 impl RunningDaemons {
-    /// Tells every daemon task to stop and waits for them (at most 10 s); returns the
-    /// daemons' errors and a note when they did not stop in time.
+    /// Runs `daemon` on its own thread (named `thread`; `what` names it in errors).
+    fn spawn<R: Publish + Send + 'static, T: Transport + Send + 'static>(
+        &mut self,
+        what: &str,
+        thread: &str,
+        daemon: Daemon<R, T>,
+    ) -> anyhow::Result<()> {
+        let stop = Arc::clone(&self.stop);
+        let handle = std::thread::Builder::new()
+            .name(thread.to_string())
+            .spawn(move || daemon.run_blocking(&stop).map(drop))?;
+        self.threads.push((what.to_string(), handle));
+        Ok(())
+    }
+
+    /// Tells every daemon thread to stop and waits for them (at most [`STOP_MAX`]); returns
+    /// the daemons' errors and a note when they did not stop in time.
     pub(crate) fn stop(self) -> Vec<String> {
-        let Self {
-            rt,
-            stop_tx,
-            tm_task,
-            siu_tasks,
-        } = self;
+        self.stop.store(true, Ordering::Relaxed);
+        let limit = Instant::now() + STOP_MAX;
         let mut problems = Vec::new();
-        let _ = stop_tx.send(true);
-        let joined = rt.block_on(async {
-            let all = async {
-                let mut errors = Vec::new();
-                if let Ok(Err(e)) = tm_task.await {
-                    errors.push(format!("token manager: {e}"));
-                }
-                for (h, t) in siu_tasks.into_iter().enumerate() {
-                    if let Ok(Err(e)) = t.await {
-                        errors.push(format!("SIU {h}: {e}"));
-                    }
-                }
-                errors
-            };
-            tokio::time::timeout(Duration::from_secs(10), all).await
-        });
-        match joined {
-            Ok(errors) => problems.extend(errors),
-            Err(_) => problems.push("daemon tasks did not stop within 10 s".into()),
+        for (what, t) in self.threads {
+            while !t.is_finished() && Instant::now() < limit {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if !t.is_finished() {
+                problems.push(format!(
+                    "{what} did not stop within {} s",
+                    STOP_MAX.as_secs()
+                ));
+                continue;
+            }
+            match t.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => problems.push(format!("{what}: {e}")),
+                Err(_) => problems.push(format!("{what} panicked")),
+            }
         }
-        rt.shutdown_timeout(Duration::from_secs(1));
         problems
     }
 }
