@@ -14,8 +14,9 @@
 //!    addresses — one relay socket per (node, peer), so every node still sees each peer at one
 //!    fixed source address. The relay records every datagram in both directions. After some
 //!    dozens of pulses the daemons stop and every recorded datagram must decode to a documented
-//!    link message; hellos, hello replies, data fragments (reassembled into known packet kinds),
-//!    credit and acks must all appear, and the credit arithmetic of section 6.4 must hold.
+//!    link message; hellos, hello replies, data fragments and batches (reassembled and split
+//!    into known packet kinds, in FIFO order), credit and acks must all appear, and the credit
+//!    arithmetic of section 6.4 must hold (one window slot per data message).
 //!
 //! So the spec and the code cannot drift apart. No timed assertions: deadlines are liveness
 //! guards only.
@@ -196,7 +197,8 @@ enum Link {
     Hello { tag: u64, incarnation: u64 },
     HelloReply,
     Data { more: bool, stream: u64 },
-    Credit { fragments: u64, stream: Option<u64> },
+    Batch { version: u64, stream: u64 },
+    Credit { messages: u64, stream: Option<u64> },
     Ack,
     Nack { status: u8 },
 }
@@ -207,6 +209,7 @@ impl Link {
             Self::Hello { .. } => "hello",
             Self::HelloReply => "hello-reply",
             Self::Data { .. } => "data",
+            Self::Batch { .. } => "batch",
             Self::Credit { .. } => "credit",
             Self::Ack => "ack",
             Self::Nack { .. } => "nack",
@@ -231,8 +234,12 @@ fn link_message(f: &AmFrame) -> Result<Link, String> {
             more: f.args[0] == 1,
             stream: f.args[1],
         }),
+        (KIND_REQUEST, CLASS_MEDIUM, 5, 2) if fifo => Ok(Link::Batch {
+            version: f.args[0],
+            stream: f.args[1],
+        }),
         (KIND_REQUEST, CLASS_SHORT, 4, 1 | 2) if fifo => Ok(Link::Credit {
-            fragments: f.args[0],
+            messages: f.args[0],
             stream: f.args.get(1).copied(),
         }),
         (KIND_ACK, _, 0, 0) if !fifo => Ok(Link::Ack),
@@ -246,6 +253,30 @@ fn link_message(f: &AmFrame) -> Result<Link, String> {
             f.flags
         )),
     }
+}
+
+/// The packets of a batch's payload (section 6.3): each a little-endian u16 length, then that
+/// many bytes, to the payload's end; at least one.
+fn batch_packets(payload: &[u8]) -> Result<Vec<&[u8]>, String> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < payload.len() {
+        if at + 2 > payload.len() {
+            return Err(format!("batch: half a length at {at}"));
+        }
+        let len = usize::from(le16(payload, at));
+        if at + 2 + len > payload.len() {
+            return Err(format!(
+                "batch: packet of {len} bytes at {at} runs past the end"
+            ));
+        }
+        out.push(&payload[at + 2..at + 2 + len]);
+        at += 2 + len;
+    }
+    if out.is_empty() || out.len() > 64 {
+        return Err(format!("batch of {} packets", out.len()));
+    }
+    Ok(out)
 }
 
 /// The kind name of a whole Isotach packet (docs/wire.md sections 1–3): version, kind, the
@@ -348,8 +379,13 @@ fn describe(b: &[u8]) -> Result<BTreeMap<String, Value>, String> {
             int("data.stream", *stream);
             int("data.bytes", f.payload.len() as u64);
         }
-        Link::Credit { fragments, stream } => {
-            int("credit.fragments", *fragments);
+        Link::Batch { version, stream } => {
+            int("batch.version", *version);
+            int("batch.stream", *stream);
+            int("batch.packets", batch_packets(&f.payload)?.len() as u64);
+        }
+        Link::Credit { messages, stream } => {
+            int("credit.messages", *messages);
             if let Some(stream) = stream {
                 int("credit.stream", *stream);
             }
@@ -371,6 +407,18 @@ fn describe(b: &[u8]) -> Result<BTreeMap<String, Value>, String> {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), Value::Int(v))),
         );
+    }
+    if let Link::Batch { .. } = link {
+        // Packet i's kind and token fields, keyed `packet<i>` and `packet<i>.token.*`.
+        for (i, p) in batch_packets(&f.payload)?.into_iter().enumerate() {
+            let (name, fields) = decode_packet(p)?;
+            m.insert(format!("packet{i}"), Value::Text(name.into()));
+            m.extend(
+                fields
+                    .into_iter()
+                    .map(|(k, v)| (format!("packet{i}.{k}"), Value::Int(v))),
+            );
+        }
     }
     Ok(m)
 }
@@ -433,7 +481,15 @@ fn doc_examples_decode_as_documented() {
             links.insert(l.clone());
         }
     }
-    for l in ["hello", "hello-reply", "data", "credit", "ack", "nack"] {
+    for l in [
+        "hello",
+        "hello-reply",
+        "data",
+        "batch",
+        "credit",
+        "ack",
+        "nack",
+    ] {
         assert!(links.contains(l), "no example of a {l}");
     }
 }
@@ -496,6 +552,10 @@ fn doc_constants_are_the_codes() {
     assert_eq!(link::WINDOW_MIN, 65);
     assert_eq!(link::WINDOW_MAX, 1024);
     assert_eq!(link::CREDIT_BATCH, 16);
+    assert_eq!(link::H_BATCH.0, 5);
+    assert_eq!(link::BATCH_VERSION, 1);
+    assert_eq!(link::BATCH_PACKETS_MAX, 64);
+    assert_eq!(link::BATCH_PACKET_MAX, 1022);
     assert_eq!(isotach_am::MAX_MEDIUM_BYTES, 1024);
     let am = Links::am_config();
     assert_eq!(am.credits, isotach_am::MAX_SLOTS);
@@ -771,7 +831,10 @@ fn every_datagram_of_a_real_run_is_a_documented_link_message() {
                 match link {
                     Link::HelloReply => assert!(matches!(ql, Link::Hello { .. }), "{ql:?}"),
                     Link::Ack => assert!(
-                        matches!(ql, Link::Data { .. } | Link::Credit { .. }),
+                        matches!(
+                            ql,
+                            Link::Data { .. } | Link::Batch { .. } | Link::Credit { .. }
+                        ),
                         "datagram {i}: an ack of {ql:?}"
                     ),
                     _ => {}
@@ -795,15 +858,16 @@ fn every_datagram_of_a_real_run_is_a_documented_link_message() {
                     } => {
                         assert_eq!((t, incarnation), (tag, f.src_inc), "datagram {i}");
                     }
-                    Link::Data { .. } => {
+                    Link::Data { .. } | Link::Batch { .. } => {
+                        // One window slot per data message, fragment or batch.
                         let n = sent.entry((r.from, r.to)).or_insert(0u64);
                         *n += 1;
                         let c = credited.get(&(r.from, r.to)).copied().unwrap_or(0);
                         assert!(*n - c.min(*n) <= window, "datagram {i}: beyond the window");
                     }
-                    Link::Credit { fragments, .. } => {
-                        assert!(fragments >= 16, "datagram {i}: credit is batched by 16");
-                        *credited.entry((r.to, r.from)).or_insert(0u64) += fragments;
+                    Link::Credit { messages, .. } => {
+                        assert!(messages >= 16, "datagram {i}: credit is batched by 16");
+                        *credited.entry((r.to, r.from)).or_insert(0u64) += messages;
                     }
                     _ => {}
                 }
@@ -834,20 +898,24 @@ fn every_datagram_of_a_real_run_is_a_documented_link_message() {
             "{by_link:?}"
         );
     }
-    // Data, credit and acks on the token path, both ways.
+    // Data (fragments or batches), credit and acks on the token path, both ways.
     for s in ["siu0", "siu1"] {
         for (a, b) in [("tm", s), (s, "tm")] {
-            for l in ["data", "credit", "ack"] {
+            for l in ["credit", "ack"] {
                 assert!(
                     by_link.contains_key(&(a, b, l)),
                     "no {l} {a}->{b}: {by_link:?}"
                 );
             }
-            // Credit never exceeds the fragments it answers.
+            assert!(
+                by_link.contains_key(&(a, b, "data")) || by_link.contains_key(&(a, b, "batch")),
+                "no data {a}->{b}: {by_link:?}"
+            );
+            // Credit never exceeds the data messages it answers.
             let c = credited.get(&(a, b)).copied().unwrap_or(0);
             assert!(
                 c <= sent[&(a, b)],
-                "{a}->{b}: credit {c} for {} fragments",
+                "{a}->{b}: credit {c} for {} data messages",
                 sent[&(a, b)]
             );
         }
@@ -855,8 +923,11 @@ fn every_datagram_of_a_real_run_is_a_documented_link_message() {
 
     // The doc's examples are what the daemons really send: host 0's SIU opens its stream to
     // the TM with the hello (slot 0, seq 0, fifo_seq 0, TM incarnation unknown) and then the
-    // restart token of the example, in slot 0 again with seq 1 and fifo_seq 1; the TM's wave 1
-    // is the example's token.
+    // restart token of the example, in slot 0 again with seq 1 and fifo_seq 1 — alone, as the
+    // example's data fragment, or first in a batch when the TM's answer came in the same pass
+    // and the SIU's first wave token followed it; the TM answers SIU 0 the same way, with a
+    // batch that starts with the packets of the batch example (its restart token and wave 1's
+    // token).
     let examples = doc_examples();
     let example = |needle: &str| {
         let e = examples
@@ -876,26 +947,44 @@ fn every_datagram_of_a_real_run_is_a_documented_link_message() {
     let (hello, restart) = (example("hello, SIU"), example("restart token"));
     assert_eq!(shape(opening[0]), shape(&hello), "the hello example");
     assert_eq!(opening[0].tag, hello.tag);
-    assert_eq!(
-        shape(opening[1]),
-        shape(&restart),
-        "the restart-token example"
-    );
-    assert_eq!(
-        (&opening[1].args, &opening[1].payload),
-        (&restart.args, &restart.payload),
-        "the restart-token example"
-    );
-    let wave1 = example("wave 1").payload;
+    // The slot, sequence numbers and packets of a data message, fragment or batch.
+    fn first(f: &AmFrame) -> ((u16, u32, u32, u32), Vec<&[u8]>) {
+        let packets = match f.handler {
+            5 => batch_packets(&f.payload).unwrap(),
+            _ => vec![&f.payload[..]],
+        };
+        ((f.slot, f.seq, f.epoch, f.fifo_seq), packets)
+    }
+    if opening[1].handler == 1 {
+        assert_eq!(
+            shape(opening[1]),
+            shape(&restart),
+            "the restart-token example"
+        );
+        assert_eq!(
+            (&opening[1].args, &opening[1].payload),
+            (&restart.args, &restart.payload),
+            "the restart-token example"
+        );
+    } else {
+        let (at, packets) = first(opening[1]);
+        assert_eq!(at, first(&restart).0, "the restart-token example, batched");
+        assert_eq!(packets[0], &restart.payload[..], "the restart token first");
+    }
+    let mut answer: Vec<&AmFrame> = requests[&("tm", "siu0")].iter().map(|(f, _)| f).collect();
+    answer.sort_by_key(|f| f.fifo_seq);
+    let batch = example("wave 1");
+    assert_eq!(shape(answer[1]), shape(&batch), "the batch example");
+    assert_eq!(answer[1].args, batch.args, "the batch example");
+    let (want, got) = (first(&batch).1, first(answer[1]).1);
     assert!(
-        requests[&("tm", "siu0")]
-            .iter()
-            .any(|(f, _)| f.payload == wave1),
-        "the TM's wave 1 is the example's token"
+        got.len() >= want.len() && got[..want.len()] == want[..],
+        "the batch example: the TM's restart token and wave 1 first"
     );
 
     // Reassembly (section 6.3): per direction and AM stream (incarnation, epoch), the requests
-    // in fifo_seq order, data payloads concatenated up to `more` = 0.
+    // in fifo_seq order, data payloads concatenated up to `more` = 0, a batch's packets in
+    // their order, between packets.
     let mut kinds: HashMap<(&str, &str, &str), usize> = HashMap::new();
     for ((from, to), reqs) in &requests {
         let mut streams: BTreeMap<(u64, u32), Vec<&(AmFrame, Link)>> = BTreeMap::new();
@@ -921,12 +1010,22 @@ fn every_datagram_of_a_real_run_is_a_documented_link_message() {
             );
             let (mut packet, mut packets) = (Vec::new(), Vec::new());
             for (f, link) in stream {
-                if let Link::Data { more, stream } = link {
-                    assert_eq!(*stream, 0, "{from}->{to}: the link never broke");
-                    packet.extend_from_slice(&f.payload);
-                    if !more {
-                        packets.push(std::mem::take(&mut packet));
+                match link {
+                    Link::Data { more, stream } => {
+                        assert_eq!(*stream, 0, "{from}->{to}: the link never broke");
+                        packet.extend_from_slice(&f.payload);
+                        if !more {
+                            packets.push(std::mem::take(&mut packet));
+                        }
                     }
+                    Link::Batch { version, stream } => {
+                        assert_eq!((*version, *stream), (1, 0), "{from}->{to}: a batch");
+                        assert!(packet.is_empty(), "{from}->{to}: a batch inside a packet");
+                        let inner = batch_packets(&f.payload)
+                            .unwrap_or_else(|e| panic!("{from}->{to}: {e}"));
+                        packets.extend(inner.into_iter().map(<[u8]>::to_vec));
+                    }
+                    _ => {}
                 }
             }
             for (i, p) in packets.iter().enumerate() {

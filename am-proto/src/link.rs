@@ -15,27 +15,36 @@
 //!   [`H_DATA`] (argument 0: more follows; argument 1: the sender's *stream*, how often its
 //!   link to the peer broke, so a fragment returned from an earlier stream does not break
 //!   the current one); reassembly is a concatenation;
+//! - small packets queued together travel as one *batch* on [`H_BATCH`] (argument 0: the
+//!   format's [`BATCH_VERSION`]; argument 1: the stream): whole packets, each after its
+//!   length, as many as fit one medium payload ([`batch`]). A batch starts only between
+//!   packets, so the peer's FIFO order is the packets' order whatever mix of fragments and
+//!   batches carries them. A batch the receiver cannot read whole (unknown version, a length
+//!   running past its end) loses packets: the link breaks ([`LossReason::BadBatch`]), as for
+//!   any other hole in the stream;
 //! - a peer is *up* once it answered our hello ([`H_HELLO`] answered by a reply on
 //!   [`H_HELLO_ACK`]). Packets for a peer that is not up wait (in order) and leave when it is;
 //! - a link *breaks* when a data fragment comes back undelivered, when the peer says hello
 //!   from a new incarnation (it restarted and forgot the stream), or when a queue
 //!   overflowed: [`LinkEvent::PeerLost`], the queue towards it is dropped (the stream has a
 //!   hole), the peer is down and a new hello goes out; [`LinkEvent::PeerUp`] follows;
-//! - flow control: at most a *window* of fragments the peer's driver has not taken yet are in
-//!   flight; the receiver returns credit ([`H_CREDIT`]) in batches of [`CREDIT_BATCH`] as its
-//!   driver takes packets. A driver that stops reading stops its peers after one window,
-//!   their queues fill and [`Links::has_room`] turns false: back-pressure without loss;
-//! - every queue is bounded: [`Links::set_queue_max`] fragments per peer; the inbox holds at
-//!   most every peer's largest window. Beyond that a packet is dropped, counted and the link
-//!   breaks;
+//! - flow control: at most a *window* of data messages (fragments and batches) the peer's
+//!   driver has not finished yet are in flight; the receiver returns credit ([`H_CREDIT`]) in
+//!   lots of [`CREDIT_BATCH`] messages as its driver takes packets (a batch once its last
+//!   packet is taken). A driver that stops reading stops its peers after one window, their
+//!   queues fill and [`Links::has_room`] turns false: back-pressure without loss;
+//! - every queue is bounded: [`Links::set_queue_max`] fragments per peer (each packet counts
+//!   the fragments it would take on its own, one for a small packet, whether it leaves in a
+//!   batch or not); the inbox holds at most every peer's largest window of the fullest
+//!   batches. Beyond that a packet is dropped, counted and the link breaks;
 //! - messages from addresses that are not configured peers, or with a foreign tag, are
 //!   dropped and counted.
 //!
 //! The code: this file holds the limits, the public types, the links' state and the
 //! [`Links`] API for packets and status; `state` the bookkeeping every part shares (ready
 //! peers, hello timers, breaking a link); `handlers` what arrives (the AM handlers the core
-//! runs); `transmit` datagrams and time in and out, and pushing hellos, credit and fragments
-//! into the core.
+//! runs); `transmit` datagrams and time in and out, and pushing hellos, credit, fragments and
+//! batches into the core; `batch` the batch payload's encoding and decoding.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
@@ -49,9 +58,12 @@ use crate::types::{
     Status, Tag, Time, TransIdx,
 };
 
+pub mod batch;
 mod handlers;
 mod state;
 mod transmit;
+
+pub use batch::{BATCH_PACKET_MAX, BATCH_PACKETS_MAX, BATCH_VERSION};
 
 /// Handler of a data fragment (request, medium; args: more follows, stream).
 pub const H_DATA: HandlerId = HandlerId(1);
@@ -59,8 +71,11 @@ pub const H_DATA: HandlerId = HandlerId(1);
 pub const H_HELLO: HandlerId = HandlerId(2);
 /// Handler of the hello's answer (reply, short, no args).
 pub const H_HELLO_ACK: HandlerId = HandlerId(3);
-/// Handler of returned credit (request, short; args: fragments the driver took).
+/// Handler of returned credit (request, short; args: data messages the driver finished,
+/// stream).
 pub const H_CREDIT: HandlerId = HandlerId(4);
+/// Handler of a batch of whole packets (request, medium; args: format version, stream).
+pub const H_BATCH: HandlerId = HandlerId(5);
 /// The endpoint every link uses (the first one a core allocates).
 pub const LINK_EP: EpId = EpId(0);
 /// The tag of Isotach cluster traffic when the configuration names none.
@@ -71,16 +86,17 @@ pub const PACKET_MAX: usize = 64 * 1024;
 pub const FRAGMENT_MAX: usize = MAX_MEDIUM_BYTES;
 /// Default of [`Links::set_queue_max`] (fragments per peer).
 pub const QUEUE_MAX_DEFAULT: usize = 65_536;
-/// Largest flow-control window (fragments in flight towards one peer).
+/// Largest flow-control window (data messages, fragments or batches, in flight towards one
+/// peer).
 pub const WINDOW_MAX: usize = 1024;
 /// Smallest window: the fragments of the largest packet (credit is returned per whole packet
 /// taken, so a smaller window could never complete one).
 pub const WINDOW_MIN: usize = PACKET_MAX / FRAGMENT_MAX + 1;
-/// Fragments taken before credit goes back: a quarter of the smallest window any sender may
-/// use, so a sender that used its whole window has sent at least that much and never waits
-/// on us for long, while credit costs one short message per this many fragments.
+/// Data messages finished before credit goes back: a quarter of the smallest window any
+/// sender may use, so a sender that used its whole window has sent at least that much and
+/// never waits on us for long, while credit costs one short message per this many messages.
 pub const CREDIT_BATCH: usize = WINDOW_MIN / 4;
-/// Whole packets the inbox holds beyond every peer's largest window.
+/// Whole packets the inbox holds beyond every peer's largest window of full batches.
 const INBOX_SLACK: usize = 64;
 /// A hello the peer acknowledged but did not answer (it does not know our address) is sent
 /// again after this long; a hello that came back refused waits this long before the next.
@@ -103,7 +119,18 @@ const _: () = {
     assert!(WINDOW_MIN <= WINDOW_MAX);
     assert!(CREDIT_BATCH >= 1 && CREDIT_BATCH < WINDOW_MIN);
     assert!(QUEUE_MAX_MIN <= QUEUE_MAX_DEFAULT);
+    assert!(BATCH_PACKET_MAX < FRAGMENT_MAX);
 };
+
+/// Most whole packets the inbox holds for `peers` peers: each has at most a window of data
+/// messages in flight towards us (credit for a message goes back only once its last packet
+/// left the inbox), each message at most [`BATCH_PACKETS_MAX`] packets. Saturating: a
+/// bound this large is never reached before memory is.
+fn inbox_max(peers: usize) -> usize {
+    peers
+        .saturating_mul(WINDOW_MAX * BATCH_PACKETS_MAX)
+        .saturating_add(INBOX_SLACK)
+}
 
 /// Why a link broke (see [`LinkEvent::PeerLost`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +144,10 @@ pub enum LossReason {
     SendOverflow,
     /// Our inbox was full and a packet from the peer was dropped.
     InboxOverflow,
+    /// A batch from the peer could not be read whole (unknown version, a length running past
+    /// its end, too many packets) or started inside a fragmented packet: packets of its
+    /// stream are lost.
+    BadBatch,
     /// An in-process peer (an application embedding its SIU) went away.
     Detached,
 }
@@ -171,7 +202,7 @@ pub struct LinkStats {
     pub unknown_peer: u64,
     /// Reassembled packets over [`PACKET_MAX`] (dropped).
     pub oversize: u64,
-    /// Data fragments returned undelivered (lost).
+    /// Data messages (fragments and batches) returned undelivered (lost).
     pub fragments_lost: u64,
     /// Hellos sent.
     pub hellos: u64,
@@ -188,6 +219,23 @@ pub struct LinkStats {
     pub fragments_discarded: u64,
     /// Credit messages from an earlier stream of the peer's (ignored).
     pub stale_credit: u64,
+    /// Batches sent (each one data message).
+    pub batches_sent: u64,
+    /// Packets that left in those batches (the rest left as data fragments).
+    pub packets_in_batches: u64,
+    /// Batches received and read (of a version we know).
+    pub batches_received: u64,
+    /// Packets taken out of received batches into the inbox.
+    pub packets_batched: u64,
+    /// Batches of an unknown version, refused whole (the link breaks).
+    pub batch_bad_version: u64,
+    /// Batches cut short: a length ran past the end, no packet at all, or more than
+    /// [`BATCH_PACKETS_MAX`]; the packets before the bad one were delivered, the rest dropped
+    /// (the link breaks).
+    pub batch_truncated: u64,
+    /// Batches that arrived while a fragmented packet was half assembled: the half packet is
+    /// dropped (the link breaks).
+    pub batch_mid_packet: u64,
 }
 
 /// One peer's state, for status displays.
@@ -214,6 +262,8 @@ pub struct PeerStatus {
 struct Arrived {
     peer: usize,
     bytes: Vec<u8>,
+    /// Data messages whose credit taking it completes: the fragments of a fragmented packet,
+    /// 1 for the last packet of a batch, 0 for the others.
     fragments: usize,
     /// The sender's stream it came on (credit for it is only owed on the same stream).
     stream: u64,
@@ -233,11 +283,13 @@ struct Peer {
     out: VecDeque<Vec<u8>>,
     /// Bytes of `out[0]` already sent.
     head_sent: usize,
-    /// Fragments in `out` not sent yet.
+    /// Fragments in `out` not sent yet: every packet counts the fragments it takes on its own
+    /// ([`fragments`]), even when it leaves in a batch (one message for many of them).
     queued: usize,
-    /// Fragments sent that the peer's driver has not taken yet (as far as credit tells).
+    /// Data messages (fragments and batches) sent that the peer's driver has not finished
+    /// yet (as far as credit tells).
     in_flight: usize,
-    /// Fragments of the peer's we took and have not credited back yet.
+    /// Data messages of the peer's our driver finished and we have not credited back yet.
     owed: usize,
     /// The packet being reassembled and its fragments so far.
     partial: Vec<u8>,
@@ -288,8 +340,11 @@ struct State {
     inbox: VecDeque<Arrived>,
     inbox_max: usize,
     events: VecDeque<LinkEvent>,
-    /// Peers that may have something to send (hello, credit, fragments).
+    /// Peers that may have something to send (hello, credit, fragments, batches).
     ready: Vec<usize>,
+    /// The batch being built (one medium payload, reused for every batch: no allocation
+    /// per packet).
+    batch: Vec<u8>,
     /// Every armed hello timer as (deadline, peer), earliest first: at most one per peer, so
     /// finding the next deadline or the due timers never scans the peers (thousands of them).
     hello_timers: BTreeSet<(Time, usize)>,
@@ -355,10 +410,9 @@ impl Links {
                 peers: ps,
                 by_addr,
                 inbox: VecDeque::new(),
-                // Each peer has at most a window of fragments, so of whole packets, in flight
-                // towards us (with no peers nothing arrives at all).
-                inbox_max: peers.len() * WINDOW_MAX + INBOX_SLACK,
+                inbox_max: inbox_max(peers.len()),
                 events: VecDeque::new(),
+                batch: Vec::with_capacity(FRAGMENT_MAX),
                 hello_timers: BTreeSet::new(),
                 incarnation,
                 stats: LinkStats::default(),
@@ -370,7 +424,10 @@ impl Links {
 
     /// Bounds every per-peer send queue to `fragments` (at least [`QUEUE_MAX_MIN`]: panics
     /// below), and the window to the same within [`WINDOW_MIN`]..=[`WINDOW_MAX`]; the
-    /// cluster config's `queue-packets-max` (validated, never 0) is the daemons' value.
+    /// cluster config's `queue-packets-max` (validated, never 0) is the daemons' value. A
+    /// packet counts the fragments it takes on its own — one for a packet of up to
+    /// [`FRAGMENT_MAX`] bytes — whether it then leaves in a batch or not, so the bound is in
+    /// packets for small packets and in bytes for large ones.
     pub fn set_queue_max(&mut self, fragments: usize) {
         assert!(
             fragments >= QUEUE_MAX_MIN,
@@ -379,7 +436,8 @@ impl Links {
         self.queue_max = fragments;
     }
 
-    /// The flow-control window: fragments in flight towards one peer. Not a silent clamp:
+    /// The flow-control window: data messages (fragments or batches) in flight towards one
+    /// peer. Not a silent clamp:
     /// the window is the queue bound kept within [`WINDOW_MIN`] (the largest packet must fit)
     /// and [`WINDOW_MAX`].
     pub fn window(&self) -> usize {
@@ -504,12 +562,14 @@ impl Links {
         self.st.peers.iter().all(|p| p.up)
     }
 
-    /// Fragments waiting for a peer to come up or for credit, all peers.
+    /// Fragments waiting for a peer to come up or for credit, all peers (as
+    /// [`Links::set_queue_max`] counts them).
     pub fn queued(&self) -> usize {
         self.st.peers.iter().map(|p| p.queued).sum()
     }
 
-    /// Fragments sent to `peer` that its driver has not taken yet, as far as credit tells.
+    /// Data messages (fragments and batches) sent to `peer` that its driver has not finished
+    /// yet, as far as credit tells.
     pub fn in_flight(&self, peer: usize) -> usize {
         self.st.peers.get(peer).map_or(0, |p| p.in_flight)
     }

@@ -185,6 +185,7 @@ impl<T: Transport> Driver for PacketPort<T> {
 mod tests {
     use super::*;
     use crate::backend::udp::UdpTransport;
+    use isotach_am_proto::link::BATCH_PACKET_MAX;
 
     fn pair() -> (PacketPort<UdpTransport>, PacketPort<UdpTransport>) {
         let a = UdpTransport::bind("127.0.0.1:0".parse().unwrap()).unwrap();
@@ -355,9 +356,12 @@ mod tests {
     fn flow_control_holds_the_sender_to_its_window_until_the_receiver_reads() {
         let (mut a, mut b) = pair();
         // The queue and the window: 65 fragments (the window never goes below one largest
-        // packet).
+        // packet). Packets of one fragment too long to share a batch, so that each is one
+        // data message of the window (the link core's tests fill the window with batches).
         let w = WINDOW_MIN;
-        let packets: Vec<Vec<u8>> = (0..2 * w).map(|i| vec![i as u8; 1 + i * 7]).collect();
+        let packets: Vec<Vec<u8>> = (0..2 * w)
+            .map(|i| vec![i as u8; BATCH_PACKET_MAX + 1 + i % 2])
+            .collect();
         a.set_queue_max(w);
         for p in &packets[..w] {
             a.send(0, p).unwrap();

@@ -2,6 +2,8 @@
 //! `sim/tests/links.rs` drives it over a faulty one).
 
 use super::*;
+use crate::core::SendReq;
+use crate::types::Status;
 
 fn links(peers: usize) -> Links {
     let addrs: Vec<NodeAddr> = (1..=peers as u32).map(NodeAddr::Mem).collect();
@@ -182,4 +184,430 @@ fn a_hello_arms_the_retry_timer_and_its_answer_disarms_it() {
     assert_eq!(a.st.peers[0].hello_timer, None, "the answer disarmed it");
     assert_eq!(a.st.hello_timers.len(), 1, "peer 2's timer is still armed");
     assert_eq!(a.st.hello_deadline(), Some(now.plus(HELLO_RETRY)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batching: two link cores back to back, every datagram moved by hand and logged.
+// ---------------------------------------------------------------------------------------------
+
+/// A request one side sent the other: its handler and arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Sent {
+    handler: HandlerId,
+    args: Vec<u64>,
+    payload: Vec<u8>,
+}
+
+/// `a` (node 0) and `b` (node 1), each the other's only peer, and the requests each sent
+/// (AM retransmissions cannot happen: nothing is lost and time stands still).
+struct Pair {
+    a: Links,
+    b: Links,
+    now: Time,
+    a_sent: Vec<Sent>,
+    b_sent: Vec<Sent>,
+}
+
+impl Pair {
+    fn new() -> Self {
+        let b = Links::new(
+            Links::am_config(),
+            NodeAddr::Mem(1),
+            1,
+            65_507,
+            &[NodeAddr::Mem(0)],
+            DEFAULT_TAG,
+        )
+        .unwrap();
+        let mut pair = Self {
+            a: links(1),
+            b,
+            now: Time(0),
+            a_sent: Vec::new(),
+            b_sent: Vec::new(),
+        };
+        pair.settle();
+        assert!(pair.a.is_up(0) && pair.b.is_up(0));
+        assert_eq!(pair.a.poll_event(), Some(LinkEvent::PeerUp(0)));
+        assert_eq!(pair.b.poll_event(), Some(LinkEvent::PeerUp(0)));
+        pair
+    }
+
+    /// Moves what `from` has to send to `to`; returns how many datagrams moved.
+    fn step(from: &mut Links, to: &mut Links, now: Time, log: &mut Vec<Sent>) -> usize {
+        let mut moved = Vec::new();
+        while let Some((_, bytes)) = from.poll_transmit(now) {
+            moved.push(bytes.to_vec());
+        }
+        let from_addr = from.core.local();
+        for d in &moved {
+            let f = crate::frame::decode(d).unwrap();
+            if f.h.kind == crate::frame::Kind::Request {
+                log.push(Sent {
+                    handler: HandlerId(f.h.handler),
+                    args: f.args[..usize::from(f.h.nargs)].to_vec(),
+                    payload: f.payload.to_vec(),
+                });
+            }
+            to.handle_datagram(now, from_addr, d);
+        }
+        moved.len()
+    }
+
+    /// Moves datagrams both ways until neither side has anything to send.
+    fn settle(&mut self) {
+        for _ in 0..10_000 {
+            let n = Self::step(&mut self.a, &mut self.b, self.now, &mut self.a_sent)
+                + Self::step(&mut self.b, &mut self.a, self.now, &mut self.b_sent);
+            self.check_window();
+            if n == 0 {
+                return;
+            }
+        }
+        panic!("the links never went quiet");
+    }
+
+    /// Data messages a sent b, and the credit b returned: a never has more than its window
+    /// of messages out, whatever they carry.
+    fn check_window(&self) {
+        let data = self.data_messages_a_sent();
+        let credited: u64 = self
+            .b_sent
+            .iter()
+            .filter(|s| s.handler == H_CREDIT)
+            .map(|s| s.args[0])
+            .sum();
+        assert!(credited <= data as u64, "credit for messages never sent");
+        assert!(
+            data - credited as usize <= self.a.window(),
+            "{data} data messages, {credited} credited: beyond the window"
+        );
+        assert_eq!(self.a.in_flight(0), data - credited as usize);
+    }
+
+    fn data_messages_a_sent(&self) -> usize {
+        self.a_sent
+            .iter()
+            .filter(|s| s.handler == H_DATA || s.handler == H_BATCH)
+            .count()
+    }
+
+    /// Everything b's driver can take now.
+    fn drain_b(&mut self) -> Vec<Vec<u8>> {
+        std::iter::from_fn(|| self.b.recv())
+            .map(|(peer, p)| {
+                assert_eq!(peer, 0);
+                p
+            })
+            .collect()
+    }
+
+    /// b sends a raw batch message (a hostile or broken sender) on its current stream.
+    fn b_sends_batch(&mut self, version: u64, payload: &[u8]) {
+        let (idx, stream) = (self.b.st.peers[0].idx, self.b.st.peers[0].links_lost);
+        let args = [version, stream];
+        self.b
+            .core
+            .send_request(
+                self.now,
+                SendReq::medium(LINK_EP, idx, H_BATCH, payload, &args),
+            )
+            .unwrap();
+        self.settle();
+    }
+}
+
+fn small(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 7 + j) as u8).collect()
+}
+
+/// A batch payload of `packets`, as a conforming sender writes it.
+fn batch_of(packets: &[&[u8]]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    for p in packets {
+        assert!(batch::push(&mut buf, p));
+    }
+    buf
+}
+
+#[test]
+fn many_small_packets_travel_in_few_batches_in_order_and_credit_comes_back() {
+    let mut t = Pair::new();
+    // 14-byte packets: 64 of them (16 bytes each with the prefix) fill a batch exactly.
+    let packets: Vec<Vec<u8>> = (0..16 * BATCH_PACKETS_MAX).map(|i| small(i, 14)).collect();
+    for p in &packets {
+        t.a.send(0, p.clone()).unwrap();
+    }
+    t.settle();
+    let batches: Vec<&Sent> = t.a_sent.iter().filter(|s| s.handler == H_BATCH).collect();
+    assert_eq!(batches.len(), 16, "one full batch per 64 packets");
+    assert_eq!(t.data_messages_a_sent(), 16, "and nothing else");
+    for b in &batches {
+        assert_eq!(b.args, [BATCH_VERSION, 0], "version and stream");
+        assert_eq!(b.payload.len(), FRAGMENT_MAX);
+    }
+    let s = t.a.stats();
+    assert_eq!((s.batches_sent, s.packets_in_batches), (16, 1024));
+    assert_eq!(t.a.queued(), 0);
+    // The window counts messages: 16 out, though b holds 1024 packets.
+    assert_eq!(t.a.in_flight(0), 16);
+    let r = t.b.stats();
+    assert_eq!(
+        (r.batches_received, r.packets_batched, r.packets_received),
+        (16, 1024, 1024)
+    );
+    // b's driver takes half: credit is owed per batch finished, 8 (< CREDIT_BATCH) held.
+    let mut got: Vec<Vec<u8>> = (0..512).map(|_| t.b.recv().unwrap().1).collect();
+    t.settle();
+    assert_eq!(t.b.st.peers[0].owed, 8);
+    assert_eq!(t.a.in_flight(0), 16, "no credit yet");
+    got.extend(t.drain_b());
+    t.settle();
+    assert_eq!(got, packets, "every packet, in order");
+    assert_eq!(t.b.st.peers[0].owed, 0);
+    assert_eq!(t.a.in_flight(0), 0, "16 batches taken, 16 credited");
+    let credit: Vec<&Sent> = t.b_sent.iter().filter(|s| s.handler == H_CREDIT).collect();
+    assert_eq!(credit.len(), 1);
+    assert_eq!(credit[0].args, [16, 0]);
+    assert_eq!(t.a.stats().links_lost + t.b.stats().links_lost, 0);
+}
+
+#[test]
+fn a_single_packet_goes_as_a_data_fragment() {
+    let mut t = Pair::new();
+    t.a.send(0, b"alone".to_vec()).unwrap();
+    t.settle();
+    let data: Vec<&Sent> = t
+        .a_sent
+        .iter()
+        .filter(|s| s.handler == H_DATA || s.handler == H_BATCH)
+        .collect();
+    assert_eq!(data.len(), 1);
+    assert_eq!(
+        (data[0].handler, data[0].payload.as_slice()),
+        (H_DATA, &b"alone"[..])
+    );
+    assert_eq!(t.a.stats().batches_sent, 0);
+    assert_eq!(t.drain_b(), [b"alone".to_vec()]);
+}
+
+#[test]
+fn fragmented_and_small_packets_keep_their_order() {
+    let mut t = Pair::new();
+    let lens = [
+        16,
+        3000,
+        16,
+        52,
+        0,
+        BATCH_PACKET_MAX,
+        BATCH_PACKET_MAX + 1,
+        FRAGMENT_MAX,
+        64,
+        16,
+        PACKET_MAX,
+        0,
+        16,
+        1,
+        FRAGMENT_MAX + 1,
+        16,
+    ];
+    let packets: Vec<Vec<u8>> = (0..20)
+        .flat_map(|round| {
+            lens.iter()
+                .enumerate()
+                .map(move |(i, &l)| (round * 31 + i, l))
+        })
+        .map(|(i, l)| small(i, l))
+        .collect();
+    let mut got = Vec::new();
+    for (i, p) in packets.iter().enumerate() {
+        t.a.send(0, p.clone()).unwrap();
+        // Push now and then, so batches start at different places.
+        if i % 7 == 3 {
+            t.settle();
+            got.extend(t.drain_b());
+        }
+    }
+    t.settle();
+    got.extend(t.drain_b());
+    t.settle();
+    assert_eq!(got.len(), packets.len());
+    assert!(got == packets, "every packet whole, in order");
+    let s = t.a.stats();
+    assert!(s.batches_sent > 0 && s.packets_in_batches < packets.len() as u64);
+    // Every fragment and batch of the stream, in the order sent, rebuilds the packets.
+    let mut rebuilt = Vec::new();
+    let mut partial = Vec::new();
+    for m in &t.a_sent {
+        if m.handler == H_DATA {
+            partial.extend_from_slice(&m.payload);
+            if m.args[0] == 0 {
+                rebuilt.push(std::mem::take(&mut partial));
+            }
+        } else if m.handler == H_BATCH {
+            assert!(partial.is_empty(), "a batch starts between packets");
+            rebuilt.extend(batch::packets(&m.payload).map(|p| p.unwrap().to_vec()));
+        }
+    }
+    assert!(rebuilt == packets);
+    assert_eq!(
+        t.a.in_flight(0),
+        t.b.st.peers[0].owed,
+        "what is owed is in flight"
+    );
+    assert!(t.b.st.peers[0].owed < CREDIT_BATCH);
+}
+
+#[test]
+fn the_window_counts_batches_and_holds_while_the_receiver_reads_nothing() {
+    let mut t = Pair::new();
+    t.a.set_queue_max(WINDOW_MIN);
+    let w = t.a.window();
+    assert_eq!(w, WINDOW_MIN);
+    let mut sent = Vec::new();
+    // b reads nothing: a fills its window with batches, then its queue.
+    let mut i = 0;
+    while t.a.in_flight(0) < w || t.a.has_room(0) {
+        while t.a.has_room(0) {
+            let p = small(i, 16 + i % 200);
+            sent.push(p.clone());
+            t.a.send(0, p).unwrap();
+            i += 1;
+        }
+        t.settle();
+        assert!(i < 100_000, "the window never filled");
+    }
+    assert_eq!(t.a.in_flight(0), w);
+    assert_eq!(t.a.queued(), WINDOW_MIN, "the queue is full: back-pressure");
+    let received = t.b.stats().packets_received as usize;
+    assert_eq!(received, sent.len() - WINDOW_MIN);
+    assert!(
+        received > w,
+        "a window of batches carries more than a window of packets"
+    );
+    // b reads: everything follows, in order, nothing lost.
+    let mut got = Vec::new();
+    for _ in 0..1_000 {
+        got.extend(t.drain_b());
+        t.settle();
+        if got.len() == sent.len() {
+            break;
+        }
+    }
+    assert!(got == sent);
+    let (sa, sb) = (t.a.stats(), t.b.stats());
+    assert_eq!((sa.links_lost, sb.links_lost, sb.inbox_overflow), (0, 0, 0));
+}
+
+fn lost_by_bad_batch(l: &mut Links) -> bool {
+    std::iter::from_fn(|| l.poll_event()).any(|e| {
+        matches!(
+            e,
+            LinkEvent::PeerLost {
+                peer: 0,
+                reason: LossReason::BadBatch,
+                ..
+            }
+        )
+    })
+}
+
+#[test]
+fn a_truncated_batch_delivers_what_precedes_the_bad_length_and_breaks_the_link() {
+    let mut t = Pair::new();
+    let mut payload = batch_of(&[b"one", b"two"]);
+    payload.extend_from_slice(&[9, 0, b'x']); // announces 9 bytes, holds 1
+    t.b_sends_batch(BATCH_VERSION, &payload);
+    let s = t.a.stats();
+    assert_eq!(
+        (s.batches_received, s.packets_batched, s.batch_truncated),
+        (1, 2, 1)
+    );
+    assert!(lost_by_bad_batch(&mut t.a));
+    assert_eq!(t.a.recv(), Some((0, b"one".to_vec())));
+    assert_eq!(t.a.st.peers[0].owed, 0, "credit comes with the last packet");
+    assert_eq!(t.a.recv(), Some((0, b"two".to_vec())));
+    assert_eq!(t.a.st.peers[0].owed, 1, "one message");
+    // The link comes back (a says hello again) and b's stream goes on.
+    t.settle();
+    assert!(t.a.is_up(0));
+    t.b.send(0, b"after".to_vec()).unwrap();
+    t.settle();
+    assert_eq!(t.a.recv(), Some((0, b"after".to_vec())));
+}
+
+#[test]
+fn a_batch_of_an_unknown_version_is_refused_whole_and_breaks_the_link() {
+    let mut t = Pair::new();
+    t.b_sends_batch(BATCH_VERSION + 1, &batch_of(&[b"one", b"two"]));
+    let s = t.a.stats();
+    assert_eq!((s.batch_bad_version, s.batches_received), (1, 0));
+    assert_eq!(s.packets_received, 0);
+    assert!(t.a.recv().is_none());
+    assert!(lost_by_bad_batch(&mut t.a));
+    assert_eq!(
+        t.a.st.peers[0].owed, 1,
+        "its window slot is credited at once"
+    );
+}
+
+#[test]
+fn empty_overfull_and_mid_packet_batches_are_refused_without_panic() {
+    let mut t = Pair::new();
+    t.b_sends_batch(BATCH_VERSION, &[]);
+    assert_eq!(t.a.stats().batch_truncated, 1);
+    assert!(lost_by_bad_batch(&mut t.a));
+    // One empty packet more than a batch may hold: the first BATCH_PACKETS_MAX come.
+    t.b_sends_batch(BATCH_VERSION, &[0; 2 * (BATCH_PACKETS_MAX + 1)]);
+    assert_eq!(t.a.stats().batch_truncated, 2);
+    assert_eq!(t.a.stats().packets_batched, BATCH_PACKETS_MAX as u64);
+    assert!(lost_by_bad_batch(&mut t.a));
+    assert_eq!(std::iter::from_fn(|| t.a.recv()).count(), BATCH_PACKETS_MAX);
+    // A first fragment (more follows), then a batch: the half packet is dropped.
+    let (idx, stream) = (t.b.st.peers[0].idx, t.b.st.peers[0].links_lost);
+    t.b.core
+        .send_request(
+            t.now,
+            SendReq::medium(LINK_EP, idx, H_DATA, b"half", &[1, stream]),
+        )
+        .unwrap();
+    t.b_sends_batch(BATCH_VERSION, &batch_of(&[b"x", b"y"]));
+    let s = t.a.stats();
+    assert_eq!((s.batch_mid_packet, s.fragments_discarded), (1, 1));
+    assert!(lost_by_bad_batch(&mut t.a));
+    let got: Vec<_> = std::iter::from_fn(|| t.a.recv()).map(|(_, p)| p).collect();
+    assert_eq!(got, [b"x".to_vec(), b"y".to_vec()]);
+    assert_eq!(t.a.stats().links_lost, 3);
+}
+
+#[test]
+fn a_batch_returned_undelivered_breaks_the_link() {
+    let mut t = Pair::new();
+    t.a.send(0, b"one".to_vec()).unwrap();
+    t.a.send(0, b"two".to_vec()).unwrap();
+    // The batch leaves but b never hears of it; the AM layer gives up after 10 s.
+    while t.a.poll_transmit(t.now).is_some() {}
+    assert_eq!(t.a.stats().batches_sent, 1);
+    t.a.handle_timeout(Time(t.now.0 + 11_000_000_000));
+    let s = t.a.stats();
+    assert_eq!((s.fragments_lost, s.links_lost), (1, 1));
+    assert!(std::iter::from_fn(|| t.a.poll_event()).any(|e| matches!(
+        e,
+        LinkEvent::PeerLost {
+            reason: LossReason::Returned(Status::Unreachable),
+            ..
+        }
+    )));
+}
+
+#[test]
+fn the_inbox_holds_a_window_of_full_batches_per_peer() {
+    assert_eq!(inbox_max(0), INBOX_SLACK);
+    assert_eq!(
+        inbox_max(3),
+        3 * WINDOW_MAX * BATCH_PACKETS_MAX + INBOX_SLACK
+    );
+    assert_eq!(inbox_max(usize::MAX), usize::MAX, "saturates");
+    assert_eq!(links(2).st.inbox_max, inbox_max(2));
 }

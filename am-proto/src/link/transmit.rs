@@ -2,14 +2,22 @@
 //!
 //! A peer that may have something to send (it came up, credit came back, a packet was queued,
 //! its hello timer fired) is marked ready, and the next [`Links::poll_transmit`] pushes its
-//! hello, the credit it owes and its queued fragments into the AM core, as far as the window
+//! hello, the credit it owes and its queued packets into the AM core, as far as the window
 //! and the core's request slots allow. A peer the core had no slot for waits until a datagram
 //! from it arrives (which may have freed one). Messages the core returns go to the handlers
 //! after every step that may produce them.
+//!
+//! Queued packets leave in order, one data message at a time: when the head packet is whole
+//! and it and at least one packet after it fit one medium payload, as many whole packets as
+//! fit go as one batch ([`H_BATCH`]); otherwise the head's next fragment goes ([`H_DATA`]).
+//! Either way one message takes one window slot.
 
-use super::{CREDIT_BATCH, FRAGMENT_MAX, H_CREDIT, H_DATA, H_HELLO, HELLO_RETRY, LINK_EP};
-use super::{LinkEvent, Links, WINDOW_MAX};
-use crate::core::SendReq;
+use std::collections::VecDeque;
+
+use super::batch::{self, BATCH_PACKETS_MIN, BATCH_VERSION};
+use super::{CREDIT_BATCH, FRAGMENT_MAX, H_BATCH, H_CREDIT, H_DATA, H_HELLO, HELLO_RETRY};
+use super::{LINK_EP, LinkEvent, LinkStats, Links, Peer, State, WINDOW_MAX, fragments};
+use crate::core::{Core, SendReq};
 use crate::error::AmError;
 use crate::types::{NodeAddr, Time};
 
@@ -125,21 +133,20 @@ impl Links {
                 .send_request(now, SendReq::short(LINK_EP, idx, H_CREDIT, &credit))?;
             p.owed = 0;
         }
+        let State {
+            peers,
+            batch: buf,
+            stats,
+            ..
+        } = &mut self.st;
+        let p = &mut peers[peer];
         while p.queued > 0 && p.in_flight < window {
-            let head = &p.out[0];
-            let end = (p.head_sent + FRAGMENT_MAX).min(head.len());
-            let more = end < head.len();
-            let args = [u64::from(more), p.links_lost];
-            let payload = &head[p.head_sent..end];
-            self.core
-                .send_request(now, SendReq::medium(LINK_EP, idx, H_DATA, payload, &args))?;
-            if more {
-                p.head_sent = end;
+            let n = batch_len(&p.out, p.head_sent);
+            if n >= BATCH_PACKETS_MIN {
+                send_batch(&mut self.core, now, p, buf, n, stats)?;
             } else {
-                p.out.pop_front();
-                p.head_sent = 0;
+                send_fragment(&mut self.core, now, p)?;
             }
-            p.queued -= 1;
             p.in_flight += 1;
         }
         debug_assert!(
@@ -154,4 +161,72 @@ impl Links {
         );
         Ok(())
     }
+}
+
+/// How many whole packets at the head of `out` fit one batch: 0 while the head is partly
+/// sent (a batch never starts inside a packet).
+fn batch_len(out: &VecDeque<Vec<u8>>, head_sent: usize) -> usize {
+    if head_sent > 0 {
+        return 0;
+    }
+    let (mut used, mut n) = (0, 0);
+    for packet in out {
+        if !batch::fits(used, n, packet.len()) {
+            break;
+        }
+        used += batch::entry_len(packet.len());
+        n += 1;
+    }
+    debug_assert!(used <= FRAGMENT_MAX && n <= batch::BATCH_PACKETS_MAX);
+    n
+}
+
+/// Sends the `n` packets at the head of `p`'s queue as one batch, built in `buf`, and takes
+/// them off the queue once the core accepted it.
+fn send_batch(
+    core: &mut Core,
+    now: Time,
+    p: &mut Peer,
+    buf: &mut Vec<u8>,
+    n: usize,
+    stats: &mut LinkStats,
+) -> Result<(), AmError> {
+    debug_assert!(p.head_sent == 0, "a batch starts between packets");
+    debug_assert!((BATCH_PACKETS_MIN..=batch::BATCH_PACKETS_MAX).contains(&n));
+    buf.clear();
+    for packet in p.out.iter().take(n) {
+        let pushed = batch::push(buf, packet);
+        debug_assert!(pushed, "batch_len said it fits");
+        debug_assert_eq!(
+            fragments(packet.len()),
+            1,
+            "a batched packet is one fragment"
+        );
+    }
+    let args = [BATCH_VERSION, p.links_lost];
+    core.send_request(now, SendReq::medium(LINK_EP, p.idx, H_BATCH, buf, &args))?;
+    p.out.drain(..n);
+    p.queued -= n;
+    stats.batches_sent += 1;
+    stats.packets_in_batches += n as u64;
+    Ok(())
+}
+
+/// Sends the next fragment of the head packet of `p`'s queue, and takes the packet off the
+/// queue once its last fragment went.
+fn send_fragment(core: &mut Core, now: Time, p: &mut Peer) -> Result<(), AmError> {
+    let head = &p.out[0];
+    let end = (p.head_sent + FRAGMENT_MAX).min(head.len());
+    let more = end < head.len();
+    let args = [u64::from(more), p.links_lost];
+    let payload = &head[p.head_sent..end];
+    core.send_request(now, SendReq::medium(LINK_EP, p.idx, H_DATA, payload, &args))?;
+    if more {
+        p.head_sent = end;
+    } else {
+        p.out.pop_front();
+        p.head_sent = 0;
+    }
+    p.queued -= 1;
+    Ok(())
 }
