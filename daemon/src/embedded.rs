@@ -63,6 +63,11 @@ impl<T: Transport> EmbeddedSiu<T> {
         self.pump.local_recv()
     }
 
+    /// Packets for the application it has not taken yet.
+    pub fn waiting_for_host(&self) -> usize {
+        self.pump.local_waiting()
+    }
+
     /// One pass without blocking: what arrived in, the pump (timers, input, output), and
     /// datagrams out. Returns the datagrams taken.
     pub fn pass(&mut self) -> Result<usize, DaemonError> {

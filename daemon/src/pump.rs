@@ -261,6 +261,11 @@ impl<R: Role> Pump<R> {
         self.local.as_mut()?.outbox.pop_front()
     }
 
+    /// Packets waiting for the local peer to take them.
+    pub fn local_waiting(&self) -> usize {
+        self.local.as_ref().map_or(0, |l| l.outbox.len())
+    }
+
     /// The role.
     pub fn role(&self) -> &R {
         &self.role

@@ -274,6 +274,9 @@ pub struct SmmStats {
     pub refused: u64,
     /// Reads the copy holder refused (not current there, or no application attached).
     pub reads_refused: u64,
+    /// Reads and read-modify-write answers that got their outcome (a value or a refusal):
+    /// a waiter polls this to learn that something settled without checking every handle.
+    pub reads_settled: u64,
     /// Reads, copy requests and other operations that reached a copy not yet current here
     /// (before this node's admission): refused or discarded.
     pub refused_not_current: u64,

@@ -18,7 +18,7 @@ pub(crate) type SchedId = (OrderKey, u32);
 use isotach_proto::packet::{RmwSref, Width};
 use isotach_proto::reply::{ImageEntry, ImageRmw, ImageSched};
 use isotach_proto::topology::HostId;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// One variable slot of a local page.
 #[derive(Debug, Clone, Default)]
@@ -68,7 +68,7 @@ pub(crate) enum ReadOutcome {
 #[derive(Debug, Clone)]
 pub(crate) struct Memory {
     slots_per_page: u32,
-    pages: HashMap<u32, Vec<Var>>,
+    pages: FxHashMap<u32, Vec<Var>>,
     /// Waiting operations in execution order (an assign replays its waiters in this order).
     read_pending: Vec<PendingOp>,
     read_pending_max: usize,
@@ -123,7 +123,7 @@ impl Memory {
 
     /// [`Memory::var`] borrowing only the pages, so the caller keeps the other fields.
     fn var_in(
-        pages: &mut HashMap<u32, Vec<Var>>,
+        pages: &mut FxHashMap<u32, Vec<Var>>,
         slots_per_page: u32,
         addr: Addr,
     ) -> Result<&mut Var, SmmError> {

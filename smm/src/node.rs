@@ -19,6 +19,9 @@ use crate::memory::Memory;
 use crate::{ExecRecord, SmmConfig, SmmStats};
 use isotach_proto::packet::{BARRIERS, IsotachMessage, SORT_VECTOR_MAX};
 use isotach_proto::topology::HostId;
+// Read ids, page numbers and addresses are small integers the node chose or validated: the
+// hash needs speed (one lookup per sref and per read), not flooding resistance.
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 mod drain;
@@ -60,7 +63,7 @@ pub struct SmmNode {
     /// Isochrons with a remote part whose marker has not been drained.
     markers_outstanding: u64,
     /// This host's unassigned scheds per variable, and their total.
-    my_scheds: HashMap<Addr, u32>,
+    my_scheds: FxHashMap<Addr, u32>,
     my_scheds_total: usize,
     /// Execution records (when `record` is configured).
     records: Vec<ExecRecord>,
@@ -73,7 +76,7 @@ pub struct SmmNode {
     last_drained: u64,
     // Reads (`reads.rs`).
     /// Every read handle not yet taken.
-    reads: HashMap<u32, ReadSlot>,
+    reads: FxHashMap<u32, ReadSlot>,
     /// Next read id to try.
     next_ref: u32,
     // Handlers, barriers and signals (`execute.rs`, `signals.rs`).
@@ -127,9 +130,9 @@ impl SmmNode {
             buckets: BTreeMap::new(),
             bucket_packets: 0,
             last_drained: 0,
-            reads: HashMap::new(),
+            reads: FxHashMap::default(),
             next_ref: 0,
-            my_scheds: HashMap::new(),
+            my_scheds: FxHashMap::default(),
             my_scheds_total: 0,
             handlers: HashMap::new(),
             signal_handler: None,

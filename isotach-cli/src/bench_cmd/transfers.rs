@@ -267,10 +267,11 @@ fn host_transfers<L: SiuLink>(
         if q.is_empty() {
             break;
         }
-        smm.wait_until(left(load.deadline), |node| {
-            q.iter().any(|p| settled(node, p))
-        })
-        .map_err(|e| err("transfer", &e))?;
+        // One number per packet, not every client's handles: the sweep below runs when a
+        // read settled.
+        let seen = smm.node().reads_settled();
+        smm.wait_until(left(load.deadline), |node| node.reads_settled() != seen)
+            .map_err(|e| err("transfer", &e))?;
         let mut i = 0;
         while i < q.len() {
             if !settled(smm.node(), &q[i]) {

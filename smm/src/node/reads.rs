@@ -28,6 +28,13 @@ impl SmmNode {
         }
     }
 
+    /// Reads (and read-modify-write answers) settled so far: it changes whenever one more
+    /// read resolved or was refused, so a waiter on many handles checks one number per
+    /// packet and sweeps its handles only when it moved.
+    pub fn reads_settled(&self) -> u64 {
+        self.stats.reads_settled
+    }
+
     /// The read resolved or was refused: [`SmmNode::take_read`] has its outcome.
     pub fn read_settled(&self, h: ReadHandle) -> bool {
         !matches!(self.reads.get(&h.0), Some(ReadSlot::Waiting { .. }))
@@ -103,6 +110,7 @@ impl SmmNode {
             )));
         };
         *slot = outcome;
+        self.stats.reads_settled += 1;
         let Some((r, op)) = record else {
             return Ok(());
         };
