@@ -21,7 +21,7 @@ use isotach_daemon::DaemonError;
 use isotach_daemon::run::{SiuDaemon, TmDaemon};
 use isotach_daemon::siu::{SiuGauges, SiuRole, siu_plan};
 use isotach_daemon::tm::{TmRole, tm_plan};
-use isotach_proto::config::ClusterConfig;
+use isotach_proto::config::{ClusterConfig, Timing};
 use isotach_smm::am_link::AmSiuLink;
 use isotach_smm::{Smm, SmmConfig, SmmLimits, SmmNode};
 use serde::Serialize;
@@ -174,6 +174,14 @@ fn demo_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// Starts a token manager and `n` SIU daemons (the same drivers as `isotach tm` / `isotach
 /// siu`) on a two-worker tokio runtime, over fresh loopback UDP sockets.
 pub(crate) fn start_loopback_cluster(n: usize) -> anyhow::Result<LoopbackCluster> {
+    start_loopback_cluster_with(n, Timing::default())
+}
+
+/// [`start_loopback_cluster`] with the given protocol timing (e.g. idle pacing off).
+pub(crate) fn start_loopback_cluster_with(
+    n: usize,
+    timing: Timing,
+) -> anyhow::Result<LoopbackCluster> {
     // The daemons' sockets are registered with the runtime (async waits); the applications'
     // are plain blocking sockets on their own threads.
     let rt = demo_runtime()?;
@@ -194,7 +202,7 @@ pub(crate) fn start_loopback_cluster(n: usize) -> anyhow::Result<LoopbackCluster
         apps: apps.into_iter().map(with_addr).collect(),
         real: HashMap::new(),
     };
-    start_cluster(rt, nodes, DEFAULT_TAG)
+    start_cluster(rt, nodes, DEFAULT_TAG, timing)
 }
 
 /// The same over QUIC on loopback: an ephemeral cluster CA made in-process issues every
@@ -224,7 +232,7 @@ fn start_quic_cluster(n: usize) -> anyhow::Result<LoopbackCluster<QuicTransport>
         apps,
         real: HashMap::new(),
     };
-    start_cluster(rt, nodes, DEFAULT_TAG)
+    start_cluster(rt, nodes, DEFAULT_TAG, Timing::default())
 }
 
 /// The same in one process without sockets: an in-process real-time network
@@ -250,7 +258,7 @@ fn start_chan_cluster(n: usize) -> anyhow::Result<LoopbackCluster<ChanTransport>
         apps,
         real,
     };
-    start_cluster(demo_runtime()?, nodes, DEFAULT_TAG)
+    start_cluster(demo_runtime()?, nodes, DEFAULT_TAG, Timing::default())
 }
 
 /// Fills the generated config with the nodes' addresses and spawns the daemons on `rt`.
@@ -258,6 +266,7 @@ fn start_cluster<D: Transport + 'static, A>(
     rt: tokio::runtime::Runtime,
     nodes: Nodes<D, A>,
     tag: Tag,
+    timing: Timing,
 ) -> anyhow::Result<LoopbackCluster<A>> {
     let Nodes {
         tm,
@@ -268,6 +277,7 @@ fn start_cluster<D: Transport + 'static, A>(
     let addr = |a: SocketAddr| real.get(&a).copied().unwrap_or(NodeAddr::Ip(a));
     let n = sius.len();
     let mut cluster = ClusterConfig::generated(n, 1).map_err(|e| UsageError(e.to_string()))?;
+    cluster.timing = timing;
     cluster.switch_listen[0] = Some(tm.1);
     for h in 0..n {
         cluster.host_siu[h] = Some(sius[h].1);
