@@ -29,6 +29,7 @@ fn examples() -> Vec<(&'static str, Packet)> {
         reset: false,
         end_of_epoch: false,
         restart: false,
+        busy: false,
         barrier: 0b11,
         signals: 0,
         source_port: 0x8000,

@@ -338,8 +338,8 @@ pub fn render_config(c: &ClusterConfig) -> String {
     t.push('\n');
     let _ = writeln!(
         t,
-        "[timing]\ntoken-timeout-us = {}\nepoch-pulses = {}\n",
-        c.timing.token_timeout_us, c.timing.epoch_pulses
+        "[timing]\ntoken-timeout-us = {}\nepoch-pulses = {}\nidle-pace-us = {}\n",
+        c.timing.token_timeout_us, c.timing.epoch_pulses, c.timing.idle_pace_us
     );
     let l = &c.limits;
     let _ = writeln!(
@@ -507,10 +507,13 @@ fn limits_timing(flags: u8, topology: &Topology, inp: &mut Input<'_>) -> (Limits
     } else {
         Limits::default()
     };
+    let token_timeout_us = TOKEN_TIMEOUT_US_MIN + u64::from(inp.u16());
     let timing = Timing {
-        token_timeout_us: TOKEN_TIMEOUT_US_MIN + u64::from(inp.u16()),
+        token_timeout_us,
         // More than the largest logical distance.
         epoch_pulses: EPOCH_PULSES_MIN.max(reach + 1) + u32::from(inp.u8() % 8),
+        // Off, or below the token timeout.
+        idle_pace_us: u64::from(inp.u16()) % token_timeout_us,
     };
     if let Err((key, why)) = check_bounds(&timing, &limits, topology) {
         panic!("the fuzz harness built {key} = {why}: {limits:?} {timing:?}");
@@ -626,6 +629,7 @@ fn fuzz_token(inp: &mut Input<'_>, port: u16, generation: Generation) -> Token {
         reset: f & 0x08 != 0,
         end_of_epoch: f & 0x10 != 0,
         restart: g & 0x40 != 0,
+        busy: g & 0x20 != 0,
         barrier: (f >> 5) & 3,
         signals: if f & 0x80 != 0 { inp.u8() } else { 0 },
         source_port: if g & 0x80 != 0 { inp.u16() } else { port },

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 pub(crate) mod am;
 mod daemons;
+mod idle;
 mod redis;
 mod transfers;
 mod unordered;
@@ -29,7 +30,8 @@ enum What {
     /// bulk bandwidth, with the ratios.
     Am(AmArgs),
     /// Pulse rate of the real daemons (a token manager and N SIU daemons, 4 by default) over
-    /// loopback UDP, against the raw UDP round trip between two processes.
+    /// loopback UDP, against the raw UDP round trip between two processes. Idle pacing is off
+    /// (`idle-pace-us = 0`): the waves run at full speed.
     Tokens(daemons::TokensArgs),
     /// Isochron latency (issue to local part executed at the issuer) and sref rate of the real
     /// daemons with every host issuing continuously, against the raw UDP round trip between
@@ -40,6 +42,11 @@ enum What {
     /// trip, the same messages sent unordered, and Redis (`EVAL` transfers) when
     /// redis-server and redis-benchmark are on PATH — all in the same run.
     Transfers(transfers::TransfersArgs),
+    /// What an idle cluster costs: each daemon's CPU share of one core (TM and SIUs as
+    /// separate processes, `/proc/PID/stat`) with no traffic, and the latency of the first
+    /// isochron after a quiet spell — with idle pacing off (full speed) and on
+    /// (`--idle-pace-us`), in the same run.
+    Idle(idle::IdleArgs),
 }
 
 #[derive(Debug, Args)]
@@ -70,6 +77,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         What::Tokens(a) => daemons::tokens(&a),
         What::Isochrons(a) => daemons::isochrons(&a),
         What::Transfers(a) => transfers::transfers(&a),
+        What::Idle(a) => idle::idle(&a),
     }
 }
 

@@ -22,7 +22,7 @@ use isotach_daemon::embedded::EmbeddedSiu;
 use isotach_daemon::run::{Daemon, Publish, SiuDaemon, TmDaemon};
 use isotach_daemon::siu::{SiuGauges, siu_plan};
 use isotach_daemon::tm::tm_plan;
-use isotach_proto::config::ClusterConfig;
+use isotach_proto::config::{ClusterConfig, Timing};
 use isotach_smm::am_link::AmSiuLink;
 use isotach_smm::{Smm, SmmConfig, SmmLimits, SmmNode};
 use serde::Serialize;
@@ -171,7 +171,7 @@ struct Nodes<D, A> {
 /// Starts a token manager and `n` SIU daemons (the same drivers as `isotach tm` / `isotach
 /// siu`) on a two-worker tokio runtime, over fresh loopback UDP sockets.
 pub(crate) fn start_loopback_cluster(n: usize) -> anyhow::Result<LoopbackCluster> {
-    start_loopback_cluster_with(n, SiuPlacement::Daemon)
+    start_loopback_cluster_with(n, SiuPlacement::Daemon, Timing::default())
 }
 
 /// Where each host's SIU runs.
@@ -194,11 +194,13 @@ impl SiuPlacement {
     }
 }
 
-/// [`start_loopback_cluster`] with the SIUs placed as `placement` says: embedded SIUs are
-/// built (bound, not yet running) and left in [`LoopbackCluster::embedded`].
+/// [`start_loopback_cluster`] with the SIUs placed as `placement` says (embedded SIUs are
+/// built, bound and not yet running, and left in [`LoopbackCluster::embedded`]) and the given
+/// protocol timing (e.g. idle pacing off).
 pub(crate) fn start_loopback_cluster_with(
     n: usize,
     placement: SiuPlacement,
+    timing: Timing,
 ) -> anyhow::Result<LoopbackCluster> {
     // Every socket is a plain blocking one: each daemon, application and embedded SIU waits
     // in its own on its own thread.
@@ -216,7 +218,7 @@ pub(crate) fn start_loopback_cluster_with(
         real: HashMap::new(),
     };
     if placement == SiuPlacement::Daemon {
-        return start_cluster(nodes, DEFAULT_TAG);
+        return start_cluster(nodes, DEFAULT_TAG, timing);
     }
     let Nodes { tm, sius, apps, .. } = nodes;
     let (siu_ts, siu_addrs): (Vec<UdpTransport>, Vec<SocketAddr>) = sius.into_iter().unzip();
@@ -226,7 +228,7 @@ pub(crate) fn start_loopback_cluster_with(
         apps,
         real: HashMap::new(),
     };
-    let mut lc = start_cluster_with(nodes, &siu_addrs, DEFAULT_TAG)?;
+    let mut lc = start_cluster_with(nodes, &siu_addrs, DEFAULT_TAG, timing)?;
     for (h, t) in siu_ts.into_iter().enumerate() {
         let plan = siu_plan(&lc.cluster, h as u16)?;
         let siu = EmbeddedSiu::new(plan, t, DEFAULT_TAG)?;
@@ -258,7 +260,7 @@ fn start_quic_cluster(n: usize) -> anyhow::Result<LoopbackCluster<QuicTransport>
         apps,
         real: HashMap::new(),
     };
-    start_cluster(nodes, DEFAULT_TAG)
+    start_cluster(nodes, DEFAULT_TAG, Timing::default())
 }
 
 /// The same in one process without sockets: an in-process real-time network
@@ -284,7 +286,7 @@ fn start_chan_cluster(n: usize) -> anyhow::Result<LoopbackCluster<ChanTransport>
         apps,
         real,
     };
-    start_cluster(nodes, DEFAULT_TAG)
+    start_cluster(nodes, DEFAULT_TAG, Timing::default())
 }
 
 /// Fills the generated config with the nodes' addresses and starts the daemons, each on its
@@ -292,9 +294,10 @@ fn start_chan_cluster(n: usize) -> anyhow::Result<LoopbackCluster<ChanTransport>
 fn start_cluster<D: Transport + Send + 'static, A>(
     nodes: Nodes<D, A>,
     tag: Tag,
+    timing: Timing,
 ) -> anyhow::Result<LoopbackCluster<A>> {
     let siu_addrs: Vec<SocketAddr> = nodes.sius.iter().map(|s| s.1).collect();
-    start_cluster_with(nodes, &siu_addrs, tag)
+    start_cluster_with(nodes, &siu_addrs, tag, timing)
 }
 
 /// [`start_cluster`] with the SIUs' addresses given: SIU daemons run for `nodes.sius` (all
@@ -303,6 +306,7 @@ fn start_cluster_with<D: Transport + Send + 'static, A>(
     nodes: Nodes<D, A>,
     siu_listen: &[SocketAddr],
     tag: Tag,
+    timing: Timing,
 ) -> anyhow::Result<LoopbackCluster<A>> {
     let Nodes {
         tm,
@@ -314,6 +318,7 @@ fn start_cluster_with<D: Transport + Send + 'static, A>(
     let n = siu_listen.len();
     debug_assert!(sius.is_empty() || sius.len() == n);
     let mut cluster = ClusterConfig::generated(n, 1).map_err(|e| UsageError(e.to_string()))?;
+    cluster.timing = timing;
     cluster.switch_listen[0] = Some(tm.1);
     for h in 0..n {
         cluster.host_siu[h] = Some(siu_listen[h]);

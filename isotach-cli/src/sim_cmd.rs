@@ -132,6 +132,10 @@ struct NetArgs {
     /// Pulses per signal epoch (default: the config's).
     #[arg(long, value_parser = clap::value_parser!(u32).range(2..))]
     epoch_pulses: Option<u32>,
+    /// Idle pacing of the TMs, µs: an idle wave waits this long (0 = never; default: the
+    /// config's, 1000, or half the token timeout if that is shorter).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=isotach_proto::config::IDLE_PACE_US_MAX))]
+    idle_pace_us: Option<u64>,
 }
 
 impl NetArgs {
@@ -167,12 +171,31 @@ impl NetArgs {
 
     /// Applies the timing flags to `cluster` and checks the epoch is long enough.
     fn apply_timing(&self, cluster: &mut ClusterConfig) -> anyhow::Result<()> {
-        cluster.timing = Timing {
-            token_timeout_us: self
-                .token_timeout_us
-                .unwrap_or(cluster.timing.token_timeout_us),
-            epoch_pulses: self.epoch_pulses.unwrap_or(cluster.timing.epoch_pulses),
+        let token_timeout_us = self
+            .token_timeout_us
+            .unwrap_or(cluster.timing.token_timeout_us);
+        let idle_pace_us = match (self.idle_pace_us, self.token_timeout_us) {
+            (Some(pace), _) => pace,
+            // A shorter timer given alone keeps the pace below it, as in a config file.
+            (None, Some(timeout)) => cluster
+                .timing
+                .idle_pace_us
+                .min(Timing::default_idle_pace_us(timeout)),
+            (None, None) => cluster.timing.idle_pace_us,
         };
+        cluster.timing = Timing {
+            token_timeout_us,
+            epoch_pulses: self.epoch_pulses.unwrap_or(cluster.timing.epoch_pulses),
+            idle_pace_us,
+        };
+        if idle_pace_us > 0 && idle_pace_us >= token_timeout_us {
+            return Err(UsageError(format!(
+                "--idle-pace-us {idle_pace_us} must be below the token timeout \
+                 ({token_timeout_us} µs) so the lost-token timer never fires on a paced wave \
+                 (0 turns idle pacing off)"
+            ))
+            .into());
+        }
         let reach = u32::from(cluster.topology.max_distance());
         if cluster.timing.epoch_pulses <= reach {
             return Err(UsageError(format!(

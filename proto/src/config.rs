@@ -28,6 +28,20 @@ pub struct Timing {
     pub token_timeout_us: u64,
     /// Pulses per signal epoch; the token that ends an epoch carries the epoch's signals.
     pub epoch_pulses: u32,
+    /// Idle pacing: when no token of a wave said BUSY and no message passed a token manager
+    /// during it, the TM sends the next wave this long after the last token arrived instead of
+    /// at once (`docs/design.md`, "Idle pacing"). 0 = never pace. Below `token_timeout_us`.
+    /// Not written in a config file: [`Timing::default_idle_pace_us`].
+    pub idle_pace_us: u64,
+}
+
+impl Timing {
+    /// The idle pace when none is given: [`IDLE_PACE_US_DEFAULT`], or half the token timeout
+    /// if that is shorter (the pace must stay below the lost-token timer, and a config written
+    /// before idle pacing existed, with a short timer, stays valid).
+    pub fn default_idle_pace_us(token_timeout_us: u64) -> u64 {
+        IDLE_PACE_US_DEFAULT.min(token_timeout_us / 2)
+    }
 }
 
 impl Default for Timing {
@@ -35,6 +49,7 @@ impl Default for Timing {
         Self {
             token_timeout_us: 5_000,
             epoch_pulses: 64,
+            idle_pace_us: IDLE_PACE_US_DEFAULT,
         }
     }
 }
@@ -83,6 +98,15 @@ pub const TOKEN_TIMEOUT_US_MIN: u64 = 100;
 /// 10 s without an answer and the link breaks (a new generation recovers it), so a longer
 /// timer never gets to repair a lost token; it only stalls logical time for longer.
 pub const TOKEN_TIMEOUT_US_MAX: u64 = 10_000_000;
+/// `[timing] idle-pace-us` when not written (and the token timeout is above twice it): an idle
+/// cluster pulses about 1 000 times a second instead of ~10 000 (`docs/bench.md`).
+pub const IDLE_PACE_US_DEFAULT: u64 = 1_000;
+/// `[timing] idle-pace-us`, lower bound: 0 turns idle pacing off (waves at full speed always).
+pub const IDLE_PACE_US_MIN: u64 = 0;
+/// `[timing] idle-pace-us`, upper bound (1 s): an idle cluster then pulses once a second,
+/// which already costs nothing measurable; longer only delays what a false idle holds up. It
+/// must also stay below `token-timeout-us` (see [`check_bounds`]).
+pub const IDLE_PACE_US_MAX: u64 = 1_000_000;
 /// `[timing] epoch-pulses`, lower bound: an epoch has two pulses at least; it must also exceed
 /// the largest logical distance, so signals reach every TM before the epoch's last wave.
 pub const EPOCH_PULSES_MIN: u32 = 2;
@@ -139,7 +163,7 @@ pub struct Bound {
 }
 
 /// The bounds of every number in `[timing]`, `[limits]` and `[transport]`.
-pub const BOUNDS: [Bound; 8] = [
+pub const BOUNDS: [Bound; 9] = [
     Bound {
         key: "timing.token-timeout-us",
         min: TOKEN_TIMEOUT_US_MIN,
@@ -149,6 +173,11 @@ pub const BOUNDS: [Bound; 8] = [
         key: "timing.epoch-pulses",
         min: EPOCH_PULSES_MIN as u64,
         max: EPOCH_PULSES_MAX as u64,
+    },
+    Bound {
+        key: "timing.idle-pace-us",
+        min: IDLE_PACE_US_MIN,
+        max: IDLE_PACE_US_MAX,
     },
     Bound {
         key: "limits.channels",
@@ -246,8 +275,8 @@ fn range_for(key: &str, topology: &Topology) -> (u64, u64, String) {
 /// Checks timing and limits built in memory (the loader checks them as it reads a file): every
 /// value within its [`Bound`], and within the tighter lower bounds the topology sets:
 /// `epoch-pulses` above the largest logical distance D, `pulses-ahead-max` above 2·D,
-/// `queue-packets-max` at least twice the links of the busiest TM. `Err` gives the dotted key
-/// and what is wrong.
+/// `queue-packets-max` at least twice the links of the busiest TM; and `idle-pace-us` (unless
+/// 0) below `token-timeout-us`. `Err` gives the dotted key and what is wrong.
 pub fn check_bounds(
     timing: &Timing,
     limits: &Limits,
@@ -256,6 +285,7 @@ pub fn check_bounds(
     let values = [
         timing.token_timeout_us,
         u64::from(timing.epoch_pulses),
+        timing.idle_pace_us,
         u64::from(limits.channels),
         u64::from(limits.isochron_messages_max),
         u64::from(limits.pulses_ahead_max),
@@ -268,7 +298,26 @@ pub fn check_bounds(
             return Err((b.key, out_of_range(v, min, max, &why)));
         }
     }
-    Ok(())
+    check_idle_pace(timing)
+}
+
+/// `idle-pace-us` (unless 0) must be below `token-timeout-us`: a paced wave goes out
+/// `idle-pace-us` after the last token of the one before arrived, and an SIU's lost-token
+/// timer runs from its own token, so a pace as long as the timer would make every idle SIU
+/// resend its tokens each wave.
+fn check_idle_pace(timing: &Timing) -> Result<(), (&'static str, String)> {
+    let (pace, timeout) = (timing.idle_pace_us, timing.token_timeout_us);
+    if pace == 0 || pace < timeout {
+        return Ok(());
+    }
+    Err((
+        "timing.idle-pace-us",
+        format!(
+            "{pace} must be below timing.token-timeout-us ({timeout}), so the lost-token timer \
+             never fires on a paced wave: lower it, raise token-timeout-us, or set 0 to turn \
+             idle pacing off"
+        ),
+    ))
 }
 
 /// Which transport carries the SIU↔TM, TM↔TM and SMM↔SIU links.
@@ -385,6 +434,8 @@ struct RawTiming {
     token_timeout_us: Option<Spanned<i64>>,
     #[serde(default)]
     epoch_pulses: Option<Spanned<i64>>,
+    #[serde(default)]
+    idle_pace_us: Option<Spanned<i64>>,
 }
 
 /// `[limits]` as written (see [`RawTiming`]).
@@ -949,6 +1000,15 @@ fn timing_limits(
             "timing.epoch-pulses",
             dt.epoch_pulses.into(),
         )?),
+        idle_pace_us: 0,
+    };
+    let timing = Timing {
+        idle_pace_us: get(
+            &t.idle_pace_us,
+            "timing.idle-pace-us",
+            Timing::default_idle_pace_us(timing.token_timeout_us),
+        )?,
+        ..timing
     };
     let limits = Limits {
         channels: narrow(get(&l.channels, "limits.channels", dl.channels.into())?),
@@ -982,6 +1042,7 @@ fn span_of(raw: &RawConfig, key: &str) -> Option<Span> {
     let v = match key {
         "timing.token-timeout-us" => &t.token_timeout_us,
         "timing.epoch-pulses" => &t.epoch_pulses,
+        "timing.idle-pace-us" => &t.idle_pace_us,
         "limits.channels" => &l.channels,
         "limits.isochron-messages-max" => &l.isochron_messages_max,
         "limits.pulses-ahead-max" => &l.pulses_ahead_max,
@@ -1402,10 +1463,16 @@ switch = "tm0"
     /// topology sets no bound tighter than [`BOUNDS`].
     const TINY: &str = "[[switch]]\nname = \"tm0\"\n[[host]]\nname = \"h\"\nswitch = \"tm0\"\n";
 
-    /// `key = value` in its table, on line 2, before [`TINY`].
+    /// `key = value` in its table, on line 2, before [`TINY`]. With `idle-pace-us` the token
+    /// timeout is the largest allowed, so every pace within its own bounds is below it.
     fn with(key: &str, value: &str) -> String {
         let (table, name) = key.split_once('.').unwrap();
-        format!("[{table}]\n{name} = {value}\n{TINY}")
+        let timeout = if key == "timing.idle-pace-us" {
+            format!("token-timeout-us = {TOKEN_TIMEOUT_US_MAX}\n")
+        } else {
+            String::new()
+        };
+        format!("[{table}]\n{name} = {value}\n{timeout}{TINY}")
     }
 
     #[test]
@@ -1415,6 +1482,7 @@ switch = "tm0"
             [
                 "timing.token-timeout-us",
                 "timing.epoch-pulses",
+                "timing.idle-pace-us",
                 "limits.channels",
                 "limits.isochron-messages-max",
                 "limits.pulses-ahead-max",
@@ -1424,7 +1492,11 @@ switch = "tm0"
             ]
         );
         for b in BOUNDS {
-            assert!(b.min >= 1 && b.min < b.max, "{b:?}");
+            // Only idle pacing has a meaningful 0 (off).
+            assert!(
+                (b.min >= 1 || b.key == "timing.idle-pace-us") && b.min < b.max,
+                "{b:?}"
+            );
             // Tags beyond i64 are written as strings.
             let lit = |v: u64| match i64::try_from(v) {
                 Ok(v) if b.key != "transport.tag" => v.to_string(),
@@ -1436,6 +1508,7 @@ switch = "tm0"
                 let got = match b.key {
                     "timing.token-timeout-us" => c.timing.token_timeout_us,
                     "timing.epoch-pulses" => u64::from(c.timing.epoch_pulses),
+                    "timing.idle-pace-us" => c.timing.idle_pace_us,
                     "limits.channels" => u64::from(c.limits.channels),
                     "limits.isochron-messages-max" => u64::from(c.limits.isochron_messages_max),
                     "limits.pulses-ahead-max" => u64::from(c.limits.pulses_ahead_max),
@@ -1445,7 +1518,8 @@ switch = "tm0"
                 };
                 assert_eq!(got, v, "{} taken as written", b.key);
             }
-            for v in [b.min - 1, b.max + 1] {
+            // Below 0 is a negative literal (checked in the next test).
+            for v in b.min.checked_sub(1).into_iter().chain([b.max + 1]) {
                 let e = ClusterConfig::parse(&with(b.key, &lit(v)), "b.toml").unwrap_err();
                 // The value, after `name = `.
                 let column = b.key.split_once('.').unwrap().1.len() + 4;
@@ -1473,6 +1547,7 @@ switch = "tm0"
             ("limits.channels", "300"),
             ("limits.queue-packets-max", "9223372036854775807"),
             ("timing.token-timeout-us", "-5000"),
+            ("timing.idle-pace-us", "-1"),
             ("transport.tag", "-1"),
         ] {
             let e = ClusterConfig::parse(&with(key, v), "b.toml").unwrap_err();
@@ -1544,6 +1619,49 @@ switch = "tm0"
         };
         let (key, msg) = check_bounds(&c.timing, &l, &c.topology).unwrap_err();
         assert_eq!(key, "limits.pulses-ahead-max", "{msg}");
+    }
+
+    #[test]
+    fn idle_pace_must_be_below_the_token_timeout_or_zero() {
+        let c = ClusterConfig::parse(GOOD, "c.toml").unwrap();
+        assert_eq!(
+            c.timing.idle_pace_us, 1_000,
+            "the default, below the 2000 µs timer"
+        );
+        let pace = |v: &str| GOOD.replace("[timing]\n", &format!("[timing]\nidle-pace-us = {v}\n"));
+        for ok in ["0", "1", "1999"] {
+            let c = ClusterConfig::parse(&pace(ok), "c.toml").unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(c.timing.idle_pace_us.to_string(), ok);
+        }
+        for bad in ["2000", "5000"] {
+            let e = ClusterConfig::parse(&pace(bad), "c.toml").unwrap_err();
+            assert_eq!((e.key.as_str(), e.line), ("timing.idle-pace-us", 3), "{e}");
+            assert!(
+                e.message.starts_with(&format!(
+                    "{bad} must be below timing.token-timeout-us (2000), so the lost-token \
+                     timer never fires on a paced wave"
+                )) && e.message.contains("set 0 to turn idle pacing off"),
+                "{e}"
+            );
+        }
+        // Not written, it stays below a short timer: half of it.
+        for (timeout, default) in [(800, 400), (100, 50), (2000, 1000), (10_000, 1000)] {
+            let text = GOOD.replace("2000", &timeout.to_string());
+            let c = ClusterConfig::parse(&text, "c.toml").unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(c.timing.idle_pace_us, default, "timer {timeout}");
+        }
+        // The in-memory check refuses what the loader refuses.
+        let t = Timing {
+            token_timeout_us: 800,
+            ..Timing::default()
+        };
+        let (key, _) = check_bounds(&t, &Limits::default(), &c.topology).unwrap_err();
+        assert_eq!(key, "timing.idle-pace-us");
+        let off = Timing {
+            idle_pace_us: 0,
+            ..t
+        };
+        check_bounds(&off, &Limits::default(), &c.topology).unwrap();
     }
 
     #[test]

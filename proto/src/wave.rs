@@ -52,6 +52,11 @@ impl LastTwo {
             .map(|t| Token { repeat: true, ..t })
     }
 
+    /// The token sent last (not marked repeat), if any.
+    pub fn newest(&self) -> Option<Token> {
+        self.newer
+    }
+
     /// Forgets everything (a reset).
     pub fn clear(&mut self) {
         *self = Self::default();

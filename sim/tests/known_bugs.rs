@@ -41,6 +41,8 @@ impl Mini {
         let timing = Timing {
             token_timeout_us: TIMEOUT_US,
             epoch_pulses: 8,
+            // These runs replay old bugs at full speed.
+            idle_pace_us: 0,
         };
         let sius = (0..hosts)
             .map(|h| {

@@ -223,6 +223,11 @@ pub struct SiuStats {
     pub tokens_sent: u64,
     /// Repeat tokens sent by the lost-token algorithm.
     pub tokens_repeated: u64,
+    /// Normal tokens sent marked BUSY (idle pacing: this SIU had work needing logical time).
+    pub tokens_busy: u64,
+    /// Wake-ups: the last token, sent idle, resent as a BUSY repeat because the host sent
+    /// isotach traffic (at most one per token sent).
+    pub tokens_wake: u64,
     /// In-sequence tokens accepted from the network.
     pub tokens_accepted: u64,
     /// Tokens dropped as duplicates.

@@ -11,6 +11,8 @@
 //!   TS, and the EOP marker with its sort vector when the pulse ends.
 //! - `barriers.rs`: barrier rounds and signals the host raised, carried on tokens.
 //! - `absent.rs`: no application attached, and a (new) application attaching.
+//! - `pacing.rs`: idle pacing — whether this SIU's tokens say BUSY, and the wake-up repeat
+//!   that asks an idle token manager for speed.
 //!
 //! Per-pulse counting and sort vectors are kept by `crate::pulse`; the counters are
 //! [`SiuStats`], bumped where each event happens.
@@ -20,10 +22,12 @@ mod barriers;
 mod eop;
 mod input;
 mod isochrons;
+mod pacing;
 mod tokens;
 
 use self::barriers::Barrier;
 use self::isochrons::OpenIsochron;
+use self::pacing::Pacing;
 use crate::pulse::PulseLog;
 use crate::{Mode, SiuConfig, SiuStats, Transmit};
 use isotach_proto::Generation;
@@ -72,6 +76,8 @@ pub struct Siu {
     /// The host was handed a reset EOP: its application's session ended, and its isotach
     /// packets are refused until a new application attaches.
     host_session_ended: bool,
+    /// Idle pacing: what makes this SIU's tokens BUSY, and its wake-ups.
+    pacing: Pacing,
     stats: SiuStats,
 }
 
@@ -114,6 +120,7 @@ impl Siu {
             to_net: VecDeque::new(),
             host_ts_max: 0,
             host_session_ended: false,
+            pacing: Pacing::default(),
             stats: SiuStats::default(),
             cfg,
         }

@@ -136,6 +136,11 @@ impl PulseLog {
     pub(crate) fn pending(&self) -> u64 {
         self.slots.iter().map(|s| u64::from(s.count)).sum()
     }
+
+    /// Some packet is counted for a pulse not yet ended.
+    pub(crate) fn any_pending(&self) -> bool {
+        self.slots.iter().any(|s| s.count > 0)
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@ pub fn test_topology() -> Arc<Topology> {
 }
 
 /// An SIU configuration for `host` of [`test_topology`]: token timeout 1000 µs, epochs of 8
-/// pulses, default limits, not the reset initiator.
+/// pulses, no idle pacing (the suite checks the report's SIU packet by packet; BUSY tokens and
+/// wake-ups have their own tests in `siu/tests/idle_pacing.rs`), default limits, not the reset
+/// initiator.
 pub fn siu_config(host: HostId, mode: Mode) -> SiuConfig {
     SiuConfig {
         host,
@@ -24,6 +26,7 @@ pub fn siu_config(host: HostId, mode: Mode) -> SiuConfig {
         timing: Timing {
             token_timeout_us: 1_000,
             epoch_pulses: 8,
+            idle_pace_us: 0,
         },
         limits: Limits::default(),
         initiates_reset: false,

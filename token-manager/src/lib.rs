@@ -16,6 +16,15 @@
 //! *other* barrier neighbour reached round `r`, and to a host once *every* barrier neighbour
 //! did. Round `r` from a neighbour therefore means "every host on that side entered round
 //! `r`", and a host hears round `r` only when every host has entered it.
+//!
+//! **Idle pacing** (`timing.idle-pace-us`, `docs/design.md`, "Idle pacing"): a wave that is
+//! ready (every neighbour's token arrived) goes out at once only if something needs logical
+//! time — a token that gates it said BUSY, a BUSY token (even a duplicate or an early one)
+//! arrived since the last wave, or a message passed through this TM since then. Otherwise the
+//! TM arms a pace timer and sends the wave when it fires ([`TokenManager::poll_timeout`]), or
+//! as soon as busy news arrives. Pacing only delays a wave: the wave rule, forwarding and the
+//! lost-token timer are unchanged. BUSY spreads between TMs over the barrier spanning tree,
+//! never back to the link it came from, so it dies out once nothing is busy.
 
 #![warn(missing_docs)]
 
@@ -99,6 +108,11 @@ pub struct TmStats {
     pub tokens_dropped: u64,
     /// Repeat tokens sent by the lost-token timer.
     pub tokens_repeated: u64,
+    /// Waves held back by idle pacing (each went out when its pace timer fired or busy news
+    /// released it).
+    pub waves_paced: u64,
+    /// Paced waves released before their pace timer fired (a BUSY token or a message).
+    pub waves_released: u64,
     /// Isotach and non-isotach messages forwarded.
     pub messages_forwarded: u64,
     /// Isotach messages held for a neighbour that had not started yet (released later).
@@ -132,6 +146,9 @@ struct Link {
     /// lost. Released before any wave after wave 1, so they still precede the token that ends
     /// their pulse.
     held: VecDeque<Vec<u8>>,
+    /// Busy news from this neighbour (a BUSY token, a message it sent through us): every wave
+    /// up to this one goes out unpaced. 0: none in this generation.
+    busy_until_wave: u64,
 }
 
 /// Signals gathered for one epoch.
@@ -156,6 +173,8 @@ pub struct TokenManager {
     /// Signals for the current epoch and the next (neighbours run at most one wave ahead).
     epoch_signals: [EpochSignals; 2],
     token_deadline_us: Option<u64>,
+    /// When the next wave, ready but idle, goes out (idle pacing); `None` when not pacing.
+    pace_deadline_us: Option<u64>,
     out: VecDeque<(LinkId, Vec<u8>)>,
     /// Messages held in all links (counted against the queue limit).
     held: usize,
@@ -206,6 +225,7 @@ impl TokenManager {
             waves: 0,
             epoch_signals: [EpochSignals::default(); 2],
             token_deadline_us: None,
+            pace_deadline_us: None,
             out: VecDeque::new(),
             held: 0,
             stats: TmStats::default(),
@@ -263,24 +283,43 @@ impl TokenManager {
         self.out.pop_front()
     }
 
-    /// When [`TokenManager::handle_timeout`] wants to run.
+    /// When [`TokenManager::handle_timeout`] wants to run: the lost-token timer, or the pace
+    /// timer of an idle wave, whichever is first.
     pub fn poll_timeout(&self) -> Option<u64> {
-        self.token_deadline_us
+        match (self.token_deadline_us, self.pace_deadline_us) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// The lost-token timer: when no wave went out for a token timeout, resend every link its
-    /// last two tokens, marked repeat.
+    /// Is the TM holding a ready wave back (idle pacing)?
+    pub fn pacing(&self) -> bool {
+        self.pace_deadline_us.is_some()
+    }
+
+    /// Runs the timers: the pace timer of an idle wave (the wave goes out), then the
+    /// lost-token timer (when no wave went out for a token timeout, resend every link its last
+    /// two tokens, marked repeat).
     pub fn handle_timeout(&mut self, now_us: u64) {
+        // With the output queue full (nobody drains it) tokens would only pile up: skip this
+        // round; the timers re-arm.
+        let full =
+            self.out.len() + self.held + 2 * self.links.len() > self.cfg.limits.queue_packets_max;
+        if let Some(pace) = self.pace_deadline_us
+            && now_us >= pace
+        {
+            if full {
+                self.pace_deadline_us = Some(now_us + self.cfg.timing.idle_pace_us);
+            } else {
+                self.try_send_waves(now_us);
+            }
+        }
         let Some(deadline) = self.token_deadline_us else {
             return;
         };
         if now_us < deadline {
             return;
         }
-        // With the output queue full (nobody drains it) repeats would only pile up: skip this
-        // round; the timer re-arms.
-        let full =
-            self.out.len() + self.held + 2 * self.links.len() > self.cfg.limits.queue_packets_max;
         for link in (0..self.links.len()).filter(|_| !full) {
             let repeats: Vec<Token> = self.links[link].last_two.repeats().collect();
             for t in repeats {
@@ -325,11 +364,15 @@ impl TokenManager {
                     self.stats.messages_stale += 1;
                     return Ok(());
                 }
-                self.forward(dest, bytes, true)
+                self.forward(dest, bytes, true)?;
+                self.busy_news(now_us, link);
+                Ok(())
             }
             Kind::Plain => {
                 let m = packet::PlainMessage::decode(bytes).map_err(decode)?;
-                self.forward(m.dest, bytes, false)
+                self.forward(m.dest, bytes, false)?;
+                self.busy_news(now_us, link);
+                Ok(())
             }
             kind => {
                 packet::Packet::decode(bytes).map_err(decode)?;
@@ -419,11 +462,50 @@ impl TokenManager {
             return Ok(());
         }
         match classify(self.links[link].accepted, t.seq) {
-            Arrival::InSequence => self.accept(now_us, link, t),
+            Arrival::InSequence => return self.accept(now_us, link, t),
             Arrival::Duplicate => self.stats.tokens_duplicate += 1,
             Arrival::Early => self.stats.tokens_early += 1,
         }
+        // A duplicate or early token is dropped, but its BUSY flag still counts: an idle SIU
+        // that gets work resends its last token marked BUSY to ask for speed.
+        if t.busy {
+            self.busy_news(now_us, link);
+        }
         Ok(())
+    }
+
+    /// Something from `link` needs logical time to advance (a BUSY token, a message it sent
+    /// through this TM): the next wave goes out unpaced — now, if it is ready.
+    fn busy_news(&mut self, now_us: u64, link: LinkId) {
+        self.note_busy(link, self.waves + 1);
+        self.try_send_waves(now_us);
+    }
+
+    /// Waves up to `wave` go out unpaced, and carry BUSY to the other neighbours.
+    fn note_busy(&mut self, link: LinkId, wave: u64) {
+        let l = &mut self.links[link];
+        l.busy_until_wave = l.busy_until_wave.max(wave);
+    }
+
+    /// Does wave `wave`, ready to go, wait for the pace timer? Only with pacing on, never wave
+    /// 1 (a restart is news), and only when no neighbour sent busy news that reaches it.
+    fn paces(&self, wave: u64) -> bool {
+        self.cfg.timing.idle_pace_us > 0
+            && wave > 1
+            && self.links.iter().all(|l| l.busy_until_wave < wave)
+    }
+
+    /// The BUSY flag of token `wave` on `link`: busy news from another neighbour reaches it.
+    /// Between TMs only over the barrier spanning tree and never back where it came from
+    /// (split horizon), so on a tree it travels away from its source and dies out; towards
+    /// SIUs it is information only.
+    fn busy_towards(&self, link: LinkId, wave: u64) -> bool {
+        self.links[link].barrier_link
+            && self
+                .links
+                .iter()
+                .enumerate()
+                .any(|(i, l)| i != link && l.busy_until_wave >= wave)
     }
 
     /// Starts the next generation from here (a reset wave to every neighbour), after a broken
@@ -446,8 +528,10 @@ impl TokenManager {
         self.drop_held_of_other_generations();
         self.waves = 0;
         self.epoch_signals = [EpochSignals::default(); 2];
+        self.pace_deadline_us = None;
         for l in &mut self.links {
             l.accepted = 0;
+            l.busy_until_wave = 0;
             l.last_two.clear();
             l.barrier_recv = [0; BARRIERS];
             l.barrier_sent = [0; BARRIERS];
@@ -467,7 +551,7 @@ impl TokenManager {
         self.try_send_waves(now_us);
     }
 
-    fn accept(&mut self, now_us: u64, link: LinkId, t: Token) {
+    fn accept(&mut self, now_us: u64, link: LinkId, t: Token) -> Result<(), TmError> {
         debug_assert!(self.started && t.generation == self.generation && !t.restart);
         // The wave rule: wave `waves` went out once every link's token `waves - 1` arrived.
         debug_assert!(self.links[link].accepted + 1 >= self.waves);
@@ -494,7 +578,12 @@ impl TokenManager {
             slot.signals |= t.signals;
             slot.reset |= t.reset;
         }
+        if t.busy {
+            // Token `wave` gates wave `wave + 1`: that one goes at once.
+            self.note_busy(link, wave + 1);
+        }
         self.try_send_waves(now_us);
+        Ok(())
     }
 
     fn epoch_of(&self, wave: u64) -> u64 {
@@ -515,13 +604,30 @@ impl TokenManager {
     }
 
     /// Sends every wave the protocol allows: wave `k + 1` once every neighbour's token `k`
-    /// arrived (wave 1 is free).
+    /// arrived (wave 1 is free) — at once if it is busy, else when its pace timer fired.
     fn try_send_waves(&mut self, now_us: u64) {
         while self.started && self.links.iter().all(|l| l.accepted >= self.waves) {
+            let wave = self.waves + 1;
+            if self.paces(wave) {
+                match self.pace_deadline_us {
+                    Some(due) if now_us >= due => {}
+                    Some(_) => return,
+                    None => {
+                        self.pace_deadline_us =
+                            Some(now_us.saturating_add(self.cfg.timing.idle_pace_us));
+                        self.stats.waves_paced += 1;
+                        return;
+                    }
+                }
+            } else if self.pace_deadline_us.is_some() {
+                self.stats.waves_released += 1;
+            }
+            self.pace_deadline_us = None;
             self.send_wave(now_us);
         }
         // Stopped at a link that has not answered the last wave (or before logical time).
         debug_assert!(!self.started || self.links.iter().any(|l| l.accepted < self.waves));
+        debug_assert!(self.pace_deadline_us.is_none());
     }
 
     fn send_wave(&mut self, now_us: u64) {
@@ -542,6 +648,7 @@ impl TokenManager {
             };
             let to_switch = matches!(self.links[link].peer, Hop::Switch(_));
             barrier_wave |= barrier != 0 && !to_switch;
+            let busy = self.busy_towards(link, wave);
             let t = Token {
                 seq: WaveSeq::of_wave(wave),
                 repeat: false,
@@ -551,6 +658,7 @@ impl TokenManager {
                 reset: signals.reset && (end_of_epoch || to_switch),
                 end_of_epoch,
                 restart: false,
+                busy,
                 barrier,
                 signals: signals.signals,
                 source_port: self.port,
@@ -609,6 +717,7 @@ impl Link {
             barrier_recv: [0; BARRIERS],
             barrier_sent: [0; BARRIERS],
             held: VecDeque::new(),
+            busy_until_wave: 0,
         }
     }
 }

@@ -3,7 +3,13 @@ use isotach_proto::Pulse;
 use isotach_proto::packet::{Packet, Sref, SrefOp, Width};
 use isotach_proto::{Generation, WaveSeq};
 
+/// A TM without idle pacing (waves at full speed): the protocol tests.
 fn tm(hosts: usize, switches: usize, switch: SwitchId) -> TokenManager {
+    paced_tm(hosts, switches, switch, 0)
+}
+
+/// A TM whose idle waves wait `idle_pace_us`.
+fn paced_tm(hosts: usize, switches: usize, switch: SwitchId, idle_pace_us: u64) -> TokenManager {
     let topology = Arc::new(Topology::line(hosts, switches).unwrap());
     TokenManager::new(TmConfig {
         switch,
@@ -11,6 +17,7 @@ fn tm(hosts: usize, switches: usize, switch: SwitchId) -> TokenManager {
         timing: Timing {
             token_timeout_us: 100,
             epoch_pulses: 8,
+            idle_pace_us,
         },
         limits: Limits::default(),
     })
@@ -51,7 +58,12 @@ fn tokens(out: &[(LinkId, Packet)]) -> Vec<(LinkId, Token)> {
 
 /// Starts a single-switch TM over `hosts` hosts; returns it after wave 1.
 fn started(hosts: usize) -> TokenManager {
-    let mut t = tm(hosts, 1, 0);
+    started_paced(hosts, 0)
+}
+
+/// [`started`], with idle waves paced by `idle_pace_us`.
+fn started_paced(hosts: usize, idle_pace_us: u64) -> TokenManager {
+    let mut t = paced_tm(hosts, 1, 0, idle_pace_us);
     t.handle_input(0, 0, &reset_token(0).to_bytes()).unwrap();
     let out = tokens(&drain(&mut t));
     // A reset to every link, then wave 1 with both barrier bits.
@@ -454,4 +466,175 @@ fn a_tm_not_started_keeps_only_the_messages_of_the_generation_it_starts() {
     )
     .unwrap();
     assert_eq!(messages_to(&drain(&mut t), 1), 1, "generation 4 goes");
+}
+
+// ------------------------------------------------------------------------------------------
+// Idle pacing
+
+/// The pace of the paced tests: below the 100 µs token timer of [`paced_tm`].
+const PACE_US: u64 = 40;
+
+fn busy(t: Token) -> Token {
+    Token { busy: true, ..t }
+}
+
+/// Wave numbers (mod 4) of the tokens in `out`, by link.
+fn wave_tokens(out: &[(LinkId, Packet)]) -> Vec<(LinkId, u8, bool)> {
+    tokens(out)
+        .into_iter()
+        .filter(|(_, t)| !t.restart)
+        .map(|(l, t)| (l, t.seq.bits(), t.busy))
+        .collect()
+}
+
+#[test]
+fn an_idle_wave_waits_for_the_pace_timer() {
+    let mut t = started_paced(2, PACE_US);
+    t.handle_input(10, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(10, 1, &token(1, 1).to_bytes()).unwrap();
+    assert!(drain(&mut t).is_empty(), "nothing busy: wave 2 is paced");
+    assert!(t.pacing());
+    assert_eq!(
+        t.poll_timeout(),
+        Some(10 + PACE_US),
+        "the pace timer is first"
+    );
+    t.handle_timeout(10 + PACE_US - 1);
+    assert!(drain(&mut t).is_empty());
+    t.handle_timeout(10 + PACE_US);
+    let out = wave_tokens(&drain(&mut t));
+    assert_eq!(out, vec![(0, 2, false), (1, 2, false)]);
+    assert!(!t.pacing());
+    assert_eq!((t.stats().waves_paced, t.stats().waves_released), (1, 0));
+    // The lost-token timer runs from the wave, as before.
+    assert_eq!(t.poll_timeout(), Some(10 + PACE_US + 100));
+}
+
+#[test]
+fn pace_zero_never_paces() {
+    let mut t = started_paced(2, 0);
+    t.handle_input(10, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(10, 1, &token(1, 1).to_bytes()).unwrap();
+    assert_eq!(wave_tokens(&drain(&mut t)).len(), 2);
+    assert_eq!(t.stats().waves_paced, 0);
+}
+
+#[test]
+fn a_busy_token_sends_the_wave_it_gates_at_once_and_tells_the_others() {
+    let mut t = started_paced(3, PACE_US);
+    t.handle_input(10, 0, &busy(token(0, 1)).to_bytes())
+        .unwrap();
+    t.handle_input(10, 1, &token(1, 1).to_bytes()).unwrap();
+    t.handle_input(10, 2, &token(2, 1).to_bytes()).unwrap();
+    // BUSY towards the others, not back to the host it came from.
+    let out = wave_tokens(&drain(&mut t));
+    assert_eq!(out, vec![(0, 2, false), (1, 2, true), (2, 2, true)]);
+    assert!(!t.pacing());
+    // The next wave is idle again.
+    for l in 0..3 {
+        t.handle_input(20, l, &token(l as u16, 2).to_bytes())
+            .unwrap();
+    }
+    assert!(drain(&mut t).is_empty() && t.pacing());
+}
+
+#[test]
+fn a_busy_duplicate_releases_a_paced_wave() {
+    let mut t = started_paced(2, PACE_US);
+    t.handle_input(10, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(10, 1, &token(1, 1).to_bytes()).unwrap();
+    assert!(t.pacing());
+    // Host 1's SIU got work: it resends its last token, repeat and BUSY.
+    let wake = Token {
+        repeat: true,
+        ..busy(token(1, 1))
+    };
+    t.handle_input(15, 1, &wake.to_bytes()).unwrap();
+    let out = wave_tokens(&drain(&mut t));
+    assert_eq!(out, vec![(0, 2, true), (1, 2, false)], "released at once");
+    let s = t.stats();
+    assert_eq!(
+        (s.tokens_duplicate, s.waves_paced, s.waves_released),
+        (1, 1, 1)
+    );
+    assert!(!t.pacing());
+}
+
+#[test]
+fn a_busy_duplicate_before_the_wave_is_ready_makes_it_unpaced() {
+    let mut t = started_paced(2, PACE_US);
+    t.handle_input(10, 0, &token(0, 1).to_bytes()).unwrap();
+    let wake = Token {
+        repeat: true,
+        ..busy(token(0, 1))
+    };
+    t.handle_input(11, 0, &wake.to_bytes()).unwrap();
+    assert!(drain(&mut t).is_empty(), "host 1 has not answered");
+    t.handle_input(12, 1, &token(1, 1).to_bytes()).unwrap();
+    assert_eq!(wave_tokens(&drain(&mut t)).len(), 2, "not paced");
+    assert_eq!(t.stats().waves_paced, 0);
+}
+
+#[test]
+fn a_forwarded_message_releases_a_paced_wave_and_precedes_it() {
+    let mut t = started_paced(2, PACE_US);
+    t.handle_input(10, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(10, 1, &token(1, 1).to_bytes()).unwrap();
+    assert!(t.pacing());
+    t.handle_input(12, 0, &write_to(1)).unwrap();
+    let out = drain(&mut t);
+    let to_host1: Vec<_> = out
+        .iter()
+        .filter(|(l, _)| *l == 1)
+        .map(|(_, p)| p.kind())
+        .collect();
+    assert_eq!(to_host1, vec![Kind::IsotachMessage, Kind::Token]);
+    assert_eq!(t.stats().waves_released, 1);
+    assert!(!t.pacing());
+}
+
+#[test]
+fn busy_spreads_between_tms_over_the_tree_but_never_back() {
+    // Line of two switches: each TM has one host (link 0) and the trunk (link 1).
+    let mut t = paced_tm(2, 2, 0, PACE_US);
+    t.handle_input(0, 0, &reset_token(0).to_bytes()).unwrap();
+    drain(&mut t);
+    let tm1 = Topology::switch_port(1);
+    // News from the host goes to the trunk, not back to the host.
+    t.handle_input(10, 0, &busy(token(0, 1)).to_bytes())
+        .unwrap();
+    t.handle_input(10, 1, &token(tm1, 1).to_bytes()).unwrap();
+    assert_eq!(
+        wave_tokens(&drain(&mut t)),
+        vec![(0, 2, false), (1, 2, true)]
+    );
+    // News from the other TM goes to the host, not back over the trunk.
+    t.handle_input(20, 0, &token(0, 2).to_bytes()).unwrap();
+    t.handle_input(20, 1, &busy(token(tm1, 2)).to_bytes())
+        .unwrap();
+    assert_eq!(
+        wave_tokens(&drain(&mut t)),
+        vec![(0, 3, true), (1, 3, false)]
+    );
+    // Nothing busy any more: paced.
+    t.handle_input(30, 0, &token(0, 3).to_bytes()).unwrap();
+    t.handle_input(30, 1, &token(tm1, 3).to_bytes()).unwrap();
+    assert!(drain(&mut t).is_empty() && t.pacing());
+}
+
+#[test]
+fn a_restart_drops_the_pace_and_sends_wave_1_at_once() {
+    let mut t = started_paced(2, PACE_US);
+    t.handle_input(10, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(10, 1, &token(1, 1).to_bytes()).unwrap();
+    assert!(t.pacing());
+    t.begin_restart(11);
+    assert!(!t.pacing());
+    let out = tokens(&drain(&mut t));
+    assert_eq!(out.iter().filter(|(_, t)| !t.restart).count(), 2, "wave 1");
+    assert_eq!(
+        t.poll_timeout(),
+        Some(11 + 100),
+        "only the lost-token timer"
+    );
 }

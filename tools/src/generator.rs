@@ -140,6 +140,7 @@ impl ByteGenerator {
             reset: bits.reset,
             end_of_epoch: bits.end_of_epoch,
             restart: false,
+            busy: false,
             barrier: bits.barrier,
             signals: bits.signals,
             source_port: Topology::host_port(self.host),

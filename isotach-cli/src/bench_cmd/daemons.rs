@@ -6,7 +6,9 @@
 //! never competes with them for the CPUs).
 //!
 //! - `tokens`: the applications only keep their links moving; the pulse rate is host 0's SIU
-//!   receive clock over the measurement window.
+//!   receive clock over the measurement window. Nothing is pending, so the cluster runs with
+//!   idle pacing off (`idle-pace-us = 0`): the bench measures waves at full speed (`isotach
+//!   bench idle` measures the paced idle cluster).
 //! - `isochrons`: every host issues isochrons continuously with at most `--outstanding` in
 //!   flight. Page `p` has copies at hosts `p` and `p + 1` (mod N); host `h`'s isochron reads
 //!   page `h` (its own copy) and writes pages `h` and `h - 1` (both replicated here and at one
@@ -27,6 +29,7 @@ use hdrhistogram::Histogram;
 use isotach_am::NodeAddr;
 use isotach_am::backend::udp::UdpTransport;
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
+use isotach_proto::config::Timing;
 use isotach_proto::packet::Width;
 use isotach_proto::topology::{HostId, Topology};
 use isotach_smm::am_link::AmSiuLink;
@@ -172,12 +175,17 @@ fn half_iters(c: &CommonArgs) -> anyhow::Result<usize> {
 
 /// Measures the first half of the raw baseline, then starts the daemons.
 pub(super) fn start(c: &CommonArgs) -> anyhow::Result<(RawUdpBaseline, LoopbackCluster)> {
+    start_with(c, Timing::default())
+}
+
+/// [`start`] with the given protocol timing.
+fn start_with(c: &CommonArgs, timing: Timing) -> anyhow::Result<(RawUdpBaseline, LoopbackCluster)> {
     let mut base = baseline(c)?;
     base.measure(half_iters(c)?)
         .context("raw UDP baseline (before)")?;
     Ok((
         base,
-        start_loopback_cluster_with(usize::from(c.hosts), c.siu)?,
+        start_loopback_cluster_with(usize::from(c.hosts), c.siu, timing)?,
     ))
 }
 
@@ -416,7 +424,12 @@ pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
         "bench tokens: a token manager and {n} SIU daemons over loopback UDP, {} s",
         c.seconds
     );
-    let (base, mut lc) = start(c)?;
+    // No traffic is pending: idle pacing off, so the waves run at full speed.
+    let full_speed = Timing {
+        idle_pace_us: 0,
+        ..Timing::default()
+    };
+    let (base, mut lc) = start_with(c, full_speed)?;
     let mut problems = Vec::new();
     let deadline = Instant::now() + STARTUP_MAX + Duration::from_secs_f64(c.seconds * 2.0);
     let stop = Arc::new(AtomicBool::new(false));

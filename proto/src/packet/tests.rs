@@ -10,11 +10,12 @@ fn arb_token() -> impl Strategy<Value = Token> {
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
+        any::<bool>(),
     );
     let fields = (0u8..4, any::<u8>(), any::<u16>(), any::<u32>());
     (flags, fields).prop_map(
         |(
-            (seq, repeat, reset, end_of_epoch, restart),
+            (seq, repeat, reset, end_of_epoch, restart, busy),
             (barrier, signals, source_port, generation),
         )| {
             Token {
@@ -23,6 +24,7 @@ fn arb_token() -> impl Strategy<Value = Token> {
                 reset,
                 end_of_epoch,
                 restart,
+                busy,
                 barrier,
                 signals,
                 source_port,
@@ -508,6 +510,7 @@ fn token_layout_is_sixteen_bytes_big_endian() {
         reset: false,
         end_of_epoch: true,
         restart: false,
+        busy: true,
         barrier: 0b11,
         signals: 0xa5,
         source_port: 0x1234,
@@ -516,7 +519,7 @@ fn token_layout_is_sixteen_bytes_big_endian() {
     let b = t.to_bytes();
     assert_eq!(
         &b[..12],
-        &[1, 0x01, 0b0001_0110, 0b11, 0x12, 0x34, 0xa5, 0, 1, 2, 3, 4]
+        &[1, 0x01, 0b0101_0110, 0b11, 0x12, 0x34, 0xa5, 0, 1, 2, 3, 4]
     );
     assert_eq!(
         u32::from_be_bytes([b[12], b[13], b[14], b[15]]),
@@ -592,4 +595,32 @@ fn built_in_rmw_operations() {
     assert_eq!(RmwOp::CompareAndSwap.built_in(Width::W64, 5, 5, 9), Some(9));
     assert_eq!(RmwOp::CompareAndSwap.built_in(Width::W64, 6, 5, 9), Some(6));
     assert_eq!(RmwOp::Apply(1).built_in(Width::W64, 6, 5, 0), None);
+}
+
+#[test]
+fn busy_is_flag_bit_6_and_bit_7_stays_reserved() {
+    let idle = Token {
+        seq: WaveSeq::from_bits(3),
+        generation: Generation::new(1),
+        ..Token::default()
+    };
+    let busy = Token {
+        busy: true,
+        repeat: true,
+        ..idle
+    };
+    let b = busy.to_bytes();
+    assert_eq!(b[2], 0b0100_0111, "seq 3, repeat, busy");
+    assert_eq!(Token::decode(&b), Ok(busy));
+    assert!(!Token::decode(&idle.to_bytes()).unwrap().busy);
+    let mut high = idle.to_bytes();
+    high[2] |= 0x80;
+    reseal(&mut high);
+    assert!(matches!(
+        Token::decode(&high),
+        Err(DecodeError::OutOfRange {
+            field: "token.flags",
+            ..
+        })
+    ));
 }

@@ -1,6 +1,6 @@
 //! The token: ends a pulse on the link it travels (`docs/design.md`, "Why logical time holds").
-//! Carries the 2-bit wave sequence number, the repeat/reset/end-of-epoch/restart flags, the
-//! barrier and signal bits and the logical-time generation.
+//! Carries the 2-bit wave sequence number, the repeat/reset/end-of-epoch/restart/busy flags,
+//! the barrier and signal bits and the logical-time generation.
 
 use super::codec::{Fields, begin, check_bits, open, push_u16, push_u32, seal};
 use super::{BARRIER_MASK, DecodeError, Kind};
@@ -17,7 +17,8 @@ mod token_flags {
     pub(super) const RESET: u8 = 0b0000_1000;
     pub(super) const END_OF_EPOCH: u8 = 0b0001_0000;
     pub(super) const RESTART: u8 = 0b0010_0000;
-    pub(super) const ALL: u8 = SEQ | REPEAT | RESET | END_OF_EPOCH | RESTART;
+    pub(super) const BUSY: u8 = 0b0100_0000;
+    pub(super) const ALL: u8 = SEQ | REPEAT | RESET | END_OF_EPOCH | RESTART | BUSY;
 }
 
 /// A token: ends a pulse on the link it travels. 16 bytes on the wire.
@@ -34,6 +35,11 @@ pub struct Token {
     /// A restart token: logical time starts again in `generation` (which must be newer than the
     /// receiver's). Not a wave token: its sequence number is 0 and it ends no pulse.
     pub restart: bool,
+    /// The sender has work that needs logical time to advance (idle pacing,
+    /// `docs/design.md`, "Idle pacing"): a token manager that receives it sends its next wave
+    /// at once instead of waiting `timing.idle-pace-us`. A hint only: it changes when tokens
+    /// go, never which, so a wrong value costs speed or latency, not correctness.
+    pub busy: bool,
     /// Barrier bits (bit b = barrier b).
     pub barrier: u8,
     /// Application signal bits.
@@ -62,6 +68,9 @@ impl Token {
         }
         if self.restart {
             flags |= token_flags::RESTART;
+        }
+        if self.busy {
+            flags |= token_flags::BUSY;
         }
         out.push(flags);
         out.push(self.barrier & BARRIER_MASK);
@@ -105,6 +114,7 @@ impl Token {
             reset: flags & token_flags::RESET != 0,
             end_of_epoch: flags & token_flags::END_OF_EPOCH != 0,
             restart: flags & token_flags::RESTART != 0,
+            busy: flags & token_flags::BUSY != 0,
             barrier,
             signals,
             source_port,

@@ -124,6 +124,13 @@ impl Siu {
         completed
     }
 
+    /// A barrier the host (still attached) entered has not completed.
+    pub(super) fn barriers_in_progress(&self) -> bool {
+        self.barriers
+            .iter()
+            .any(|b| b.rounds_left > 0 && !b.orphaned)
+    }
+
     /// A (new) application attached: a barrier still in progress belongs to the application
     /// that went away, and the new one's marker for it takes it over.
     pub(super) fn orphan_barriers(&mut self) {

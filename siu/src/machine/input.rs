@@ -87,7 +87,10 @@ impl Siu {
             self.stats.host_refused_after_reset += 1;
             return Err(SiuError::SessionEnded);
         }
-        match kind {
+        // Idle pacing: the host has work, so the next token says BUSY, and if the last one
+        // went out idle, a wake-up asks the token manager for speed once the packet is taken.
+        self.host_work();
+        let taken = match kind {
             Kind::StartOfIsochron => {
                 let soi = StartOfIsochron::decode(bytes).map_err(decode)?;
                 self.start_isochron(now_us, soi)
@@ -108,7 +111,11 @@ impl Siu {
                     kind,
                 })
             }
+        };
+        if taken.is_ok() {
+            self.wake();
         }
+        taken
     }
 
     fn net_input(&mut self, now_us: u64, bytes: &[u8]) -> Result<(), SiuError> {

@@ -90,6 +90,7 @@ impl Siu {
         self.barriers = [Barrier::default(); BARRIERS];
         self.signals_raised = 0;
         self.reset_signal_raised = false;
+        self.reset_pacing();
         self.pulses = PulseLog::new(self.cfg.limits.pulses_ahead_max);
         assert_eq!(self.pulses.base(), self.recvclock);
         if self.cfg.mode == Mode::Siu {
@@ -227,12 +228,14 @@ impl Siu {
             reset: false,
             end_of_epoch: self.ends_epoch(wave),
             restart: false,
+            busy: false,
             barrier: self.barrier_bits_for(wave),
             signals: 0,
             source_port: self.port,
             generation: self.generation,
         };
         let token = self.with_signals(wave, token);
+        let token = self.pace_token(wave, token);
         self.push_net_token(token);
         self.last_two.remember(token);
         self.sendclock = wave;
@@ -248,7 +251,7 @@ impl Siu {
         wave.is_multiple_of(u64::from(self.cfg.timing.epoch_pulses))
     }
 
-    fn push_net_token(&mut self, t: Token) {
+    pub(super) fn push_net_token(&mut self, t: Token) {
         let mut out = Vec::with_capacity(packet::TOKEN_LEN);
         t.encode(&mut out);
         self.to_net.push_back(Transmit {

@@ -37,6 +37,8 @@ impl Cluster {
         let timing = Timing {
             token_timeout_us: 1_000_000,
             epoch_pulses: 16,
+            // This cluster never runs timers: idle waves must not wait for a pace timer.
+            idle_pace_us: 0,
         };
         let map = Arc::new(map);
         let tms = (0..switches)
