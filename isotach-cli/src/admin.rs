@@ -75,7 +75,7 @@ fn map(entries: &[(&str, u64)]) -> HashMap<String, u64> {
     entries.iter().map(|&(k, v)| (k.to_string(), v)).collect()
 }
 
-fn port_counters(p: &PortStats) -> [(&'static str, u64); 9] {
+fn port_counters(p: &PortStats) -> [(&'static str, u64); 16] {
     [
         ("port.packets_sent", p.packets_sent),
         ("port.packets_received", p.packets_received),
@@ -86,6 +86,13 @@ fn port_counters(p: &PortStats) -> [(&'static str, u64); 9] {
         ("port.links_lost", p.links_lost),
         ("port.fragments_dropped", p.fragments_dropped),
         ("port.inbox_overflow", p.inbox_overflow),
+        ("port.batches_sent", p.batches_sent),
+        ("port.packets_in_batches", p.packets_in_batches),
+        ("port.batches_received", p.batches_received),
+        ("port.packets_batched", p.packets_batched),
+        ("port.batch_bad_version", p.batch_bad_version),
+        ("port.batch_truncated", p.batch_truncated),
+        ("port.batch_mid_packet", p.batch_mid_packet),
     ]
 }
 
