@@ -135,7 +135,7 @@ fn histogram(h: &HistSummary) -> Histogram {
     }
 }
 
-fn tm_counters(s: &TmStats) -> [(&'static str, u64); 11] {
+fn tm_counters(s: &TmStats) -> [(&'static str, u64); 13] {
     [
         ("waves", s.waves),
         ("tokens_accepted", s.tokens_accepted),
@@ -143,6 +143,8 @@ fn tm_counters(s: &TmStats) -> [(&'static str, u64); 11] {
         ("tokens_early", s.tokens_early),
         ("tokens_dropped", s.tokens_dropped),
         ("tokens_repeated", s.tokens_repeated),
+        ("waves_paced", s.waves_paced),
+        ("waves_released", s.waves_released),
         ("messages_forwarded", s.messages_forwarded),
         ("messages_held", s.messages_held),
         ("barrier_rounds", s.barrier_rounds),
@@ -151,10 +153,12 @@ fn tm_counters(s: &TmStats) -> [(&'static str, u64); 11] {
     ]
 }
 
-fn siu_counters(s: &SiuStats) -> [(&'static str, u64); 22] {
+fn siu_counters(s: &SiuStats) -> [(&'static str, u64); 24] {
     [
         ("tokens_sent", s.tokens_sent),
         ("tokens_repeated", s.tokens_repeated),
+        ("tokens_busy", s.tokens_busy),
+        ("tokens_wake", s.tokens_wake),
         ("tokens_accepted", s.tokens_accepted),
         ("tokens_duplicate", s.tokens_duplicate),
         ("tokens_early", s.tokens_early),

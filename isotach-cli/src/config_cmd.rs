@@ -70,6 +70,7 @@ struct Summary {
     max_logical_distance: u16,
     epoch_pulses: u32,
     token_timeout_us: u64,
+    idle_pace_us: u64,
     switch_names: Vec<String>,
     host_names: Vec<String>,
     transport: &'static str,
@@ -123,6 +124,7 @@ fn check(file: &Path, map: Option<&Path>) -> Result<Summary, UsageError> {
         max_logical_distance: topology.max_distance(),
         epoch_pulses: config.timing.epoch_pulses,
         token_timeout_us: config.timing.token_timeout_us,
+        idle_pace_us: config.timing.idle_pace_us,
         switch_names: config.switch_names,
         host_names: config.host_names,
         transport: match config.transport.kind {
@@ -282,6 +284,11 @@ fn print_summary(s: &Summary) {
     println!("  max logical distance: {}", s.max_logical_distance);
     println!("  epoch:                {} pulses", s.epoch_pulses);
     println!("  token timeout:        {} us", s.token_timeout_us);
+    if s.idle_pace_us == 0 {
+        println!("  idle pace:            off (waves at full speed always)");
+    } else {
+        println!("  idle pace:            {} us", s.idle_pace_us);
+    }
     match s.transport {
         "quic" => println!(
             "  transport:            quic (mutual TLS), tag {}; {} node certificates ok",

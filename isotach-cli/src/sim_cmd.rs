@@ -188,10 +188,10 @@ impl NetArgs {
             epoch_pulses: self.epoch_pulses.unwrap_or(cluster.timing.epoch_pulses),
             idle_pace_us,
         };
-        if idle_pace_us > 0 && idle_pace_us >= token_timeout_us {
+        if idle_pace_us > 0 && idle_pace_us > token_timeout_us / 2 {
             return Err(UsageError(format!(
-                "--idle-pace-us {idle_pace_us} must be below the token timeout \
-                 ({token_timeout_us} µs) so the lost-token timer never fires on a paced wave \
+                "--idle-pace-us {idle_pace_us} must be at most half the token timeout \
+                 ({token_timeout_us} µs), so the lost-token timer never fires on a paced wave \
                  (0 turns idle pacing off)"
             ))
             .into());

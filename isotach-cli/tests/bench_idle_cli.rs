@@ -61,4 +61,8 @@ fn bench_idle_reports_cpu_per_daemon_and_first_isochron_latency_for_both_phases(
         assert!(v[key].as_f64().unwrap() > 0.0, "{key} in {v}");
     }
     assert!(v["paced_within_cpu_target"].is_boolean());
+    // Behaviour, not timing: with pacing off no wave waits; idle and paced, waves do.
+    assert_eq!(v["full_tm_waves_paced"], 0, "{v}");
+    assert!(v["paced_tm_waves_paced"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["paced_tm_tokens_repeated"].is_u64());
 }

@@ -30,15 +30,16 @@ pub struct Timing {
     pub epoch_pulses: u32,
     /// Idle pacing: when no token of a wave said BUSY and no message passed a token manager
     /// during it, the TM sends the next wave this long after the last token arrived instead of
-    /// at once (`docs/design.md`, "Idle pacing"). 0 = never pace. Below `token_timeout_us`.
+    /// at once (`docs/design.md`, "Idle pacing"). 0 = never pace. At most half of
+    /// `token_timeout_us`.
     /// Not written in a config file: [`Timing::default_idle_pace_us`].
     pub idle_pace_us: u64,
 }
 
 impl Timing {
     /// The idle pace when none is given: [`IDLE_PACE_US_DEFAULT`], or half the token timeout
-    /// if that is shorter (the pace must stay below the lost-token timer, and a config written
-    /// before idle pacing existed, with a short timer, stays valid).
+    /// if that is shorter (the pace must stay well below the lost-token timer, and a config
+    /// written before idle pacing existed, with a short timer, stays valid).
     pub fn default_idle_pace_us(token_timeout_us: u64) -> u64 {
         IDLE_PACE_US_DEFAULT.min(token_timeout_us / 2)
     }
@@ -105,7 +106,7 @@ pub const IDLE_PACE_US_DEFAULT: u64 = 1_000;
 pub const IDLE_PACE_US_MIN: u64 = 0;
 /// `[timing] idle-pace-us`, upper bound (1 s): an idle cluster then pulses once a second,
 /// which already costs nothing measurable; longer only delays what a false idle holds up. It
-/// must also stay below `token-timeout-us` (see [`check_bounds`]).
+/// must also be at most half of `token-timeout-us` (see [`check_bounds`]).
 pub const IDLE_PACE_US_MAX: u64 = 1_000_000;
 /// `[timing] epoch-pulses`, lower bound: an epoch has two pulses at least; it must also exceed
 /// the largest logical distance, so signals reach every TM before the epoch's last wave.
@@ -276,7 +277,7 @@ fn range_for(key: &str, topology: &Topology) -> (u64, u64, String) {
 /// value within its [`Bound`], and within the tighter lower bounds the topology sets:
 /// `epoch-pulses` above the largest logical distance D, `pulses-ahead-max` above 2·D,
 /// `queue-packets-max` at least twice the links of the busiest TM; and `idle-pace-us` (unless
-/// 0) below `token-timeout-us`. `Err` gives the dotted key and what is wrong.
+/// 0) at most half of `token-timeout-us`. `Err` gives the dotted key and what is wrong.
 pub fn check_bounds(
     timing: &Timing,
     limits: &Limits,
@@ -301,21 +302,24 @@ pub fn check_bounds(
     check_idle_pace(timing)
 }
 
-/// `idle-pace-us` (unless 0) must be below `token-timeout-us`: a paced wave goes out
-/// `idle-pace-us` after the last token of the one before arrived, and an SIU's lost-token
-/// timer runs from its own token, so a pace as long as the timer would make every idle SIU
-/// resend its tokens each wave.
+/// `idle-pace-us` (unless 0) must be below `token-timeout-us`, with room to spare: an idle
+/// SIU's lost-token timer runs from its own token, and the TM's next wave reaches it a pace
+/// plus the driver's timer granularity (about 1 ms with tokio) and a round trip later. At most
+/// half the timer keeps that room (2.5 ms at the default 5 ms), so the timer never fires on a
+/// paced wave; closer to it, every idle SIU would resend its tokens each wave.
 fn check_idle_pace(timing: &Timing) -> Result<(), (&'static str, String)> {
     let (pace, timeout) = (timing.idle_pace_us, timing.token_timeout_us);
-    if pace == 0 || pace < timeout {
+    if pace == 0 || pace <= timeout / 2 {
         return Ok(());
     }
     Err((
         "timing.idle-pace-us",
         format!(
-            "{pace} must be below timing.token-timeout-us ({timeout}), so the lost-token timer \
-             never fires on a paced wave: lower it, raise token-timeout-us, or set 0 to turn \
-             idle pacing off"
+            "{pace} must be below timing.token-timeout-us ({timeout}) by half of it at least \
+             (at most {}), so the lost-token timer never fires on a paced wave (a paced wave \
+             also waits for the driver's timer granularity and a round trip): lower it, raise \
+             token-timeout-us, or set 0 to turn idle pacing off",
+            timeout / 2
         ),
     ))
 }
@@ -1622,24 +1626,24 @@ switch = "tm0"
     }
 
     #[test]
-    fn idle_pace_must_be_below_the_token_timeout_or_zero() {
+    fn idle_pace_must_be_at_most_half_the_token_timeout_or_zero() {
         let c = ClusterConfig::parse(GOOD, "c.toml").unwrap();
         assert_eq!(
             c.timing.idle_pace_us, 1_000,
             "the default, below the 2000 µs timer"
         );
         let pace = |v: &str| GOOD.replace("[timing]\n", &format!("[timing]\nidle-pace-us = {v}\n"));
-        for ok in ["0", "1", "1999"] {
+        for ok in ["0", "1", "1000"] {
             let c = ClusterConfig::parse(&pace(ok), "c.toml").unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(c.timing.idle_pace_us.to_string(), ok);
         }
-        for bad in ["2000", "5000"] {
+        for bad in ["1001", "2000", "5000"] {
             let e = ClusterConfig::parse(&pace(bad), "c.toml").unwrap_err();
             assert_eq!((e.key.as_str(), e.line), ("timing.idle-pace-us", 3), "{e}");
             assert!(
                 e.message.starts_with(&format!(
-                    "{bad} must be below timing.token-timeout-us (2000), so the lost-token \
-                     timer never fires on a paced wave"
+                    "{bad} must be below timing.token-timeout-us (2000) by half of it at least \
+                     (at most 1000), so the lost-token timer never fires on a paced wave"
                 )) && e.message.contains("set 0 to turn idle pacing off"),
                 "{e}"
             );

@@ -20,7 +20,8 @@
 //! **Idle pacing** (`timing.idle-pace-us`, `docs/design.md`, "Idle pacing"): a wave that is
 //! ready (every neighbour's token arrived) goes out at once only if something needs logical
 //! time — a token that gates it said BUSY, a BUSY token (even a duplicate or an early one)
-//! arrived since the last wave, or a message passed through this TM since then. Otherwise the
+//! arrived since the last wave, or a message passed through this TM whose pulse has not ended
+//! (every wave up to its TS + 1 goes unpaced). Otherwise the
 //! TM arms a pace timer and sends the wave when it fires ([`TokenManager::poll_timeout`]), or
 //! as soon as busy news arrives. Pacing only delays a wave: the wave rule, forwarding and the
 //! lost-token timer are unchanged. BUSY spreads between TMs over the barrier spanning tree,
@@ -365,13 +366,19 @@ impl TokenManager {
                     return Ok(());
                 }
                 self.forward(dest, bytes, true)?;
-                self.busy_news(now_us, link);
+                // Its pulse must end at the destination: every wave up to the one that ends
+                // it (TS + 1) goes unpaced, bounded by the window an SIU accepts.
+                let ends = IsotachMessage::peek_stamp(bytes).map_or(0, |(ts, _, _)| {
+                    let window = u64::from(self.cfg.limits.pulses_ahead_max);
+                    ts.get().saturating_add(1).min(self.waves + window)
+                });
+                self.busy_news(now_us, link, ends);
                 Ok(())
             }
             Kind::Plain => {
                 let m = packet::PlainMessage::decode(bytes).map_err(decode)?;
                 self.forward(m.dest, bytes, false)?;
-                self.busy_news(now_us, link);
+                self.busy_news(now_us, link, 0);
                 Ok(())
             }
             kind => {
@@ -467,17 +474,20 @@ impl TokenManager {
             Arrival::Early => self.stats.tokens_early += 1,
         }
         // A duplicate or early token is dropped, but its BUSY flag still counts: an idle SIU
-        // that gets work resends its last token marked BUSY to ask for speed.
+        // that gets work resends its last token marked BUSY to ask for speed. Read as the
+        // token it repeats, it gates the wave after the link's last accepted one.
         if t.busy {
-            self.busy_news(now_us, link);
+            let gates = self.links[link].accepted + 1;
+            self.busy_news(now_us, link, gates);
         }
         Ok(())
     }
 
     /// Something from `link` needs logical time to advance (a BUSY token, a message it sent
-    /// through this TM): the next wave goes out unpaced — now, if it is ready.
-    fn busy_news(&mut self, now_us: u64, link: LinkId) {
-        self.note_busy(link, self.waves + 1);
+    /// through this TM): the next wave, and every one up to `until_wave`, goes out unpaced —
+    /// the next one now, if it is ready.
+    fn busy_news(&mut self, now_us: u64, link: LinkId, until_wave: u64) {
+        self.note_busy(link, until_wave.max(self.waves + 1));
         self.try_send_waves(now_us);
     }
 

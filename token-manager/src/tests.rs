@@ -638,3 +638,56 @@ fn a_restart_drops_the_pace_and_sends_wave_1_at_once() {
         "only the lost-token timer"
     );
 }
+
+#[test]
+fn a_forwarded_message_keeps_waves_unpaced_until_its_pulse_ends() {
+    let mut t = started_paced(2, PACE_US);
+    t.handle_input(10, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(10, 1, &token(1, 1).to_bytes()).unwrap();
+    assert!(t.pacing());
+    // Stamped TS 2: pulse 2 ends with wave 3, so waves 2 and 3 go at once.
+    t.handle_input(11, 0, &write_to(1)).unwrap();
+    assert_eq!(
+        wave_tokens(&drain(&mut t)),
+        vec![(0, 2, false), (1, 2, true)]
+    );
+    for l in 0..2 {
+        t.handle_input(12, l, &token(l as u16, 2).to_bytes())
+            .unwrap();
+    }
+    assert_eq!(
+        wave_tokens(&drain(&mut t)),
+        vec![(0, 3, false), (1, 3, true)]
+    );
+    for l in 0..2 {
+        t.handle_input(13, l, &token(l as u16, 3).to_bytes())
+            .unwrap();
+    }
+    assert!(
+        drain(&mut t).is_empty() && t.pacing(),
+        "wave 4 is idle again"
+    );
+}
+
+#[test]
+fn a_wake_up_covers_the_wave_its_repeated_token_gates() {
+    let mut t = started_paced(2, PACE_US);
+    t.handle_input(10, 0, &token(0, 1).to_bytes()).unwrap();
+    t.handle_input(10, 1, &token(1, 1).to_bytes()).unwrap();
+    // Host 1 is a token ahead (its token 2 went out idle) when its host gets work.
+    t.handle_input(11, 1, &token(1, 2).to_bytes()).unwrap();
+    assert!(t.pacing());
+    let wake = Token {
+        repeat: true,
+        ..busy(token(1, 2))
+    };
+    t.handle_input(12, 1, &wake.to_bytes()).unwrap();
+    assert_eq!(wave_tokens(&drain(&mut t)).len(), 2, "wave 2 released");
+    // Token 2 gates wave 3: it goes as soon as host 0's token 2 is in, unpaced.
+    t.handle_input(13, 0, &token(0, 2).to_bytes()).unwrap();
+    assert_eq!(
+        wave_tokens(&drain(&mut t)),
+        vec![(0, 3, true), (1, 3, false)]
+    );
+    assert_eq!(t.stats().waves_released, 1);
+}

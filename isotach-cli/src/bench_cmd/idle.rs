@@ -8,8 +8,8 @@
 //! (`idle-pace-us = 0`, waves at full speed) and the paced cluster (`--idle-pace-us`, 1000 by
 //! default). In each, one application (an SMM over UDP, in this process) attaches to host 0's
 //! SIU and completes one isochron to start; then, with no traffic, every daemon's CPU share of
-//! one core is measured over `--seconds`, and the TM's wave rate is read from its Prometheus
-//! endpoint (`isotach_waves`) at both ends of the window. Then the application runs
+//! one core is measured over `--seconds`, and the TM's wave rate, paced waves and repeats are
+//! read from its Prometheus endpoint at both ends of the window. Then the application runs
 //! `--samples` times: wait `--idle-ms`, issue one isochron (a read of its own page and a write
 //! to it, replicated at host 1) and time it until the read resolved at the issuer (its local
 //! part executed), end to end.
@@ -93,6 +93,8 @@ struct IdleReport {
     full_siu_cpu_pct_max: f64,
     full_pulses_per_s: f64,
     full_pulse_period_us: f64,
+    full_tm_waves_paced: u64,
+    full_tm_tokens_repeated: u64,
     full_first_isochron_p50_us: f64,
     full_first_isochron_max_us: f64,
     paced_tm_cpu_pct: f64,
@@ -100,6 +102,8 @@ struct IdleReport {
     paced_siu_cpu_pct_max: f64,
     paced_pulses_per_s: f64,
     paced_pulse_period_us: f64,
+    paced_tm_waves_paced: u64,
+    paced_tm_tokens_repeated: u64,
     paced_first_isochron_p50_us: f64,
     paced_first_isochron_max_us: f64,
     /// Largest paced daemon share over the target ([`CPU_TARGET_PCT`]).
@@ -120,8 +124,28 @@ struct Phase {
     tm_cpu_pct: f64,
     siu_cpu_pct: Vec<f64>,
     pulses_per_s: f64,
+    /// TM counters over the CPU window.
+    tm: TmCounters,
     first_isochron_p50_us: f64,
     first_isochron_max_us: f64,
+}
+
+/// TM counters from its Prometheus endpoint.
+#[derive(Debug, Default, Clone, Copy)]
+struct TmCounters {
+    waves: u64,
+    waves_paced: u64,
+    tokens_repeated: u64,
+}
+
+impl TmCounters {
+    fn since(self, before: Self) -> Self {
+        Self {
+            waves: self.waves.saturating_sub(before.waves),
+            waves_paced: self.waves_paced.saturating_sub(before.waves_paced),
+            tokens_repeated: self.tokens_repeated.saturating_sub(before.tokens_repeated),
+        }
+    }
 }
 
 impl Phase {
@@ -158,14 +182,27 @@ impl Drop for Cluster {
     }
 }
 
-/// A loopback address on a port the kernel just handed out (free when this returns, unless
-/// something else takes it first).
-fn free_udp() -> anyhow::Result<SocketAddr> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?)
+/// Loopback ports the kernel hands out, held until every one is chosen (so no two are the
+/// same) and free again when this returns (unless something else takes one first).
+struct Ports {
+    udp: Vec<UdpSocket>,
+    tcp: Vec<TcpListener>,
 }
 
-fn free_tcp() -> anyhow::Result<SocketAddr> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+impl Ports {
+    fn udp(&mut self) -> anyhow::Result<SocketAddr> {
+        let s = UdpSocket::bind("127.0.0.1:0")?;
+        let a = s.local_addr()?;
+        self.udp.push(s);
+        Ok(a)
+    }
+
+    fn tcp(&mut self) -> anyhow::Result<SocketAddr> {
+        let s = TcpListener::bind("127.0.0.1:0")?;
+        let a = s.local_addr()?;
+        self.tcp.push(s);
+        Ok(a)
+    }
 }
 
 /// The cluster config: UDP, one switch `tm0`, hosts `h0`.. with SIU and application
@@ -205,11 +242,16 @@ fn start_cluster(hosts: usize, idle_pace_us: u64, phase: &str) -> anyhow::Result
         std::env::temp_dir().join(format!("isotach-bench-idle-{}-{phase}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let tm = free_udp()?;
-    let metrics = free_tcp()?;
+    let mut ports = Ports {
+        udp: Vec::new(),
+        tcp: Vec::new(),
+    };
+    let tm = ports.udp()?;
+    let metrics = ports.tcp()?;
     let addrs = (0..hosts)
-        .map(|_| Ok((free_udp()?, free_udp()?)))
+        .map(|_| Ok((ports.udp()?, ports.udp()?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    drop(ports);
     let cfg = dir.join("cluster.toml");
     std::fs::write(&cfg, config_text(tm, &addrs, idle_pace_us))?;
     let cfg = cfg
@@ -282,20 +324,27 @@ fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
     Ok(field(14)? + field(15)?)
 }
 
-/// The TM's `isotach_waves` gauge from its Prometheus endpoint.
-fn tm_waves(metrics: SocketAddr) -> anyhow::Result<u64> {
+/// The TM's counters from its Prometheus endpoint.
+fn tm_counters(metrics: SocketAddr) -> anyhow::Result<TmCounters> {
     let mut s = TcpStream::connect_timeout(&metrics, METRICS_TIMEOUT)?;
     s.set_read_timeout(Some(METRICS_TIMEOUT))?;
     s.set_write_timeout(Some(METRICS_TIMEOUT))?;
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")?;
     let mut body = String::new();
     s.take(METRICS_BYTES_MAX).read_to_string(&mut body)?;
-    body.lines()
-        .find(|l| l.starts_with("isotach_waves{"))
-        .and_then(|l| l.rsplit_once(' '))
-        .and_then(|(_, v)| v.trim().parse::<f64>().ok())
-        .map(|v| v as u64)
-        .context("no isotach_waves in the TM's metrics")
+    let value = |name: &str| {
+        body.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with('{'))
+            .and_then(|l| l.rsplit_once(' '))
+            .and_then(|(_, v)| v.trim().parse::<f64>().ok())
+            .map(|v| v as u64)
+            .with_context(|| format!("no {name} in the TM's metrics"))
+    };
+    Ok(TmCounters {
+        waves: value("isotach_waves")?,
+        waves_paced: value("isotach_waves_paced_total")?,
+        tokens_repeated: value("isotach_tokens_repeated_total")?,
+    })
 }
 
 /// Host 0's application: connected, with the forks map (page `p` at hosts `p`, `p + 1`).
@@ -349,13 +398,13 @@ fn run_phase(a: &IdleArgs, idle_pace_us: u64, name: &str, tck: u64) -> anyhow::R
         .iter()
         .map(|&p| cpu_ticks(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let (t0, waves0) = (Instant::now(), tm_waves(c.metrics)?);
+    let (t0, tm0) = (Instant::now(), tm_counters(c.metrics)?);
     std::thread::sleep(Duration::from_secs_f64(a.seconds));
     let after = pids
         .iter()
         .map(|&p| cpu_ticks(p))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let waves1 = tm_waves(c.metrics)?;
+    let tm = tm_counters(c.metrics)?.since(tm0);
     let span = t0.elapsed().as_secs_f64().max(1e-6);
     let pct: Vec<f64> = before
         .iter()
@@ -378,7 +427,8 @@ fn run_phase(a: &IdleArgs, idle_pace_us: u64, name: &str, tck: u64) -> anyhow::R
     Ok(Phase {
         tm_cpu_pct: pct[0],
         siu_cpu_pct: pct[1..].to_vec(),
-        pulses_per_s: waves1.saturating_sub(waves0) as f64 / span,
+        pulses_per_s: tm.waves as f64 / span,
+        tm,
         first_isochron_p50_us: lat.value_at_quantile(0.5) as f64 / 1000.0,
         first_isochron_max_us: lat.max() as f64 / 1000.0,
     })
@@ -419,12 +469,16 @@ pub(crate) fn idle(a: &IdleArgs) -> anyhow::Result<ExitCode> {
         full_siu_cpu_pct_max: full.siu_max(),
         full_pulses_per_s: full.pulses_per_s,
         full_pulse_period_us: full.period_us(),
+        full_tm_waves_paced: full.tm.waves_paced,
+        full_tm_tokens_repeated: full.tm.tokens_repeated,
         full_first_isochron_p50_us: full.first_isochron_p50_us,
         full_first_isochron_max_us: full.first_isochron_max_us,
         paced_tm_cpu_pct: paced.tm_cpu_pct,
         paced_siu_cpu_pct_max: paced.siu_max(),
         paced_pulses_per_s: paced.pulses_per_s,
         paced_pulse_period_us: paced.period_us(),
+        paced_tm_waves_paced: paced.tm.waves_paced,
+        paced_tm_tokens_repeated: paced.tm.tokens_repeated,
         paced_first_isochron_p50_us: paced.first_isochron_p50_us,
         paced_first_isochron_max_us: paced.first_isochron_max_us,
         cpu_target_pct: CPU_TARGET_PCT,
