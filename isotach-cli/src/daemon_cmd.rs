@@ -346,8 +346,11 @@ fn run_daemon<P: NodePlan>(
     let tag = Tag(cluster.transport.tag);
     let configured = admin(&cluster)[usize::from(node)];
     init_logs("info");
+    // Bound outside the runtime: the daemon's own thread waits on the socket, and a socket
+    // registered with the runtime's reactor would wake it on every datagram for nothing.
+    let bound = bind(link, plan.listen())?;
     runtime()?.block_on(async move {
-        match bind(link, plan.listen())? {
+        match bound {
             Bound::Udp(t) => serve(plan, t, tag, None, name, ops, configured).await?,
             Bound::Quic(t, h) => serve(plan, t, tag, Some(h), name, ops, configured).await?,
         }

@@ -33,7 +33,7 @@ fn bench_idle_reports_cpu_per_daemon_and_first_isochron_latency_for_both_phases(
     assert_eq!(v["ok"], true, "{v}");
     assert_eq!(
         (v["hosts"].as_u64(), v["idle_pace_us"].as_u64()),
-        (Some(2), Some(1000))
+        (Some(2), Some(2500))
     );
     for phase in ["full", "paced"] {
         let sius = v[format!("{phase}_siu_cpu_pct")].as_array().unwrap();

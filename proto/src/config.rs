@@ -99,9 +99,11 @@ pub const TOKEN_TIMEOUT_US_MIN: u64 = 100;
 /// 10 s without an answer and the link breaks (a new generation recovers it), so a longer
 /// timer never gets to repair a lost token; it only stalls logical time for longer.
 pub const TOKEN_TIMEOUT_US_MAX: u64 = 10_000_000;
-/// `[timing] idle-pace-us` when not written (and the token timeout is above twice it): an idle
-/// cluster pulses about 1 000 times a second instead of ~10 000 (`docs/bench.md`).
-pub const IDLE_PACE_US_DEFAULT: u64 = 1_000;
+/// `[timing] idle-pace-us` when not written (and the token timeout is above twice it): half the
+/// default token timer, the most it allows. An idle cluster pulses about 350 times a second
+/// instead of 10 000–20 000, and an idle token manager with 4 SIUs stays under 5 % of a core
+/// (each idle wave wakes it several times; at 1000 µs it measured 8 %, `docs/bench.md`).
+pub const IDLE_PACE_US_DEFAULT: u64 = 2_500;
 /// `[timing] idle-pace-us`, lower bound: 0 turns idle pacing off (waves at full speed always).
 pub const IDLE_PACE_US_MIN: u64 = 0;
 /// `[timing] idle-pace-us`, upper bound (1 s): an idle cluster then pulses once a second,
@@ -1649,7 +1651,7 @@ switch = "tm0"
             );
         }
         // Not written, it stays below a short timer: half of it.
-        for (timeout, default) in [(800, 400), (100, 50), (2000, 1000), (10_000, 1000)] {
+        for (timeout, default) in [(800, 400), (100, 50), (2000, 1000), (5_000, 2500), (10_000, 2500)] {
             let text = GOOD.replace("2000", &timeout.to_string());
             let c = ClusterConfig::parse(&text, "c.toml").unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(c.timing.idle_pace_us, default, "timer {timeout}");

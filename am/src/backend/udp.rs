@@ -22,7 +22,7 @@
 //! runtime (the socket is registered with that runtime); built outside one, `wait_async`
 //! degrades to sleeping polls (100 µs).
 
-use std::io::{self, IoSliceMut};
+use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket as StdUdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{
-    ControlMessageOwned, MsgFlags, SockaddrStorage, recvmsg, sendto, setsockopt, sockopt,
+    ControlMessage, ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage, recvmsg,
+    sendmmsg, sendto, setsockopt, sockopt,
 };
 use nix::time::{ClockId, clock_gettime};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -151,6 +152,19 @@ struct TxBatch {
     closed: bool,
 }
 
+/// Most single datagrams (to different destinations) held for one `sendmmsg`.
+const SINGLES_MAX: usize = 64;
+
+/// Single datagrams to different destinations, sent together in one `sendmmsg` at the next
+/// flush: a pass that answers every peer (a token manager's wave) wakes them all inside one
+/// system call, rather than being preempted by each wake-up in turn.
+struct Singles {
+    /// The datagrams, back to back.
+    buf: Vec<u8>,
+    /// Each datagram's destination and end in `buf`, in order.
+    msgs: Vec<(SockaddrStorage, usize)>,
+}
+
 /// Counters of the UDP driver.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct UdpStats {
@@ -170,6 +184,7 @@ pub struct UdpTransport {
     tokio_sock: Option<tokio::net::UdpSocket>,
     rx: Rx,
     tx: TxBatch,
+    singles: Singles,
     /// The last destination, converted for the system call.
     dest: (SocketAddr, SockaddrStorage),
     local: SocketAddr,
@@ -266,6 +281,10 @@ impl UdpTransport {
                 n: 0,
                 closed: false,
             },
+            singles: Singles {
+                buf: Vec::with_capacity(SINGLES_MAX * 1024),
+                msgs: Vec::with_capacity(SINGLES_MAX),
+            },
             dest: (local, SockaddrStorage::from(local)),
             local,
             origin: Instant::now(),
@@ -336,12 +355,35 @@ impl UdpTransport {
         t.n += 1;
     }
 
+    /// Sends everything queued: the open batch and the held single datagrams.
+    fn send_all(&mut self) {
+        self.send_batch();
+        self.send_singles();
+    }
+
+    /// Hands the open batch on: a single datagram joins the singles of the next
+    /// `sendmmsg`, a GSO batch leaves now (after the singles queued before it).
     fn send_batch(&mut self) {
         let (n, seg) = (self.tx.n, self.tx.seg);
         let Some(to) = self.tx.to.take() else { return };
         if n == 0 {
             return;
         }
+        if n == 1 {
+            if self.singles.msgs.len() >= SINGLES_MAX {
+                self.send_singles();
+            }
+            let sg = &mut self.singles;
+            sg.buf.extend_from_slice(&self.tx.buf);
+            sg.msgs.push((SockaddrStorage::from(to), sg.buf.len()));
+            debug_assert!(sg.msgs.len() <= SINGLES_MAX);
+            let t = &mut self.tx;
+            t.buf.clear();
+            t.n = 0;
+            t.closed = false;
+            return;
+        }
+        self.send_singles();
         if self.dest.0 != to {
             self.dest = (to, SockaddrStorage::from(to));
         }
@@ -384,6 +426,67 @@ impl UdpTransport {
         t.buf.clear();
         t.n = 0;
         t.closed = false;
+    }
+
+    /// Sends the held single datagrams: one `sendto` for one, one `sendmmsg` for more. What
+    /// the kernel does not take (`EAGAIN`) is dropped and counted, as for any send: the AM
+    /// core retransmits.
+    fn send_singles(&mut self) {
+        let n = self.singles.msgs.len();
+        if n == 0 {
+            return;
+        }
+        // A datagram must not be cut by the socket's GSO size.
+        let ok = self.gso_cur == 0 || self.set_gso(0);
+        let sg = &mut self.singles;
+        let r = if !ok {
+            Err(Errno::EINVAL)
+        } else if n == 1 {
+            sendto(
+                self.sock.as_raw_fd(),
+                &sg.buf,
+                &sg.msgs[0].0,
+                MsgFlags::MSG_DONTWAIT,
+            )
+            .map(|_| 1)
+        } else {
+            let mut start = 0;
+            let iovs: Vec<[IoSlice<'_>; 1]> = sg
+                .msgs
+                .iter()
+                .map(|&(_, end)| {
+                    let iov = [IoSlice::new(&sg.buf[start..end])];
+                    start = end;
+                    iov
+                })
+                .collect();
+            let addrs: Vec<Option<SockaddrStorage>> =
+                sg.msgs.iter().map(|&(a, _)| Some(a)).collect();
+            let no_cmsgs: [ControlMessage<'_>; 0] = [];
+            // Per flush, not per datagram (the headers hold raw pointers, so they cannot
+            // live in a transport that moves between threads).
+            let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(n, None);
+            sendmmsg(
+                self.sock.as_raw_fd(),
+                &mut headers,
+                &iovs,
+                &addrs,
+                no_cmsgs,
+                MsgFlags::MSG_DONTWAIT,
+            )
+            .map(Iterator::count)
+        };
+        match r {
+            Ok(sent) => {
+                self.stats.sent += sent as u64;
+                self.stats.send_dropped += (n - sent) as u64;
+            }
+            Err(Errno::EAGAIN) => self.stats.send_dropped += n as u64,
+            Err(_) => self.stats.send_errors += n as u64,
+        }
+        let sg = &mut self.singles;
+        sg.buf.clear();
+        sg.msgs.clear();
     }
 
     fn fill(&mut self, flags: MsgFlags) -> Result<bool, AmError> {
@@ -448,7 +551,7 @@ impl UdpTransport {
 
 impl Drop for UdpTransport {
     fn drop(&mut self) {
-        self.send_batch();
+        self.send_all();
     }
 }
 
@@ -474,7 +577,7 @@ impl Transport for UdpTransport {
         Ok(())
     }
     fn flush(&mut self) -> Result<(), AmError> {
-        self.send_batch();
+        self.send_all();
         Ok(())
     }
     fn recv(
@@ -515,7 +618,7 @@ impl Transport for UdpTransport {
         self.wait_from(now, deadline)
     }
     fn wait_from(&mut self, mut now: Time, deadline: Option<Time>) -> Result<bool, AmError> {
-        self.send_batch();
+        self.send_all();
         loop {
             if self.rx.pending() {
                 return Ok(true);
@@ -555,11 +658,11 @@ impl Transport for UdpTransport {
         }
     }
     fn sleep_until(&mut self, t: Time) {
-        self.send_batch();
+        self.send_all();
         sleep_until_real(self.now(), t);
     }
     async fn wait_async(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
-        self.send_batch();
+        self.send_all();
         if self.fill_nonblocking()? {
             return Ok(true);
         }

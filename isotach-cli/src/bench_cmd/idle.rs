@@ -5,7 +5,7 @@
 //! siu` per host) from a generated UDP cluster config in a temporary directory, so each one's
 //! CPU time can be read from `/proc/PID/stat` (utime + stime, in clock ticks of `getconf
 //! CLK_TCK`). Two phases, each with fresh daemons: the baseline with idle pacing off
-//! (`idle-pace-us = 0`, waves at full speed) and the paced cluster (`--idle-pace-us`, 1000 by
+//! (`idle-pace-us = 0`, waves at full speed) and the paced cluster (`--idle-pace-us`, 2500 by
 //! default). In each, one application (an SMM over UDP, in this process) attaches to host 0's
 //! SIU and completes one isochron to start; then, with no traffic, every daemon's CPU share of
 //! one core is measured over `--seconds`, and the TM's wave rate, paced waves and repeats are
