@@ -1651,7 +1651,13 @@ switch = "tm0"
             );
         }
         // Not written, it stays below a short timer: half of it.
-        for (timeout, default) in [(800, 400), (100, 50), (2000, 1000), (5_000, 2500), (10_000, 2500)] {
+        for (timeout, default) in [
+            (800, 400),
+            (100, 50),
+            (2000, 1000),
+            (5_000, 2500),
+            (10_000, 2500),
+        ] {
             let text = GOOD.replace("2000", &timeout.to_string());
             let c = ClusterConfig::parse(&text, "c.toml").unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(c.timing.idle_pace_us, default, "timer {timeout}");
