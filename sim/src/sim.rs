@@ -7,6 +7,8 @@ mod daemons;
 mod faults;
 mod node;
 mod tamper;
+#[cfg(test)]
+mod tests;
 
 use crate::hash::Fnv1a64;
 use crate::host::{Host, HostAction, HostCtx, Observer};
@@ -232,11 +234,17 @@ enum Event {
 }
 
 impl Event {
-    /// The TM or SIU whose input this is (pauses delay it).
+    /// The TM or SIU whose input this is (pauses delay it). An application's attach and
+    /// detach travel the host→SIU link like its packets, so a pause delays them too: otherwise
+    /// a new application's hello would overtake the previous one's packets waiting behind the
+    /// pause (e.g. two restarts in a row: both hellos, then both start-barrier markers, and
+    /// the SIU refuses the second marker as a barrier already in progress).
     fn pausable_target(&self) -> Option<NodeId> {
         match self {
             Self::Datagram { to, .. } => Some(*to),
-            Self::SiuHost { host, .. } => Some(NodeId::Siu(*host)),
+            Self::SiuHost { host, .. } | Self::SiuReattach { host } | Self::SiuDetach { host } => {
+                Some(NodeId::Siu(*host))
+            }
             _ => None,
         }
     }

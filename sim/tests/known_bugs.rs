@@ -7,10 +7,12 @@
 
 use isotach_proto::Generation;
 use isotach_proto::Pulse;
-use isotach_proto::config::{Limits, Timing};
+use isotach_proto::config::{ClusterConfig, Limits, Timing};
 use isotach_proto::packet::{EndOfIsochron, IsotachMessage, Kind, Sref, StartOfIsochron, Token};
 use isotach_proto::topology::{Hop, HostId, Topology};
+use isotach_sim::philo::{self, PhiloOptions};
 use isotach_sim::waves::{self, WavesOptions};
+use isotach_sim::{Faults, Pauses, RangeUs, Restarts};
 use isotach_siu::{Mode, Siu, SiuConfig};
 use isotach_tm::{TmConfig, TokenManager};
 use std::sync::Arc;
@@ -248,4 +250,38 @@ fn reset_token_corruption_never_breaks_a_run() {
         let r = waves::run(&o).unwrap();
         assert!(r.ok, "seed {seed}: {:?}", r.problems);
     }
+}
+
+/// FIXED (the simulator paused an SIU's host packets but not its application's attaches): two
+/// restarts of logical time reached host 0 at once while its SIU was paused; each started a
+/// new application (attach, then the start barrier's marker). Both attaches skipped the pause
+/// and overtook the first marker, so the SIU took the first application's marker for the
+/// second's and refused the second marker: `host 0: SIU refused a packet: barrier 0: already
+/// in progress`. Not an SIU or TM bug: in a daemon an application's hello follows the previous
+/// one's packets on the same link. Found with idle pacing (2500 µs), whose timing made the two
+/// restarts coincide with a pause; `sim::tests` has the focused reproduction.
+#[test]
+fn philo_seed_321_two_restarts_during_a_pause() {
+    let mut cluster = ClusterConfig::generated(6, 2).unwrap();
+    cluster.timing.idle_pace_us = 2_500;
+    let mut o = PhiloOptions::new(cluster, 20, 321);
+    o.net.faults = Faults {
+        loss: 0.02,
+        dup: 0.02,
+        reorder: 0.05,
+        token_corrupt: 0.01,
+        ..Faults::default()
+    };
+    o.net.pauses = Some(Pauses {
+        every_us: 5_000,
+        duration_us: RangeUs::new(100, 20_000),
+    });
+    o.net.restarts = Some(Restarts {
+        every_us: 4_000,
+        count: 3,
+        down_us: RangeUs::new(100, 5_000),
+    });
+    let r = philo::run(&o).unwrap();
+    assert!(r.logical_restarts > 0, "{r:?}");
+    assert!(r.ok, "{r:#?}");
 }
