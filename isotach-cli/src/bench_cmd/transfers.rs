@@ -419,6 +419,7 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
         bank,
         clients: a.clients as usize,
         seconds: c.seconds,
+        assign_round: a.idiom == Idiom::SchedAssign,
     });
     let (unordered_per_s, unordered_p50) = match &unordered {
         Ok(u) => (u.transfers_per_s, u.latency_p50_us),

@@ -6,8 +6,9 @@
 //! A transfer between accounts on pages `pf` and `pt` sends what its isochrons would: a read
 //! of each account to its first copy (none when this host holds one), a sched of each to
 //! every other host holding a copy, and, once both reads were answered, an assign of each to
-//! the same copies. Its latency runs from sending the first packet to both reads answered,
-//! as in the ordered run.
+//! the same copies. For `--idiom add` there is no second round: the read stands for the add
+//! the nearest copy answers, the update for the add every other copy runs. Its latency runs
+//! from sending the first packet to both reads answered, as in the ordered run.
 
 use super::daemons::latency_hist;
 use super::transfers::Bank;
@@ -39,6 +40,8 @@ pub(crate) struct UnorderedParams {
     pub(crate) bank: Bank,
     pub(crate) clients: usize,
     pub(crate) seconds: f64,
+    /// The assigns go out once the reads are answered (sched-assign); `add` has one round.
+    pub(crate) assign_round: bool,
 }
 
 /// What it measured.
@@ -135,6 +138,7 @@ fn run_host(
     let end = warm_end + Duration::from_secs_f64(p.seconds);
     let mut window = Window {
         bank,
+        assign_round: p.assign_round,
         warm_end,
         end,
         lat: latency_hist().map_err(|e| e.to_string())?,
@@ -178,10 +182,15 @@ fn run_host(
         {
             break;
         }
-        host.port
-            .wait(Duration::from_millis(1))
-            .map_err(|e| format!("host {me}: {e}"))?;
+        // Send what this round issued before waiting (the port transmits only in `poll`;
+        // waiting first left every new transfer queued until the wait timed out).
         host.port.poll().map_err(|e| format!("host {me}: {e}"))?;
+        if !host.port.links().has_packets() {
+            host.port
+                .wait(Duration::from_millis(1))
+                .map_err(|e| format!("host {me}: {e}"))?;
+            host.port.poll().map_err(|e| format!("host {me}: {e}"))?;
+        }
         while let Some((peer, bytes)) = host.port.recv() {
             let (Some(&kind), Some(id)) = (bytes.first(), id_of(&bytes)) else {
                 return Err(format!("host {me}: a malformed baseline packet"));
@@ -212,6 +221,7 @@ fn run_host(
 /// The measurement window of one host: what counts and what was counted.
 struct Window {
     bank: Bank,
+    assign_round: bool,
     warm_end: Instant,
     end: Instant,
     lat: hdrhistogram::Histogram<u64>,
@@ -219,10 +229,13 @@ struct Window {
 }
 
 impl Window {
-    /// Both reads answered: the assigns go out, the latency is recorded when in the window.
+    /// Both reads answered: the assigns go out (sched-assign), the latency is recorded when
+    /// in the window.
     fn decide(&mut self, host: &mut Host, id: u64, w: &Waiting) -> Result<(), String> {
-        for &page in &w.pages {
-            host.update(self.bank, page, id)?;
+        if self.assign_round {
+            for &page in &w.pages {
+                host.update(self.bank, page, id)?;
+            }
         }
         if w.sent >= self.warm_end && w.sent < self.end {
             let _ = self.lat.record(w.sent.elapsed().as_nanos().max(1) as u64);
@@ -291,6 +304,7 @@ mod tests {
             },
             clients: 2,
             seconds: 0.2,
+            assign_round: true,
         })
         .unwrap();
         assert!(n.transfers_per_s > 0.0 && n.latency_p50_us > 0.0);
