@@ -33,9 +33,8 @@ use isotach_proto::config::Timing;
 use isotach_proto::packet::Width;
 use isotach_proto::topology::{HostId, Topology};
 use isotach_smm::am_link::AmSiuLink;
-use isotach_smm::embedded::EmbeddedSiu;
 use isotach_smm::{
-    Addr, LinkError, MemoryMap, ReadHandle, SiuLink, Smm, SmmConfig, SmmLimits, SmmNode, WaitError,
+    Addr, AmLink, MemoryMap, ReadHandle, Smm, SmmConfig, SmmLimits, SmmNode, WaitError,
 };
 use serde::Serialize;
 use std::collections::VecDeque;
@@ -47,7 +46,8 @@ use std::time::{Duration, Instant};
 /// How long the daemons may take to start logical time at every SIU.
 const STARTUP_MAX: Duration = Duration::from_secs(30);
 
-fn parse_seconds(s: &str) -> Result<f64, String> {
+/// A duration flag in seconds, 0.01..=3600 (every daemon bench's `--seconds`).
+pub(super) fn parse_seconds(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
     if !(0.01..=3600.0).contains(&v) {
         return Err(format!("{v} is not in 0.01..=3600"));
@@ -218,46 +218,6 @@ pub(super) fn finish(
     Ok(raw)
 }
 
-/// A bench application's link to its SIU: the SIU embedded on the application's thread, or
-/// an SIU daemon over AM on loopback UDP.
-#[derive(Debug)]
-pub(super) enum BenchLink {
-    /// The host's SIU runs on this thread.
-    Embedded(Box<EmbeddedSiu<UdpTransport>>),
-    /// The host's SIU is a daemon.
-    Daemon(Box<AmSiuLink<UdpTransport>>),
-}
-
-impl SiuLink for BenchLink {
-    fn send(&mut self, packet: Vec<u8>) -> Result<(), LinkError> {
-        match self {
-            Self::Embedded(l) => SiuLink::send(l.as_mut(), packet),
-            Self::Daemon(l) => l.send(packet),
-        }
-    }
-
-    fn flush(&mut self) -> Result<(), LinkError> {
-        match self {
-            Self::Embedded(l) => SiuLink::flush(l.as_mut()),
-            Self::Daemon(l) => l.flush(),
-        }
-    }
-
-    fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError> {
-        match self {
-            Self::Embedded(l) => SiuLink::recv(l.as_mut(), timeout),
-            Self::Daemon(l) => l.recv(timeout),
-        }
-    }
-
-    fn broken(&mut self) -> Option<String> {
-        match self {
-            Self::Embedded(_) => None,
-            Self::Daemon(l) => l.broken(),
-        }
-    }
-}
-
 /// A host's application thread.
 pub(super) type App<R> = std::thread::JoinHandle<Result<R, String>>;
 
@@ -272,7 +232,7 @@ pub(super) fn spawn_apps<R, F>(
 ) -> anyhow::Result<Vec<App<R>>>
 where
     R: Send + 'static,
-    F: Fn(usize, Smm<BenchLink>) -> Result<R, String> + Clone + Send + 'static,
+    F: Fn(usize, Smm<AmLink>) -> Result<R, String> + Clone + Send + 'static,
 {
     let map = Arc::new(map);
     let topology = Arc::new(lc.cluster.topology.clone());
@@ -287,8 +247,8 @@ where
                 .name(format!("bench-app-{h}"))
                 .spawn(move || {
                     let link = match own_siu {
-                        Some(s) => BenchLink::Embedded(Box::new(s)),
-                        None => BenchLink::Daemon(Box::new(connect(t, siu, h, deadline)?)),
+                        Some(s) => AmLink::EmbeddedUdp(Box::new(s)),
+                        None => AmLink::Udp(connect(t, siu, h, deadline)?),
                     };
                     app(h, smm_over(link, h, map, topology, limits))
                 })?,
@@ -351,12 +311,12 @@ fn connect(
 
 /// Host `h`'s SMM over `link`.
 fn smm_over(
-    link: BenchLink,
+    link: AmLink,
     h: usize,
     map: Arc<MemoryMap>,
     topology: Arc<Topology>,
     limits: SmmLimits,
-) -> Smm<BenchLink> {
+) -> Smm<AmLink> {
     let node = SmmNode::new(SmmConfig {
         host: h as HostId,
         topology,
@@ -509,7 +469,7 @@ struct HostLoad {
 /// One host's load: isochrons with at most `w` outstanding for `warm + seconds`, then a
 /// drain and an end barrier (nobody leaves while others still write to its copies).
 fn host_load(
-    smm: &mut Smm<BenchLink>,
+    smm: &mut Smm<AmLink>,
     h: usize,
     n: usize,
     w: usize,

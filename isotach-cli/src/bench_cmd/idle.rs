@@ -14,6 +14,7 @@
 //! to it, replicated at host 1) and time it until the read resolved at the issuer (its local
 //! part executed), end to end.
 
+use super::daemons::parse_seconds;
 use super::daemons::{exit, latency_hist, print, ratio};
 use crate::UsageError;
 use anyhow::Context;
@@ -45,14 +46,6 @@ const CLK_TCK_DEFAULT: u64 = 100;
 const CPU_TARGET_PCT: f64 = 5.0;
 /// Largest response read from the metrics endpoint.
 const METRICS_BYTES_MAX: u64 = 1 << 20;
-
-fn parse_seconds(s: &str) -> Result<f64, String> {
-    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
-    if !(0.1..=3600.0).contains(&v) {
-        return Err(format!("{v} is not in 0.1..=3600"));
-    }
-    Ok(v)
-}
 
 /// `isotach bench idle`.
 #[derive(Debug, Args)]
