@@ -67,6 +67,18 @@ fn cluster(dir: &Path, a: &[String], transport: &str) -> PathBuf {
     cfg
 }
 
+/// [`cluster`] over QUIC with mutual TLS: a cluster CA and a certificate for every node.
+fn quic_cluster(dir: &Path) -> PathBuf {
+    let mut nodes = vec!["tm0"];
+    nodes.extend(HOSTS);
+    make_pki(&dir.join("pki"), "bank", &nodes);
+    cluster(
+        dir,
+        &free_addrs(9),
+        "kind = \"quic\"\nca = \"pki/ca.pem\"\ncerts = \"pki\"",
+    )
+}
+
 /// Starts the TM and the SIUs, each with an admin service, and a watchdog over them.
 fn start_daemons(dir: &Path, cfg: &str) -> (Procs, Watchdog) {
     start_daemons_for(dir, cfg, &HOSTS)
@@ -193,14 +205,7 @@ fn run_once(
 #[test]
 fn banks_with_embedded_sius_beside_siu_daemons_over_quic_lose_nothing() {
     let dir = scratch("bank-embedded");
-    let mut nodes = vec!["tm0"];
-    nodes.extend(HOSTS);
-    make_pki(&dir.join("pki"), "bank", &nodes);
-    let cfg = cluster(
-        &dir,
-        &free_addrs(9),
-        "kind = \"quic\"\nca = \"pki/ca.pem\"\ncerts = \"pki\"",
-    );
+    let cfg = quic_cluster(&dir);
     let cfg = cfg.to_str().unwrap();
     let embedded = [HOSTS[0], HOSTS[2]];
     let daemons: Vec<&str> = HOSTS
@@ -224,14 +229,7 @@ fn applications_rerun_against_running_udp_daemons_lose_nothing() {
 #[test]
 fn applications_rerun_against_running_quic_daemons_lose_nothing() {
     let dir = scratch("bank-quic");
-    let mut nodes = vec!["tm0"];
-    nodes.extend(HOSTS);
-    make_pki(&dir.join("pki"), "bank", &nodes);
-    let cfg = cluster(
-        &dir,
-        &free_addrs(9),
-        "kind = \"quic\"\nca = \"pki/ca.pem\"\ncerts = \"pki\"",
-    );
+    let cfg = quic_cluster(&dir);
     let cfg = cfg.to_str().unwrap();
     let (_daemons, mut watch) = start_daemons(&dir, cfg);
     reruns(&dir, cfg, &mut watch);

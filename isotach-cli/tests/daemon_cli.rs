@@ -51,6 +51,37 @@ fn demo_philo_json_exits_0_with_the_keys() {
     assert_eq!(v["ok"], true);
 }
 
+/// The applications `apps` exit 0 (the watchdog fails the test within seconds should logical
+/// time stop first); then graceful shutdown: SIGTERM to `daemons`, and each exits 0.
+fn finish_then_stop(
+    dir: &std::path::Path,
+    procs: &mut Procs,
+    watch: &mut Watchdog,
+    apps: &[usize],
+    daemons: &[usize],
+) {
+    let ended_ok = |procs: &Procs, i: usize, status: Option<std::process::ExitStatus>| {
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{} ended with {status:?}\n{}",
+            procs.0[i].0,
+            logs(dir)
+        );
+    };
+    let until = Instant::now() + GUARD;
+    for &i in apps {
+        let status = watch.wait(&mut procs.0[i].1, until);
+        ended_ok(procs, i, status);
+    }
+    for &i in daemons {
+        sigterm(&procs.0[i].1);
+    }
+    for &i in daemons {
+        let status = wait_guarded(&mut procs.0[i].1, Instant::now() + GUARD);
+        ended_ok(procs, i, status);
+    }
+}
+
 #[test]
 fn daemons_and_two_philosopher_processes_on_loopback() {
     let dir = scratch("daemons");
@@ -99,29 +130,7 @@ fn daemons_and_two_philosopher_processes_on_loopback() {
             ("siu-beta", &adm_beta),
         ],
     );
-    let until = Instant::now() + GUARD;
-    for i in [0, 2] {
-        let status = watch.wait(&mut procs.0[i].1, until);
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "{} ended with {status:?}\n{}",
-            procs.0[i].0,
-            logs(&dir)
-        );
-    }
-    // Graceful shutdown: SIGTERM, then every daemon exits 0.
-    for i in [1, 3, 4] {
-        sigterm(&procs.0[i].1);
-    }
-    for i in [1, 3, 4] {
-        let status = wait_guarded(&mut procs.0[i].1, Instant::now() + GUARD);
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "{} ended with {status:?}\n{}",
-            procs.0[i].0,
-            logs(&dir)
-        );
-    }
+    finish_then_stop(&dir, &mut procs, &mut watch, &[0, 2], &[1, 3, 4]);
     drop(procs);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -170,28 +179,7 @@ fn a_philosopher_with_an_embedded_siu_eats_beside_a_daemon_host() {
         procs.0.push(spawn(&dir, label, &args));
     }
     let mut watch = Watchdog::new(&dir, &[("tm0", &adm_tm), ("siu-beta", &adm_beta)]);
-    let until = Instant::now() + GUARD;
-    for i in [0, 1] {
-        let status = watch.wait(&mut procs.0[i].1, until);
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "{} ended with {status:?}\n{}",
-            procs.0[i].0,
-            logs(&dir)
-        );
-    }
-    for i in [2, 3] {
-        sigterm(&procs.0[i].1);
-    }
-    for i in [2, 3] {
-        let status = wait_guarded(&mut procs.0[i].1, Instant::now() + GUARD);
-        assert!(
-            status.is_some_and(|s| s.success()),
-            "{} ended with {status:?}\n{}",
-            procs.0[i].0,
-            logs(&dir)
-        );
-    }
+    finish_then_stop(&dir, &mut procs, &mut watch, &[0, 1], &[2, 3]);
     drop(procs);
     let _ = std::fs::remove_dir_all(&dir);
 }
