@@ -488,7 +488,11 @@ impl TokenManager {
     /// the next one now, if it is ready.
     fn busy_news(&mut self, now_us: u64, link: LinkId, until_wave: u64) {
         self.note_busy(link, until_wave.max(self.waves + 1));
-        self.try_send_waves(now_us);
+        // Only a wave held by its pace timer can be released: any other ready wave already
+        // went out (this runs for every forwarded message, so no scan of the links here).
+        if self.pace_deadline_us.is_some() {
+            self.try_send_waves(now_us);
+        }
     }
 
     /// Waves up to `wave` go out unpaced, and carry BUSY to the other neighbours.
