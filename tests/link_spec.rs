@@ -743,23 +743,25 @@ fn real_run() -> Vec<Rec> {
     }
     let gauges: Vec<_> = sius.iter().map(SiuDaemon::gauges).collect();
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let shutdown = || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
+    // Each daemon on a thread of its own, as `isotach tm` / `isotach siu` run it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let run = |name: &str, d: Box<dyn FnOnce(&AtomicBool) + Send>| {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || d(&stop))
+            .unwrap()
     };
-    let tm_task = rt.spawn(tm.run(shutdown()));
-    let siu_tasks: Vec<_> = sius
-        .into_iter()
-        .map(|d| rt.spawn(d.run(shutdown())))
-        .collect();
+    let mut threads = vec![run(
+        "tm",
+        Box::new(move |stop| drop(tm.run_blocking(stop).unwrap())),
+    )];
+    for d in sius {
+        threads.push(run(
+            "siu",
+            Box::new(move |stop| drop(d.run_blocking(stop).unwrap())),
+        ));
+    }
 
     let until = Instant::now() + GUARD;
     while gauges
@@ -774,14 +776,10 @@ fn real_run() -> Vec<Rec> {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    stop_tx.send(true).unwrap();
-    rt.block_on(async {
-        tm_task.await.unwrap().unwrap();
-        for t in siu_tasks {
-            t.await.unwrap().unwrap();
-        }
-    });
-    drop(rt);
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("a daemon thread ended without panicking");
+    }
     let (records, strays) = relay.finish();
     assert!(
         strays.is_empty(),

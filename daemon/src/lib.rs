@@ -2,12 +2,12 @@
 //!
 //! - [`pump`]: [`Pump`], a TM or SIU [`Role`] plus its sans-IO links
 //!   ([`isotach_am_proto::link::Links`]) and the policy between them: held input, stalled
-//!   output, link events. Time is passed in; the simulator and the tokio runner drive it.
+//!   output, link events. Time is passed in; the simulator and the threaded runner drive it.
 //! - [`tm`] and [`siu`]: the two roles: the state machines plus their daemons' rules
 //!   (rejoin after a broken link, when to start logical time, application attachment), and
 //!   each node's plan (addresses, peers) from a cluster config.
 //! - [`embedded`] (feature `embedded`): the SIU run on an application's own thread.
-//! - [`run`] (feature `runtime`): the tokio runner behind `isotach tm` / `isotach siu`, with
+//! - [`run`] (feature `runtime`): the runner behind `isotach tm` / `isotach siu` (one thread per daemon), with
 //!   its [`telemetry`].
 
 #[cfg(feature = "embedded")]

@@ -1,5 +1,5 @@
-//! The tokio runner of `isotach tm` / `isotach siu` (feature `runtime`): a thin loop around
-//! a [`Pump`] and a [`Transport`]. Each pass reads the clock once, takes the datagrams that
+//! The runner of `isotach tm` / `isotach siu` (feature `runtime`): a thin loop around a
+//! [`Pump`] and a [`Transport`] on a thread of its own ([`Daemon::run_blocking`]). Each pass reads the clock once, takes the datagrams that
 //! arrived, runs the pump, sends what it has and waits for the next datagram or deadline. It
 //! decides nothing; it measures (telemetry) and publishes a snapshot for the admin service.
 
@@ -13,7 +13,6 @@ use isotach_am::port::{links_on, take_arrivals};
 use isotach_am::{NodeAddr, Tag, Time, Transport};
 use isotach_siu::{Siu, SiuStats};
 use isotach_tm::{TmStats, TokenManager};
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -23,9 +22,6 @@ use tokio::sync::watch;
 const WAIT_MAX: Duration = Duration::from_millis(50);
 /// How often the loop publishes its snapshot at most.
 const PUBLISH_EVERY: Duration = Duration::from_millis(5);
-/// Passes between explicit yields to the runtime (so the admin service runs under a steady
-/// stream; a yield per pass costs throughput).
-const YIELD_EVERY: u32 = 16;
 
 /// Histogram of the duration of passes that handled datagrams (µs).
 pub const HIST_PASS: &str = "pass_us";
@@ -113,44 +109,10 @@ impl<R: Publish, T: Transport> Daemon<R, T> {
         &self.transport
     }
 
-    /// Runs until `shutdown` completes; returns the role (for its counters).
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<R, DaemonError> {
-        self.pump.role().log_start(self.transport.local_addr());
-        let mut shutdown = std::pin::pin!(shutdown);
-        let mut passes = 0u32;
-        loop {
-            let (now, taken) = self.pass()?;
-            passes = passes.wrapping_add(1);
-            if passes.is_multiple_of(YIELD_EVERY) {
-                // Let other tasks (the admin service) run, and notice a shutdown, even under
-                // a steady stream.
-                tokio::select! {
-                    biased;
-                    () = &mut shutdown => break,
-                    () = tokio::task::yield_now() => {}
-                }
-            }
-            if taken > 0 {
-                // Under load more is likely waiting already: take it without a round trip
-                // through the runtime's reactor (a wake-up per pass costs a context switch).
-                continue;
-            }
-            let deadline = self.deadline(now);
-            tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                r = self.transport.wait_async(Some(deadline)) => { r?; }
-            }
-        }
-        R::log_stop(&self.pump);
-        Ok(self.pump.into_role())
-    }
-
     /// Runs on the calling thread until `stop` is set; returns the role (for its counters).
-    /// The same passes as [`Daemon::run`], blocking in the transport between them: no
-    /// runtime, no task hop or reactor wake-up between a datagram and the pass that takes
-    /// it. The daemons run here, one thread per role; [`Daemon::run`] is for a daemon that
-    /// must share a runtime's threads.
+    /// Each pass reads the clock once, takes what arrived, runs the pump and sends; between
+    /// passes it blocks in the transport: no runtime, no task hop or reactor wake-up between
+    /// a datagram and the pass that takes it. One thread per role.
     pub fn run_blocking(mut self, stop: &AtomicBool) -> Result<R, DaemonError> {
         self.pump.role().log_start(self.transport.local_addr());
         while !stop.load(Ordering::Relaxed) {
