@@ -167,6 +167,10 @@ impl<T: Transport> SiuLink for AmSiuLink<T> {
         self.poll()
     }
 
+    fn try_recv(&mut self) -> Option<Vec<u8>> {
+        self.port.recv().map(|(_, p)| p)
+    }
+
     fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError> {
         if let Some((_, p)) = self.port.recv() {
             return Ok(Some(p));

@@ -126,6 +126,15 @@ impl SiuLink for AmLink {
         }
     }
 
+    fn try_recv(&mut self) -> Option<Vec<u8>> {
+        match self {
+            Self::Udp(l) => l.try_recv(),
+            Self::Quic(l) => l.try_recv(),
+            Self::EmbeddedUdp(l) => SiuLink::try_recv(l.as_mut()),
+            Self::EmbeddedQuic(l) => SiuLink::try_recv(l.as_mut()),
+        }
+    }
+
     fn flush(&mut self) -> Result<(), LinkError> {
         match self {
             Self::Udp(l) => l.flush(),

@@ -51,6 +51,10 @@ impl<T: Transport> SiuLink for EmbeddedSiu<T> {
         self.pass().map(drop).map_err(link_err)
     }
 
+    fn try_recv(&mut self) -> Option<Vec<u8>> {
+        self.take_for_host()
+    }
+
     fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError> {
         if let Some(p) = self.take_for_host() {
             return Ok(Some(p));

@@ -1,8 +1,8 @@
 //! UDP backend: one socket (socket2 for buffer sizing), receive with GRO and send with GSO
 //! (UDP_SEGMENT) through `nix`.
 //!
-//! Fast path: the receive buffer, its control-message buffer and the GSO transmit buffer are
-//! allocated once, at bind time; sending and receiving a message allocates nothing.
+//! Fast path: the receive slots and the outbox are allocated once, at bind time; sending and
+//! receiving a datagram allocates nothing (a system call builds its small header array).
 //!
 //! System calls: the socket is in blocking mode and every non-blocking operation passes
 //! `MSG_DONTWAIT`, so a blocking [`Transport::wait`] is *one* `recvmsg` that sleeps until a
@@ -13,26 +13,24 @@
 //! `poll(2)` (millisecond resolution, like `epoll_wait`). No epoll registration is kept (an
 //! arrival then wakes only the blocked receiver, without an epoll callback).
 //!
-//! Sends are gathered until the bundle flushes ([`Transport::flush`]): consecutive
-//! equal-size datagrams to one destination leave in one `sendmsg` with `UDP_SEGMENT` (GSO;
-//! up to 64 segments), and a receiver with `UDP_GRO` takes such a batch with one `recvmsg`.
-//! Without GSO support (or on `EIO`/`EINVAL`) it sends one datagram per call.
+//! Sends are gathered until the bundle flushes ([`Transport::flush`]); see [`tx`]. Receives
+//! take up to [`rx::RECV_SLOTS`] datagrams (each maybe a GRO batch) per `recvmmsg`; see [`rx`].
 //!
 //! The async `wait_async` awaits tokio readiness when the transport was built inside a tokio
 //! runtime (the socket is registered with that runtime); built outside one, `wait_async`
 //! degrades to sleeping polls (100 µs).
 
-use std::io::{self, IoSlice, IoSliceMut};
-use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket as StdUdpSocket};
-use std::os::fd::{AsFd, AsRawFd};
+mod rx;
+mod tx;
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::socket::{
-    ControlMessage, ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage, recvmsg,
-    sendmmsg, sendto, setsockopt, sockopt,
-};
+use nix::sys::socket::{MsgFlags, setsockopt, sockopt};
 use nix::time::{ClockId, clock_gettime};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
@@ -42,16 +40,12 @@ use super::{real_now, sleep_until_real, tokio_deadline, wall_incarnation};
 use crate::AmError;
 use crate::transport::Transport;
 use crate::{NodeAddr, Time};
+use rx::{RECV_SLOTS, Rx};
+use tx::{GSO_MAX_SEGMENTS, Outbox};
 
-/// Non-blocking receive calls one [`Transport::recv`] makes at most (each returns one
-/// datagram, or one GRO batch of up to 64).
-pub const RECV_BATCH: usize = 16;
-/// Bytes of the receive buffer (room for a GRO-coalesced batch).
-const RECV_BUF: usize = 64 * 1024;
-/// Most bytes one GSO send carries (the largest UDP payload over IPv4).
-const GSO_MAX_BYTES: usize = 65_507;
-/// Most segments one GSO send carries (the kernel's `UDP_MAX_SEGMENTS`).
-const GSO_MAX_SEGMENTS: usize = 64;
+/// Non-blocking receive calls one [`Transport::recv`] makes at most (each returns up to
+/// [`rx::RECV_SLOTS`] datagrams or GRO batches of up to 64).
+pub const RECV_BATCH: usize = 4;
 /// Shortest wait done as a blocking receive; shorter ones use `poll(2)` (ms resolution).
 pub const BLOCKING_RECV_MIN: Duration = Duration::from_millis(6);
 /// What the kernel may add to `SO_RCVTIMEO` by rounding it up to jiffies (HZ ≥ 250).
@@ -88,83 +82,6 @@ impl UdpConfig {
     }
 }
 
-/// One received datagram, or one GRO batch of equal-size datagrams (`stride` apart).
-struct Rx {
-    buf: Vec<u8>,
-    cmsg: Vec<u8>,
-    addr: SocketAddr,
-    len: usize,
-    stride: usize,
-    off: usize,
-}
-
-fn std_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = a.as_sockaddr_in() {
-        return Some(SocketAddr::V4(SocketAddrV4::from(*v4)));
-    }
-    a.as_sockaddr_in6()
-        .map(|v6| SocketAddr::V6(SocketAddrV6::from(*v6)))
-}
-
-impl Rx {
-    fn pending(&self) -> bool {
-        self.off < self.len
-    }
-
-    /// One `recvmsg` (blocking unless `flags` has `MSG_DONTWAIT`); returns how many
-    /// datagrams it brought.
-    fn fill(&mut self, sock: &StdUdpSocket, flags: MsgFlags) -> io::Result<usize> {
-        let mut iov = [IoSliceMut::new(&mut self.buf)];
-        let m = recvmsg::<SockaddrStorage>(
-            sock.as_raw_fd(),
-            &mut iov,
-            Some(&mut self.cmsg[..]),
-            flags,
-        )?;
-        let Some(addr) = m.address.as_ref().and_then(std_addr) else {
-            return Ok(0);
-        };
-        let len = m.bytes.min(RECV_BUF);
-        let mut stride = len;
-        if let Ok(cm) = m.cmsgs() {
-            for c in cm {
-                if let ControlMessageOwned::UdpGroSegments(s) = c {
-                    stride = usize::try_from(s).unwrap_or(len).clamp(1, RECV_BUF);
-                }
-            }
-        }
-        self.addr = addr;
-        self.len = len;
-        // Not a clamp of a setting: an empty datagram has `stride` 0 (its length), and the
-        // division below and the receive loop need a step of at least one byte.
-        self.stride = stride.max(1);
-        self.off = 0;
-        Ok(len.div_ceil(self.stride))
-    }
-}
-
-/// Equal-size datagrams to one destination waiting to leave in one (GSO) send.
-struct TxBatch {
-    buf: Vec<u8>,
-    to: Option<SocketAddr>,
-    seg: usize,
-    n: usize,
-    closed: bool,
-}
-
-/// Most single datagrams (to different destinations) held for one `sendmmsg`.
-const SINGLES_MAX: usize = 64;
-
-/// Single datagrams to different destinations, sent together in one `sendmmsg` at the next
-/// flush: a pass that answers every peer (a token manager's wave) wakes them all inside one
-/// system call, rather than being preempted by each wake-up in turn.
-struct Singles {
-    /// The datagrams, back to back.
-    buf: Vec<u8>,
-    /// Each datagram's destination and end in `buf`, in order.
-    msgs: Vec<(SockaddrStorage, usize)>,
-}
-
 /// Counters of the UDP driver.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct UdpStats {
@@ -176,6 +93,10 @@ pub struct UdpStats {
     pub send_errors: u64,
     /// Datagrams received.
     pub received: u64,
+    /// Send system calls made (each carries one datagram, a GSO batch or a `sendmmsg` run).
+    pub send_calls: u64,
+    /// Receive system calls made by `recv` and `wait`, the empty ones included.
+    pub recv_calls: u64,
 }
 
 /// A UDP socket driving one bundle.
@@ -183,10 +104,7 @@ pub struct UdpTransport {
     sock: StdUdpSocket,
     tokio_sock: Option<tokio::net::UdpSocket>,
     rx: Rx,
-    tx: TxBatch,
-    singles: Singles,
-    /// The last destination, converted for the system call.
-    dest: (SocketAddr, SockaddrStorage),
+    tx: Outbox,
     local: SocketAddr,
     origin: Instant,
     /// `origin` as CLOCK_MONOTONIC nanoseconds (what `Instant` reads on Linux): `now` is one
@@ -194,10 +112,6 @@ pub struct UdpTransport {
     origin_ns: u64,
     inc: u64,
     max_datagram: usize,
-    /// Segments one send may carry: 1 without GSO.
-    gso_max: usize,
-    /// The socket's current `UDP_SEGMENT` size (0 = off).
-    gso_cur: usize,
     /// The socket's current `SO_RCVTIMEO` (`None` = never set; `Some(None)` = infinite).
     rcvtimeo: Option<Option<Duration>>,
     stats: UdpStats,
@@ -207,7 +121,7 @@ impl std::fmt::Debug for UdpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UdpTransport")
             .field("local", &self.local)
-            .field("gso_max", &self.gso_max)
+            .field("gso", &self.tx.gso())
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
@@ -249,7 +163,8 @@ impl UdpTransport {
         let sock: StdUdpSocket = s.into();
         // Coalesced receive (a GSO batch arrives as one buffer with its stride); optional.
         let _ = setsockopt(&sock, sockopt::UdpGroSegment, &true);
-        // GSO: the kernel takes UDP_SEGMENT (0 = off) iff it supports it.
+        // GSO: the kernel takes UDP_SEGMENT (0 = off) iff it supports it. The socket keeps 0;
+        // each batch carries its segment size in a control message.
         let gso_max = if cfg.gso && setsockopt(&sock, sockopt::UdpGsoSegment, &0).is_ok() {
             GSO_MAX_SEGMENTS
         } else {
@@ -266,33 +181,13 @@ impl UdpTransport {
         Ok(Self {
             sock,
             tokio_sock,
-            rx: Rx {
-                buf: vec![0; RECV_BUF],
-                cmsg: nix::cmsg_space!(i32),
-                addr: local,
-                len: 0,
-                stride: 1,
-                off: 0,
-            },
-            tx: TxBatch {
-                buf: Vec::with_capacity(GSO_MAX_BYTES),
-                to: None,
-                seg: 0,
-                n: 0,
-                closed: false,
-            },
-            singles: Singles {
-                buf: Vec::with_capacity(SINGLES_MAX * 1024),
-                msgs: Vec::with_capacity(SINGLES_MAX),
-            },
-            dest: (local, SockaddrStorage::from(local)),
+            rx: Rx::new(local),
+            tx: Outbox::new(gso_max),
             local,
             origin: Instant::now(),
             origin_ns: mono_ns().unwrap_or(0),
             inc: wall_incarnation(),
             max_datagram: cfg.max_datagram,
-            gso_max,
-            gso_cur: 0,
             rcvtimeo: None,
             stats: UdpStats::default(),
         })
@@ -310,197 +205,28 @@ impl UdpTransport {
 
     /// Whether sends use GSO (`UDP_SEGMENT`).
     pub fn gso(&self) -> bool {
-        self.gso_max > 1
+        self.tx.gso()
     }
 
-    fn set_gso(&mut self, seg: usize) -> bool {
-        if self.gso_cur == seg {
-            return true;
-        }
-        let v = i32::try_from(seg).unwrap_or(0);
-        if setsockopt(&self.sock, sockopt::UdpGsoSegment, &v).is_ok() {
-            self.gso_cur = seg;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn disable_gso(&mut self) {
-        self.gso_max = 1;
-        let _ = self.set_gso(0);
-    }
-
-    /// Queue one datagram; it leaves with the batch at the next [`Transport::flush`] (or
-    /// earlier, when the batch cannot take it).
-    fn push(&mut self, to: SocketAddr, d: &[u8]) {
-        let t = &self.tx;
-        if t.n > 0
-            && (t.to != Some(to)
-                || t.closed
-                || d.len() > t.seg
-                || t.n >= self.gso_max
-                || t.buf.len() + d.len() > GSO_MAX_BYTES)
-        {
-            self.send_batch();
-        }
-        let t = &mut self.tx;
-        if t.n == 0 {
-            t.to = Some(to);
-            t.seg = d.len();
-        } else if d.len() < t.seg {
-            t.closed = true;
-        }
-        t.buf.extend_from_slice(d);
-        t.n += 1;
-    }
-
-    /// Sends everything queued: the open batch and the held single datagrams.
+    /// Sends everything queued.
     fn send_all(&mut self) {
-        self.send_batch();
-        self.send_singles();
+        self.tx.send_all(&self.sock, &mut self.stats);
     }
 
-    /// Hands the open batch on: a single datagram joins the singles of the next
-    /// `sendmmsg`, a GSO batch leaves now (after the singles queued before it).
-    fn send_batch(&mut self) {
-        let (n, seg) = (self.tx.n, self.tx.seg);
-        let Some(to) = self.tx.to.take() else { return };
-        if n == 0 {
-            return;
-        }
-        if n == 1 {
-            if self.singles.msgs.len() >= SINGLES_MAX {
-                self.send_singles();
-            }
-            let sg = &mut self.singles;
-            sg.buf.extend_from_slice(&self.tx.buf);
-            sg.msgs.push((SockaddrStorage::from(to), sg.buf.len()));
-            debug_assert!(sg.msgs.len() <= SINGLES_MAX);
-            let t = &mut self.tx;
-            t.buf.clear();
-            t.n = 0;
-            t.closed = false;
-            return;
-        }
-        self.send_singles();
-        if self.dest.0 != to {
-            self.dest = (to, SockaddrStorage::from(to));
-        }
-        let dest = self.dest.1;
-        // One datagram must not be cut by a socket GSO size below its length; a batch needs
-        // the socket's GSO size equal to its segment size.
-        let ok = if n == 1 {
-            self.gso_cur == 0 || self.gso_cur >= self.tx.buf.len() || self.set_gso(0)
-        } else {
-            self.set_gso(seg)
-        };
-        let r = if ok {
-            sendto(
-                self.sock.as_raw_fd(),
-                &self.tx.buf,
-                &dest,
-                MsgFlags::MSG_DONTWAIT,
-            )
-        } else {
-            Err(Errno::EINVAL)
-        };
-        match r {
-            Ok(_) => self.stats.sent += n as u64,
-            Err(Errno::EAGAIN) => self.stats.send_dropped += n as u64,
-            Err(Errno::EIO | Errno::EINVAL) if n > 1 || self.gso_cur != 0 => {
-                // No GSO on this path (e.g. no checksum offload): one datagram per call.
-                self.disable_gso();
-                // `seg` is 0 for a batch of empty datagrams; `chunks` needs at least 1.
-                for c in self.tx.buf.chunks(seg.max(1)) {
-                    match sendto(self.sock.as_raw_fd(), c, &dest, MsgFlags::MSG_DONTWAIT) {
-                        Ok(_) => self.stats.sent += 1,
-                        Err(Errno::EAGAIN) => self.stats.send_dropped += 1,
-                        Err(_) => self.stats.send_errors += 1,
-                    }
-                }
-            }
-            Err(_) => self.stats.send_errors += n as u64,
-        }
-        let t = &mut self.tx;
-        t.buf.clear();
-        t.n = 0;
-        t.closed = false;
-    }
-
-    /// Sends the held single datagrams: one `sendto` for one, one `sendmmsg` for more. What
-    /// the kernel does not take (`EAGAIN`) is dropped and counted, as for any send: the AM
-    /// core retransmits.
-    fn send_singles(&mut self) {
-        let n = self.singles.msgs.len();
-        if n == 0 {
-            return;
-        }
-        // A datagram must not be cut by the socket's GSO size.
-        let ok = self.gso_cur == 0 || self.set_gso(0);
-        let sg = &mut self.singles;
-        let r = if !ok {
-            Err(Errno::EINVAL)
-        } else if n == 1 {
-            sendto(
-                self.sock.as_raw_fd(),
-                &sg.buf,
-                &sg.msgs[0].0,
-                MsgFlags::MSG_DONTWAIT,
-            )
-            .map(|_| 1)
-        } else {
-            let mut start = 0;
-            let iovs: Vec<[IoSlice<'_>; 1]> = sg
-                .msgs
-                .iter()
-                .map(|&(_, end)| {
-                    let iov = [IoSlice::new(&sg.buf[start..end])];
-                    start = end;
-                    iov
-                })
-                .collect();
-            let addrs: Vec<Option<SockaddrStorage>> =
-                sg.msgs.iter().map(|&(a, _)| Some(a)).collect();
-            let no_cmsgs: [ControlMessage<'_>; 0] = [];
-            // Per flush, not per datagram (the headers hold raw pointers, so they cannot
-            // live in a transport that moves between threads).
-            let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(n, None);
-            sendmmsg(
-                self.sock.as_raw_fd(),
-                &mut headers,
-                &iovs,
-                &addrs,
-                no_cmsgs,
-                MsgFlags::MSG_DONTWAIT,
-            )
-            .map(Iterator::count)
-        };
-        match r {
-            Ok(sent) => {
-                self.stats.sent += sent as u64;
-                self.stats.send_dropped += (n - sent) as u64;
-            }
-            Err(Errno::EAGAIN) => self.stats.send_dropped += n as u64,
-            Err(_) => self.stats.send_errors += n as u64,
-        }
-        let sg = &mut self.singles;
-        sg.buf.clear();
-        sg.msgs.clear();
-    }
-
-    fn fill(&mut self, flags: MsgFlags) -> Result<bool, AmError> {
+    /// One receive call; how many slots it filled (0: nothing arrived).
+    fn fill(&mut self, flags: MsgFlags) -> Result<usize, AmError> {
+        self.stats.recv_calls += 1;
         match self.rx.fill(&self.sock, flags) {
-            Ok(n) => Ok(n > 0),
+            Ok(n) => Ok(n),
             // Non-blocking: the socket is empty. Blocking: SO_RCVTIMEO expired.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
             Err(e)
                 if matches!(
                     e.kind(),
                     io::ErrorKind::ConnectionRefused | io::ErrorKind::Interrupted
                 ) =>
             {
-                Ok(false)
+                Ok(0)
             }
             Err(e) => Err(e.into()),
         }
@@ -510,10 +236,10 @@ impl UdpTransport {
         if self.rx.pending() {
             return Ok(true);
         }
-        self.fill(MsgFlags::MSG_DONTWAIT)
+        Ok(self.fill(MsgFlags::MSG_DONTWAIT)? > 0)
     }
 
-    /// Sleep in one `recvmsg` for at most about `left` (≥ [`BLOCKING_RECV_MIN`], or `None`).
+    /// Sleep in one `recvmmsg` for at most about `left` (≥ [`BLOCKING_RECV_MIN`], or `None`).
     fn blocking_fill(&mut self, left: Option<Duration>) -> Result<bool, AmError> {
         // Stay one jiffy below the deadline: the kernel rounds SO_RCVTIMEO up to jiffies.
         let t = left.map(|l| quantum(l.saturating_sub(JIFFY)));
@@ -521,7 +247,7 @@ impl UdpTransport {
             self.sock.set_read_timeout(t)?;
             self.rcvtimeo = Some(t);
         }
-        self.fill(MsgFlags::empty())
+        Ok(self.fill(MsgFlags::empty())? > 0)
     }
 
     async fn readable(
@@ -573,7 +299,7 @@ impl Transport for UdpTransport {
     }
     fn send(&mut self, to: NodeAddr, datagram: &[u8]) -> Result<(), AmError> {
         let NodeAddr::Ip(to) = to else { return Ok(()) };
-        self.push(to, datagram);
+        self.tx.push(&self.sock, &mut self.stats, to, datagram);
         Ok(())
     }
     fn flush(&mut self) -> Result<(), AmError> {
@@ -587,21 +313,30 @@ impl Transport for UdpTransport {
     ) -> Result<usize, AmError> {
         let mut count = 0;
         // What a wait already received is handled without another system call (a reply is
-        // sent sooner); otherwise up to RECV_BATCH non-blocking receives.
+        // sent sooner); otherwise up to RECV_BATCH non-blocking receives, stopping after one
+        // that did not fill every slot (the socket was empty then).
         let mut calls = if self.rx.pending() { RECV_BATCH } else { 0 };
         while count < max {
             if !self.rx.pending() {
-                if calls >= RECV_BATCH || !self.fill(MsgFlags::MSG_DONTWAIT)? {
+                if calls >= RECV_BATCH {
                     break;
                 }
-                calls += 1;
+                let filled = self.fill(MsgFlags::MSG_DONTWAIT)?;
+                calls = if filled < RECV_SLOTS {
+                    RECV_BATCH
+                } else {
+                    calls + 1
+                };
+                if filled == 0 {
+                    break;
+                }
             }
-            let rx = &mut self.rx;
-            while rx.off < rx.len && count < max {
-                let end = (rx.off + rx.stride).min(rx.len);
-                sink(NodeAddr::Ip(rx.addr), &rx.buf[rx.off..end]);
+            while count < max {
+                let Some((from, d)) = self.rx.next() else {
+                    break;
+                };
+                sink(NodeAddr::Ip(from), d);
                 count += 1;
-                rx.off = end;
             }
         }
         self.stats.received += count as u64;
@@ -689,3 +424,6 @@ impl Transport for UdpTransport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

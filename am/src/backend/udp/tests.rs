@@ -1,0 +1,143 @@
+//! The UDP driver's batching: what leaves in how many system calls, and that every datagram
+//! arrives whole, in order per sender.
+
+use super::*;
+use crate::transport::Transport;
+
+fn bind(gso: bool) -> UdpTransport {
+    let mut cfg = UdpConfig::new("127.0.0.1:0".parse().expect("address"));
+    cfg.gso = gso;
+    UdpTransport::with_config(cfg).expect("bind a loopback socket")
+}
+
+fn addr(t: &UdpTransport) -> NodeAddr {
+    NodeAddr::Ip(t.socket_addr())
+}
+
+/// Datagram `i` of a test stream: `len` bytes that name `i`.
+fn datagram(i: u32, len: usize) -> Vec<u8> {
+    let mut d = vec![(i % 251) as u8; len];
+    d[..4].copy_from_slice(&i.to_le_bytes());
+    d
+}
+
+/// What one transport received: each datagram with its sender.
+type Received = Vec<(NodeAddr, Vec<u8>)>;
+
+/// Everything `t` receives until `want` datagrams came (or 2 s passed).
+fn drain(t: &mut UdpTransport, want: usize) -> Received {
+    let mut got = Vec::new();
+    let deadline = t.now().plus(Duration::from_secs(2));
+    while got.len() < want && t.now() < deadline {
+        t.recv(64, &mut |from, d| got.push((from, d.to_vec())))
+            .expect("recv");
+        if got.len() < want {
+            t.wait(Some(deadline)).expect("wait");
+        }
+    }
+    got
+}
+
+/// Twenty equal datagrams, a shorter one and another long one to A, then one datagram each to
+/// B, C and D: one flush, received whole and in order.
+fn mixed_flush(gso: bool) -> (UdpStats, Vec<Received>) {
+    let mut tx = bind(gso);
+    let mut peers: Vec<UdpTransport> = (0..4).map(|_| bind(gso)).collect();
+    for i in 0..20 {
+        tx.send(addr(&peers[0]), &datagram(i, 300)).expect("send");
+    }
+    tx.send(addr(&peers[0]), &datagram(20, 100)).expect("send");
+    // After a shorter datagram the batch is closed: this one starts the next message.
+    tx.send(addr(&peers[0]), &datagram(21, 300)).expect("send");
+    for (i, p) in peers.iter().enumerate().skip(1) {
+        tx.send(addr(p), &datagram(100 + i as u32, 50))
+            .expect("send");
+    }
+    tx.flush().expect("flush");
+    let got = peers
+        .iter_mut()
+        .enumerate()
+        .map(|(i, p)| drain(p, if i == 0 { 22 } else { 1 }))
+        .collect();
+    (tx.udp_stats(), got)
+}
+
+/// A datagram as (id, length, whether its bytes are the ones [`datagram`] made): short to print.
+fn summary(d: &[u8]) -> (u32, usize, bool) {
+    let id = u32::from_le_bytes(d[..4].try_into().expect("4 bytes"));
+    (id, d.len(), d == datagram(id, d.len()))
+}
+
+fn check_mixed(got: &[Received]) {
+    let a: Vec<_> = got[0].iter().map(|(_, d)| summary(d)).collect();
+    let want: Vec<_> = (0..20)
+        .map(|i| (i, 300, true))
+        .chain([(20, 100, true), (21, 300, true)])
+        .collect();
+    assert_eq!(a, want, "A gets every datagram whole and in order");
+    for (i, g) in got.iter().enumerate().skip(1) {
+        assert_eq!(g.len(), 1, "peer {i}");
+        assert_eq!(summary(&g[0].1), (100 + i as u32, 50, true), "peer {i}");
+    }
+}
+
+#[test]
+fn a_flush_sends_a_batch_and_a_run_of_singles_in_two_calls() {
+    let (stats, got) = mixed_flush(true);
+    check_mixed(&got);
+    assert_eq!(stats.sent, 25);
+    if stats.send_errors == 0 && stats.send_calls == 2 {
+        return; // GSO: one sendmsg for A's first 21, one sendmmsg for A's last, B, C and D.
+    }
+    // A kernel path without GSO falls back to one call per datagram of the batch.
+    assert_eq!(stats.send_calls, 1 + 21 + 1, "{stats:?}");
+}
+
+#[test]
+fn without_gso_every_datagram_of_a_batch_is_its_own_message() {
+    let (stats, got) = mixed_flush(false);
+    check_mixed(&got);
+    assert_eq!(stats.sent, 25);
+    // 22 datagrams to A, then B, C and D: one sendmmsg for the whole run of singles.
+    assert_eq!(stats.send_calls, 1, "{stats:?}");
+}
+
+#[test]
+fn one_receive_call_takes_datagrams_from_several_senders() {
+    let mut rx = bind(true);
+    let mut senders: Vec<UdpTransport> = (0..5).map(|_| bind(true)).collect();
+    for (i, s) in senders.iter_mut().enumerate() {
+        s.send(addr(&rx), &datagram(i as u32, 64)).expect("send");
+        s.flush().expect("flush");
+    }
+    // Loopback delivers synchronously: all five wait in the socket now.
+    let got = drain(&mut rx, 5);
+    assert_eq!(got.len(), 5);
+    for (i, s) in senders.iter().enumerate() {
+        let from_s: Vec<&Vec<u8>> = got
+            .iter()
+            .filter(|(f, _)| *f == addr(s))
+            .map(|(_, d)| d)
+            .collect();
+        assert!(from_s == vec![&datagram(i as u32, 64)], "sender {i}");
+    }
+    assert_eq!(rx.udp_stats().recv_calls, 1, "{:?}", rx.udp_stats());
+}
+
+#[test]
+fn a_full_outbox_sends_before_it_takes_more() {
+    let mut tx = bind(false);
+    let mut rx = bind(false);
+    // Alternate two sizes so no datagram joins the one before: one message each.
+    let n = tx::OUTBOX_MSGS_MAX as u32 * 3;
+    for i in 0..n {
+        let len = if i % 2 == 0 { 40 } else { 41 };
+        tx.send(addr(&rx), &datagram(i, len)).expect("send");
+    }
+    // Two full outboxes left on their own before the flush.
+    assert_eq!(tx.udp_stats().send_calls, 2, "{:?}", tx.udp_stats());
+    tx.flush().expect("flush");
+    let got = drain(&mut rx, n as usize);
+    let ids: Vec<u32> = got.iter().map(|(_, d)| summary(d).0).collect();
+    assert_eq!(ids, (0..n).collect::<Vec<_>>());
+}
