@@ -60,6 +60,7 @@ use crate::types::{
 
 pub mod batch;
 mod handlers;
+mod spare;
 mod state;
 mod transmit;
 
@@ -339,6 +340,8 @@ struct State {
     by_addr: HashMap<NodeAddr, usize>,
     inbox: VecDeque<Arrived>,
     inbox_max: usize,
+    /// Buffers drivers handed back, for the next batched packets.
+    spare: spare::Spare,
     events: VecDeque<LinkEvent>,
     /// Peers that may have something to send (hello, credit, fragments, batches).
     ready: Vec<usize>,
@@ -411,6 +414,7 @@ impl Links {
                 by_addr,
                 inbox: VecDeque::new(),
                 inbox_max: inbox_max(peers.len()),
+                spare: spare::Spare::default(),
                 events: VecDeque::new(),
                 batch: Vec::with_capacity(FRAGMENT_MAX),
                 hello_timers: BTreeSet::new(),
@@ -504,6 +508,12 @@ impl Links {
     /// The next received packet and the peer it came from.
     pub fn recv(&mut self) -> Option<(usize, Vec<u8>)> {
         self.recv_where(|_| true)
+    }
+
+    /// Hands back a packet's buffer once the driver is done with it: the next batched
+    /// packets arrive in it instead of in a new allocation. Optional.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.st.spare.give(buf);
     }
 
     /// The next received packet from a peer `accept` admits, and that peer. Packets of other

@@ -63,6 +63,12 @@ impl<T: Transport> EmbeddedSiu<T> {
         self.pump.local_recv()
     }
 
+    /// Hands back a packet buffer the application is done with: the SIU's links take the
+    /// next packets from the network in it.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.pump.recycle(buf);
+    }
+
     /// Packets for the application it has not taken yet.
     pub fn waiting_for_host(&self) -> usize {
         self.pump.local_waiting()

@@ -287,6 +287,12 @@ impl<R: Role> Pump<R> {
     }
 
     /// Counters.
+    /// Hands back a packet buffer the caller is done with (see [`Links::recycle`]).
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.links.recycle(buf);
+    }
+
+    /// The pump's counters.
     pub fn stats(&self) -> PumpStats {
         self.stats
     }
@@ -454,6 +460,7 @@ impl<R: Role> Pump<R> {
                 tracing::debug!(peer, %why, "input refused");
             }
         }
+        self.links.recycle(bytes);
         self.drain(now_us)?;
         Ok(true)
     }

@@ -171,6 +171,10 @@ impl<T: Transport> SiuLink for AmSiuLink<T> {
         self.port.recv().map(|(_, p)| p)
     }
 
+    fn recycle(&mut self, buf: Vec<u8>) {
+        self.port.links_mut().recycle(buf);
+    }
+
     fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError> {
         if let Some((_, p)) = self.port.recv() {
             return Ok(Some(p));

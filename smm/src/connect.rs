@@ -135,6 +135,15 @@ impl SiuLink for AmLink {
         }
     }
 
+    fn recycle(&mut self, buf: Vec<u8>) {
+        match self {
+            Self::Udp(l) => l.recycle(buf),
+            Self::Quic(l) => l.recycle(buf),
+            Self::EmbeddedUdp(l) => SiuLink::recycle(l.as_mut(), buf),
+            Self::EmbeddedQuic(l) => SiuLink::recycle(l.as_mut(), buf),
+        }
+    }
+
     fn flush(&mut self) -> Result<(), LinkError> {
         match self {
             Self::Udp(l) => l.flush(),

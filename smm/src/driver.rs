@@ -32,6 +32,9 @@ pub trait SiuLink {
     fn try_recv(&mut self) -> Option<Vec<u8>> {
         None
     }
+    /// Takes back a received packet's buffer once the node handled it, for the link to
+    /// receive into again. Drops it by default.
+    fn recycle(&mut self, _buf: Vec<u8>) {}
     /// Why the link to the SIU broke since it was set up (the SIU restarted, or the transport
     /// gave up on it), if it did: logical time does not go on across it. `None` by default.
     fn broken(&mut self) -> Option<String> {
@@ -126,7 +129,10 @@ impl<L: SiuLink> Smm<L> {
     /// The node's verdict: `Some(p)` when it refused `p` for a limit.
     fn offer(&mut self, p: Vec<u8>) -> Result<Option<Vec<u8>>, SmmError> {
         match self.node.handle_siu(&p) {
-            Ok(()) | Err(SmmError::BadInput(_)) => Ok(None),
+            Ok(()) | Err(SmmError::BadInput(_)) => {
+                self.link.recycle(p);
+                Ok(None)
+            }
             Err(SmmError::Limit(_)) => Ok(Some(p)),
             Err(e) => {
                 self.fatal = Some(e.clone());

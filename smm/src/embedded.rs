@@ -55,6 +55,10 @@ impl<T: Transport> SiuLink for EmbeddedSiu<T> {
         self.take_for_host()
     }
 
+    fn recycle(&mut self, buf: Vec<u8>) {
+        Self::recycle(self, buf);
+    }
+
     fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError> {
         if let Some(p) = self.take_for_host() {
             return Ok(Some(p));

@@ -70,6 +70,9 @@ pub struct SmmNode {
     // Buckets and the drain (`drain.rs`).
     /// Packets waiting for their pulse's EOP marker, by TS.
     buckets: BTreeMap<u64, Vec<Bucketed>>,
+    /// Drained buckets, emptied, for the next pulses (at most `drain::SPARE_BUCKETS_MAX`):
+    /// a steady stream of pulses allocates no bucket.
+    spare_buckets: Vec<Vec<Bucketed>>,
     /// Packets in all buckets together (bounded by `bucket_packets_max`).
     bucket_packets: usize,
     /// The pulse of the last EOP marker drained.
@@ -128,6 +131,7 @@ impl SmmNode {
             hit: VecDeque::new(),
             markers_outstanding: 0,
             buckets: BTreeMap::new(),
+            spare_buckets: Vec::new(),
             bucket_packets: 0,
             last_drained: 0,
             reads: FxHashMap::default(),

@@ -50,3 +50,43 @@ fn draining_does_not_allocate_per_sref() {
         assert!(large < 64, "{kind:?}: {large} allocations for 20k srefs");
     }
 }
+
+/// Allocations while `srefs` messages of pulse 2 go into their bucket, after pulse 1 drained.
+fn allocations_bucketing_the_next_pulse(srefs: usize) -> usize {
+    use isotach_proto::packet::{IsotachMessage, Sref, SrefOp, Width};
+    use isotach_proto::{Generation, Pulse};
+    let (mut node, eop) = pulse(srefs, SortKind::Hybrid);
+    node.handle_siu(&eop).unwrap();
+    let encoded: Vec<Vec<u8>> = (0..srefs)
+        .map(|i| {
+            let m = IsotachMessage {
+                ts: Pulse::new(2),
+                source: 1,
+                dest: 0,
+                sequum: 1_000_000 + i as u64,
+                generation: Generation::new(1),
+                sref: Sref::Mem {
+                    op: SrefOp::Write,
+                    width: Width::W64,
+                    addr: (i % 1024) as u64,
+                    value: i as u64,
+                    ref_id: 0,
+                },
+            };
+            let mut b = Vec::new();
+            m.encode(&mut b);
+            b
+        })
+        .collect();
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    for b in &encoded {
+        node.handle_siu(b).unwrap();
+    }
+    ALLOCATIONS.load(Ordering::Relaxed) - before
+}
+
+#[test]
+fn the_next_pulse_reuses_the_drained_bucket() {
+    // The drained bucket already has room for as many packets: no allocation at all.
+    assert_eq!(allocations_bucketing_the_next_pulse(1_000), 0);
+}

@@ -106,7 +106,7 @@ impl State {
             };
             let arrived = Arrived {
                 peer,
-                bytes: bytes.to_vec(),
+                bytes: self.spare.copy_of(bytes),
                 fragments: 0,
                 stream,
             };

@@ -611,3 +611,40 @@ fn the_inbox_holds_a_window_of_full_batches_per_peer() {
     assert_eq!(inbox_max(usize::MAX), usize::MAX, "saturates");
     assert_eq!(links(2).st.inbox_max, inbox_max(2));
 }
+
+#[test]
+fn recycled_buffers_carry_the_next_batched_packets() {
+    let mut t = Pair::new();
+    let first: Vec<Vec<u8>> = (0..8).map(|i| small(i, 20)).collect();
+    for p in &first {
+        t.a.send(0, p.clone()).unwrap();
+    }
+    t.settle();
+    let got = t.drain_b();
+    assert_eq!(got, first);
+    let kept: Vec<*const u8> = got.iter().map(|b| b.as_ptr()).collect();
+    for b in got {
+        t.b.recycle(b);
+    }
+    assert_eq!(t.b.st.spare.len(), 8);
+    let second: Vec<Vec<u8>> = (100..108).map(|i| small(i, 20)).collect();
+    for p in &second {
+        t.a.send(0, p.clone()).unwrap();
+    }
+    t.settle();
+    let got = t.drain_b();
+    assert_eq!(got, second, "the new packets, whole and in order");
+    assert_eq!(t.b.st.spare.len(), 0, "every spare buffer used");
+    assert!(got.iter().all(|b| kept.contains(&b.as_ptr())));
+}
+
+#[test]
+fn the_spare_pool_is_bounded_and_frees_large_buffers() {
+    let mut l = links(1);
+    l.recycle(Vec::with_capacity(spare::SPARE_PACKET_BYTES_MAX + 1));
+    assert_eq!(l.st.spare.len(), 0, "a large buffer is freed");
+    for _ in 0..spare::SPARE_PACKETS_MAX + 10 {
+        l.recycle(Vec::with_capacity(16));
+    }
+    assert_eq!(l.st.spare.len(), spare::SPARE_PACKETS_MAX);
+}

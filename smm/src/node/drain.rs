@@ -28,6 +28,10 @@ impl Bucketed {
     }
 }
 
+/// Drained buckets kept for reuse: a few pulses are open at once (the current one and those
+/// isochrons were stamped ahead into).
+pub(super) const SPARE_BUCKETS_MAX: usize = 4;
+
 impl SmmNode {
     /// Puts a packet in the bucket of pulse `ts`, refusing it at the table limit or when its
     /// pulse was already drained.
@@ -36,7 +40,11 @@ impl SmmNode {
             return Err(SmmError::Limit(Table::Buckets));
         }
         self.check_not_drained(ts)?;
-        self.buckets.entry(ts).or_default().push(b);
+        let spare = &mut self.spare_buckets;
+        self.buckets
+            .entry(ts)
+            .or_insert_with(|| spare.pop().unwrap_or_default())
+            .push(b);
         self.bucket_packets += 1;
         debug_assert!(self.bucket_packets <= self.cfg.limits.bucket_packets_max);
         Ok(())
@@ -120,9 +128,19 @@ impl SmmNode {
             }
         }
         self.order = order;
+        self.keep_bucket(bucket);
         self.last_drained = ts;
         self.stats.pulses_drained += 1;
         self.finish_pulse(eop);
+    }
+
+    /// Keeps a drained bucket's allocation for a later pulse.
+    fn keep_bucket(&mut self, mut bucket: Vec<Bucketed>) {
+        if self.spare_buckets.len() < SPARE_BUCKETS_MAX {
+            bucket.clear();
+            self.spare_buckets.push(bucket);
+        }
+        debug_assert!(self.spare_buckets.len() <= SPARE_BUCKETS_MAX);
     }
 
     /// Fills `self.order` with bucket indices in execution order.

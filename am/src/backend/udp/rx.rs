@@ -29,7 +29,8 @@ struct Slot {
 pub(super) struct Rx {
     /// [`RECV_SLOTS`] buffers of [`RECV_BUF`] bytes, back to back.
     buf: Vec<u8>,
-    slots: [Slot; RECV_SLOTS],
+    /// Boxed: the transport is moved around and held in enums; the slots need not be inline.
+    slots: Box<[Slot; RECV_SLOTS]>,
     /// Slots the last call filled.
     filled: usize,
     /// The slot being handed out.
@@ -56,7 +57,7 @@ impl Rx {
         };
         Self {
             buf: vec![0; RECV_SLOTS * RECV_BUF],
-            slots: [empty; RECV_SLOTS],
+            slots: Box::new([empty; RECV_SLOTS]),
             filled: 0,
             at: 0,
             off: 0,
