@@ -639,12 +639,18 @@ fn recycled_buffers_carry_the_next_batched_packets() {
 }
 
 #[test]
-fn the_spare_pool_is_bounded_and_frees_large_buffers() {
+fn the_spare_pool_is_bounded_and_frees_small_and_large_buffers() {
     let mut l = links(1);
     l.recycle(Vec::with_capacity(spare::SPARE_PACKET_BYTES_MAX + 1));
     assert_eq!(l.st.spare.len(), 0, "a large buffer is freed");
+    l.recycle(Vec::with_capacity(spare::SPARE_PACKET_BYTES_MIN - 1));
+    assert_eq!(
+        l.st.spare.len(),
+        0,
+        "a small buffer is freed: it would grow"
+    );
     for _ in 0..spare::SPARE_PACKETS_MAX + 10 {
-        l.recycle(Vec::with_capacity(16));
+        l.recycle(Vec::with_capacity(spare::SPARE_PACKET_BYTES_MIN));
     }
     assert_eq!(l.st.spare.len(), spare::SPARE_PACKETS_MAX);
 }
