@@ -9,7 +9,7 @@
 //! same [`ClusterConfig`] in memory without them. Files named by the config are not read here:
 //! `isotach check-config` and the daemons check them.
 
-use crate::topology::{SwitchId, Topology, TopologyError};
+use crate::topology::{Shape, SwitchId, Topology, TopologyError};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -84,6 +84,7 @@ impl Default for Limits {
 }
 
 mod bounds;
+mod graph;
 #[cfg(test)]
 mod tests;
 
@@ -322,12 +323,21 @@ pub struct ClusterConfig {
 impl ClusterConfig {
     /// A generated cluster: `hosts` hosts round-robin over `switches` switches in a line.
     pub fn generated(hosts: usize, switches: usize) -> Result<Self, TopologyError> {
+        Self::generate(Shape::Line, hosts, switches)
+    }
+
+    /// A generated cluster of `switches` switches joined as `shape` says, `hosts` hosts spread
+    /// round robin over the switches that take hosts ([`Topology::generate`]), and timing and
+    /// limits sized for it ([`Timing::sized_for`], [`Limits::sized_for`]): the epoch and the
+    /// window grow with the largest logical distance.
+    pub fn generate(shape: Shape, hosts: usize, switches: usize) -> Result<Self, TopologyError> {
+        let topology = Topology::generate(shape, hosts, switches)?;
         Ok(Self {
             switch_names: (0..switches).map(|s| format!("tm{s}")).collect(),
             host_names: (0..hosts).map(|h| format!("host{h}")).collect(),
-            topology: Topology::line(hosts, switches)?,
-            timing: Timing::default(),
-            limits: Limits::default(),
+            timing: Timing::sized_for(&topology),
+            limits: Limits::sized_for(&topology),
+            topology,
             switch_listen: vec![None; switches],
             host_siu: vec![None; hosts],
             host_app: vec![None; hosts],
@@ -498,6 +508,15 @@ impl ClusterConfig {
                     "duplicate host name".into(),
                 ));
             }
+            if switch_ids.contains_key(h.name.get_ref().as_str()) {
+                let msg = format!(
+                    "`{}` names a switch too: a node's name picks its certificate \
+                     (CERTS/NAME.pem) and its daemon (--name, --host), so names are unique \
+                     among switches and hosts",
+                    h.name.get_ref()
+                );
+                return Err(err(Some(h.name.span()), "host.name", msg));
+            }
             let Some(&s) = switch_ids.get(h.switch.get_ref().as_str()) else {
                 let msg = format!("no switch named `{}`", h.switch.get_ref());
                 return Err(err(Some(h.switch.span()), "host.switch", msg));
@@ -572,8 +591,10 @@ impl ClusterConfig {
             Some(m) => Some(PathBuf::from(m.get_ref())),
             None => None,
         };
-        let topology = Topology::new(raw.switches.len(), host_switch, trunks)
-            .map_err(|e| err(None, "-", e.to_string()))?;
+        let topology = Topology::new(raw.switches.len(), host_switch, trunks).map_err(|e| {
+            let (span, key, msg) = graph::topology_error(&raw, &e);
+            err(span, key, msg)
+        })?;
         let (timing, limits) =
             timing_limits(&raw, &topology).map_err(|(span, key, msg)| err(Some(span), key, msg))?;
         check_bounds(&timing, &limits, &topology)
@@ -755,8 +776,8 @@ fn timing_limits(
     let (t, l, dt, dl) = (
         &raw.timing,
         &raw.limits,
-        Timing::default(),
-        Limits::default(),
+        Timing::sized_for(topology),
+        Limits::sized_for(topology),
     );
     let timing = Timing {
         token_timeout_us: get(

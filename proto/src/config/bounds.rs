@@ -154,6 +154,57 @@ pub(super) fn out_of_range(value: impl std::fmt::Display, min: u64, max: u64, wh
     format!("{value} is out of range: allowed {min}..={max}{why}")
 }
 
+/// How far the window (`limits.pulses-ahead-max`) reaches beyond twice the largest logical
+/// distance when a config does not give it: room for an isochron's send delta and for the
+/// latest logged TS of the other sequence set (requirements 24-29), which may put its TS that
+/// much further ahead of the sendclock. Twice the distance alone (the lower bound) admits only
+/// isochrons stamped at the earliest TS to the farthest host.
+pub const PULSES_AHEAD_SLACK: u32 = 16;
+
+impl Timing {
+    /// The defaults, with the epoch long enough for `topology`: at least
+    /// [`Timing::default`]'s, and at least twice the largest logical distance D, so that a
+    /// signal raised in the first half of an epoch still goes out in it (an SIU puts signals
+    /// on token `w` only if `w + D` is within the epoch). The lower bound is D + 1.
+    pub fn sized_for(topology: &Topology) -> Self {
+        let d = u32::from(topology.max_distance());
+        let default = Self::default();
+        Self {
+            epoch_pulses: default.epoch_pulses.max(2 * d),
+            ..default
+        }
+    }
+}
+
+impl Limits {
+    /// The defaults, with tables large enough for `topology`: the window
+    /// (`pulses_ahead_max`) at least [`Limits::default`]'s and at least twice the largest
+    /// logical distance plus [`PULSES_AHEAD_SLACK`]; `queue_packets_max` at least twice the
+    /// links of the busiest TM.
+    pub fn sized_for(topology: &Topology) -> Self {
+        let d = u32::from(topology.max_distance());
+        let default = Self::default();
+        Self {
+            pulses_ahead_max: default.pulses_ahead_max.max(2 * d + PULSES_AHEAD_SLACK),
+            queue_packets_max: default
+                .queue_packets_max
+                .max(2 * busiest_tm_links(topology)),
+            ..default
+        }
+    }
+}
+
+/// Links of the busiest token manager: its hosts and its trunks.
+fn busiest_tm_links(topology: &Topology) -> usize {
+    (0..topology.switch_count())
+        .map(|s| {
+            let s = s as SwitchId;
+            topology.hosts_at(s).count() + topology.switch_neighbours(s).len()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// The range `key` must lie in for `topology`: its [`Bound`], with the lower bound raised where
 /// the topology needs more (and then why, else `""`).
 pub(super) fn range_for(key: &str, topology: &Topology) -> (u64, u64, String) {
@@ -172,13 +223,7 @@ pub(super) fn range_for(key: &str, topology: &Topology) -> (u64, u64, String) {
             ),
         ),
         "limits.queue-packets-max" => {
-            let links = (0..topology.switch_count())
-                .map(|s| {
-                    let s = s as SwitchId;
-                    topology.hosts_at(s).count() + topology.switch_neighbours(s).len()
-                })
-                .max()
-                .unwrap_or(0) as u64;
+            let links = busiest_tm_links(topology) as u64;
             (
                 2 * links,
                 format!(

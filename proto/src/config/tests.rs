@@ -124,13 +124,152 @@ fn unknown_switch_names_the_host_line() {
 }
 
 #[test]
-fn disconnected_topology_is_refused() {
+fn a_trunk_from_a_switch_to_itself_is_refused_at_its_line() {
     let text = GOOD.replace(
         "between = [\"tm0\", \"tm1\"]",
         "between = [\"tm0\", \"tm0\"]",
     );
     let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
-    assert!(e.message.contains("trunk"), "{e}");
+    assert_eq!((e.line, e.key.as_str()), (18, "trunk.between"), "{e}");
+    assert!(e.message.contains("not `tm0` to itself"), "{e}");
+}
+
+/// `switches` switches `s0`.. with one host each (`h0`..), then the trunks given by index.
+fn graph(switches: usize, trunks: &[(usize, usize)]) -> String {
+    let mut t = String::new();
+    for s in 0..switches {
+        t +=
+            &format!("[[switch]]\nname = \"s{s}\"\n[[host]]\nname = \"h{s}\"\nswitch = \"s{s}\"\n");
+    }
+    for (a, b) in trunks {
+        t += &format!("[[trunk]]\nbetween = [\"s{a}\", \"s{b}\"]\n");
+    }
+    t
+}
+
+/// The 1-based line of the `n`-th (from 0) line of `text` that starts with `prefix`.
+fn line_of(text: &str, prefix: &str, n: usize) -> usize {
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with(prefix));
+    lines.nth(n).map(|(i, _)| i + 1).expect("the line is there")
+}
+
+#[test]
+fn a_cycle_of_trunks_is_refused_at_the_trunk_that_closes_it_naming_the_cycle() {
+    // A tree 0-1, 1-2, 2-3 plus 3-1: the fourth trunk closes 3 - 2 - 1 - 3.
+    let text = graph(4, &[(0, 1), (1, 2), (2, 3), (3, 1)]);
+    let e = ClusterConfig::parse(&text, "ring.toml").unwrap_err();
+    assert_eq!(
+        (e.line, e.column, e.key.as_str()),
+        (line_of(&text, "between", 3), 11, "trunk.between"),
+        "{e}"
+    );
+    assert!(
+        e.message
+            .starts_with("this trunk closes the cycle `s3` - `s2` - `s1` - `s3`"),
+        "{e}"
+    );
+    assert!(e.message.contains("remove a trunk of the cycle"), "{e}");
+    assert!(e.to_string().starts_with("ring.toml:"), "{e}");
+    // The same trunk listed twice is a cycle of two.
+    let text = graph(3, &[(0, 1), (1, 2), (2, 1)]);
+    let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (line_of(&text, "between", 2), "trunk.between"),
+        "{e}"
+    );
+    assert!(e.message.contains("listed twice"), "{e}");
+    // Without the closing trunk, it loads.
+    ClusterConfig::parse(&graph(4, &[(0, 1), (1, 2), (2, 3)]), "c.toml").unwrap();
+}
+
+#[test]
+fn a_switch_no_trunk_reaches_is_refused_at_its_line_naming_its_hosts() {
+    // s2 and its host h2 hang off nothing.
+    let text = graph(3, &[(0, 1)]);
+    let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
+    assert_eq!(
+        (e.line, e.key.as_str()),
+        (line_of(&text, "name = \"s2\"", 0), "switch.name"),
+        "{e}"
+    );
+    assert!(
+        e.message
+            .starts_with("switch `s2` and its hosts `h2` cannot be reached: no path of trunks"),
+        "{e}"
+    );
+    // Two switches joined to each other, apart from s0: the first one unreachable is named.
+    let text = graph(3, &[(1, 2)]);
+    let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
+    assert!(
+        e.message.starts_with("switch `s1` and its hosts `h1`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_host_named_like_a_switch_is_refused() {
+    let text = GOOD.replace("name = \"beta\"", "name = \"tm0\"");
+    let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
+    assert_eq!((e.line, e.key.as_str()), (14, "host.name"), "{e}");
+    assert!(e.message.contains("`tm0` names a switch too"), "{e}");
+}
+
+#[test]
+fn an_empty_cluster_is_refused_naming_what_is_missing() {
+    let e = ClusterConfig::parse("", "c.toml").unwrap_err();
+    assert_eq!((e.line, e.key.as_str()), (1, "switch"), "{e}");
+    let e = ClusterConfig::parse("[[switch]]\nname = \"a\"\n", "c.toml").unwrap_err();
+    assert_eq!((e.line, e.key.as_str()), (1, "host"), "{e}");
+    assert!(e.message.contains("[[host]]"), "{e}");
+}
+
+#[test]
+fn a_long_line_gets_an_epoch_and_window_sized_for_its_distance_unless_written() {
+    // 40 switches in a line: the largest logical distance is 40.
+    let trunks: Vec<(usize, usize)> = (1..40).map(|s| (s - 1, s)).collect();
+    let text = graph(40, &trunks);
+    let c = ClusterConfig::parse(&text, "long.toml").unwrap();
+    assert_eq!(c.topology.max_distance(), 40);
+    assert_eq!(c.timing.epoch_pulses, 80, "twice the distance");
+    assert_eq!(c.limits.pulses_ahead_max, 2 * 40 + PULSES_AHEAD_SLACK);
+    assert_eq!(c.timing, Timing::sized_for(&c.topology));
+    assert_eq!(c.limits, Limits::sized_for(&c.topology));
+    check_bounds(&c.timing, &c.limits, &c.topology).unwrap();
+    // Written too small, each is refused at its line, saying which values work.
+    for (key, value, allowed) in [
+        (
+            "epoch-pulses",
+            40,
+            "allowed 41..=65536 (more than the largest logical distance, 40",
+        ),
+        (
+            "pulses-ahead-max",
+            80,
+            "allowed 81..=65536 (more than twice the largest logical distance, 40",
+        ),
+    ] {
+        let table = if key == "epoch-pulses" {
+            "timing"
+        } else {
+            "limits"
+        };
+        let e = ClusterConfig::parse(&format!("[{table}]\n{key} = {value}\n{text}"), "long.toml")
+            .unwrap_err();
+        assert_eq!(
+            (e.line, e.key.clone()),
+            (2, format!("{table}.{key}")),
+            "{e}"
+        );
+        assert!(e.message.contains(allowed), "{e}");
+    }
+    // A small topology keeps the plain defaults.
+    let c = ClusterConfig::parse(GOOD, "c.toml").unwrap();
+    assert_eq!(c.timing.epoch_pulses, Timing::default().epoch_pulses);
+    assert_eq!(c.limits, Limits::default());
 }
 
 #[test]
