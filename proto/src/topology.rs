@@ -101,8 +101,8 @@ pub enum TopologyError {
     Disconnected(SwitchId),
     /// A generated topology has more leaf switches than hosts.
     #[error(
-        "{leaves} leaf switches but only {hosts} hosts: every leaf switch needs a host \
-         (use fewer switches or more hosts)"
+        "only {hosts} hosts for the {leaves} switches that take hosts (every switch of a line, \
+         the leaves of a tree): every switch needs a host; give fewer switches or more hosts"
     )]
     TooFewHosts {
         /// Hosts asked for.
