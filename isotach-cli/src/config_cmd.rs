@@ -69,6 +69,7 @@ struct Summary {
     trunks: usize,
     max_logical_distance: u16,
     epoch_pulses: u32,
+    pulses_ahead_max: u32,
     token_timeout_us: u64,
     idle_pace_us: u64,
     switch_names: Vec<String>,
@@ -123,6 +124,7 @@ fn check(file: &Path, map: Option<&Path>) -> Result<Summary, UsageError> {
         trunks: topology.trunks().len(),
         max_logical_distance: topology.max_distance(),
         epoch_pulses: config.timing.epoch_pulses,
+        pulses_ahead_max: config.limits.pulses_ahead_max,
         token_timeout_us: config.timing.token_timeout_us,
         idle_pace_us: config.timing.idle_pace_us,
         switch_names: config.switch_names,
@@ -283,6 +285,10 @@ fn print_summary(s: &Summary) {
     println!("  trunks:               {}", s.trunks);
     println!("  max logical distance: {}", s.max_logical_distance);
     println!("  epoch:                {} pulses", s.epoch_pulses);
+    println!(
+        "  window:               {} pulses (how far ahead a message may be stamped)",
+        s.pulses_ahead_max
+    );
     println!("  token timeout:        {} us", s.token_timeout_us);
     if s.idle_pace_us == 0 {
         println!("  idle pace:            off (waves at full speed always)");

@@ -3,8 +3,8 @@
 use crate::{EXIT_FAILED, UsageError};
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use isotach_proto::config::{ClusterConfig, Timing};
-use isotach_proto::topology::{HOSTS_MAX, SWITCHES_MAX};
+use isotach_proto::config::{ClusterConfig, Timing, check_bounds};
+use isotach_proto::topology::{HOSTS_MAX, SWITCHES_MAX, Shape, ShapeError};
 use isotach_sim::philo::{self, PhiloOptions, PhiloReport};
 use isotach_sim::sc::{self, AppFaults, ScOptions, ScReport};
 use isotach_sim::waves::{self, WavesLoad, WavesOptions, WavesReport};
@@ -39,44 +39,42 @@ enum Workload {
     Philo(Box<PhiloArgs>),
 }
 
-/// Where the hosts are: a generated line of switches, or a config file.
+/// Where the hosts are: a generated tree of switches, or a config file.
 #[derive(Debug, Args)]
 struct TopologyArgs {
-    /// Hosts (one SIU each), spread round-robin over the switches.
+    /// Hosts (one SIU each), spread round-robin over the switches that take hosts.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=HOSTS_MAX as i64))]
     hosts: u16,
-    /// Switches (one token manager each), joined in a line; at most --hosts.
+    /// Switches (one token manager each), joined as --topology says.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=SWITCHES_MAX as i64))]
     switches: u16,
-    /// Cluster config file (TOML) instead of a generated line of --switches switches.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["hosts", "switches"])]
+    /// How the switches are joined: line (hosts on every switch), star, tree:FANOUT (a
+    /// balanced tree) or leaf-spine[:SPINES]; hosts go on the leaves (docs/design.md, "Which
+    /// switch graphs work"). Epoch and window are sized for its largest logical distance.
+    #[arg(long, default_value_t = Shape::Line, value_parser = parse_shape)]
+    topology: Shape,
+    /// Cluster config file (TOML) instead of a generated topology.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["hosts", "switches", "topology"])]
     config: Option<PathBuf>,
 }
 
 impl TopologyArgs {
     fn cluster(&self) -> anyhow::Result<ClusterConfig> {
-        generated_or_loaded(self.config.as_deref(), self.hosts, self.switches)
+        if let Some(path) = &self.config {
+            return Ok(ClusterConfig::load(path).map_err(|e| UsageError(e.to_string()))?);
+        }
+        generated(self.topology, self.hosts, self.switches)
     }
 }
 
-fn generated_or_loaded(
-    config: Option<&std::path::Path>,
-    hosts: u16,
-    switches: u16,
-) -> anyhow::Result<ClusterConfig> {
-    if let Some(path) = config {
-        return Ok(ClusterConfig::load(path).map_err(|e| UsageError(e.to_string()))?);
-    }
-    if switches > hosts {
-        return Err(UsageError(format!(
-            "--switches {switches} exceeds the {hosts} hosts: every switch needs a host"
+/// A generated cluster, its timing and limits sized for it.
+fn generated(shape: Shape, hosts: u16, switches: u16) -> anyhow::Result<ClusterConfig> {
+    ClusterConfig::generate(shape, usize::from(hosts), usize::from(switches)).map_err(|e| {
+        UsageError(format!(
+            "--topology {shape} with --switches {switches} and {hosts} hosts: {e}"
         ))
-        .into());
-    }
-    Ok(
-        ClusterConfig::generated(usize::from(hosts), usize::from(switches))
-            .map_err(|e| UsageError(e.to_string()))?,
-    )
+        .into()
+    })
 }
 
 /// The network beneath the links, pauses, and protocol timing.
@@ -129,7 +127,8 @@ struct NetArgs {
     /// Token timer of TMs and SIUs, µs (default: the config's).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     token_timeout_us: Option<u64>,
-    /// Pulses per signal epoch (default: the config's).
+    /// Pulses per signal epoch; must exceed the largest logical distance (default: the
+    /// config's, or for a generated topology the larger of 64 and twice that distance).
     #[arg(long, value_parser = clap::value_parser!(u32).range(2..))]
     epoch_pulses: Option<u32>,
     /// Idle pacing of the TMs, µs: an idle wave waits this long (0 = never; default: the
@@ -183,6 +182,7 @@ impl NetArgs {
                 .min(Timing::default_idle_pace_us(timeout)),
             (None, None) => cluster.timing.idle_pace_us,
         };
+        let sized_epoch = cluster.timing.epoch_pulses;
         cluster.timing = Timing {
             token_timeout_us,
             epoch_pulses: self.epoch_pulses.unwrap_or(cluster.timing.epoch_pulses),
@@ -197,13 +197,19 @@ impl NetArgs {
             .into());
         }
         let reach = u32::from(cluster.topology.max_distance());
-        if cluster.timing.epoch_pulses <= reach {
+        if let Some(epoch) = self.epoch_pulses
+            && epoch <= reach
+        {
             return Err(UsageError(format!(
-                "--epoch-pulses {} must exceed the largest logical distance ({reach})",
-                cluster.timing.epoch_pulses
+                "--epoch-pulses {epoch} must exceed the largest logical distance ({reach}): \
+                 give {} or more, or leave it out for {} (sized for this topology)",
+                reach + 1,
+                sized_epoch
             ))
             .into());
         }
+        check_bounds(&cluster.timing, &cluster.limits, &cluster.topology)
+            .map_err(|(key, why)| UsageError(format!("{key}: {why}")))?;
         self.faults()
             .validate()
             .map_err(|e| UsageError(e.to_string()))?;
@@ -250,7 +256,8 @@ struct WavesArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     stall_us: Option<u64>,
     /// Test only: damage the SIU→host stream to prove the oracle fails
-    /// (hold-back-message, swap-sort-vector).
+    /// (hold-back-message, swap-sort-vector), or have a host declare a distance too short to
+    /// prove unexpected errors are reported (short-distance).
     #[arg(long, hide = true, value_parser = parse_tamper)]
     tamper: Option<Tamper>,
     /// Print one JSON object on stdout (progress goes to stderr).
@@ -304,9 +311,12 @@ struct PhiloArgs {
     /// Philosophers (one host each), spread round-robin over the switches.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(2..=HOSTS_MAX as i64))]
     philosophers: u16,
-    /// Switches, joined in a line; at most --philosophers.
+    /// Switches, joined as --topology says.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=SWITCHES_MAX as i64))]
     switches: u16,
+    /// How the switches are joined: line, star, tree:FANOUT or leaf-spine[:SPINES].
+    #[arg(long, default_value_t = Shape::Line, value_parser = parse_shape)]
+    topology: Shape,
     /// Meals each philosopher eats.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     meals: u64,
@@ -339,11 +349,9 @@ pub(crate) fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
 
 fn waves_cmd(a: &WavesArgs) -> anyhow::Result<ExitCode> {
     let opts = waves_options(a)?;
-    let topo = &opts.cluster.topology;
     eprintln!(
-        "sim waves: {} hosts, {} switches, {} pulses, seed {}",
-        topo.host_count(),
-        topo.switch_count(),
+        "sim waves: {}, {} pulses, seed {}",
+        shape_line(&opts.cluster),
         opts.pulses,
         opts.seed
     );
@@ -392,11 +400,9 @@ fn sc_cmd(a: &ScArgs) -> anyhow::Result<ExitCode> {
         absent_us: a.absent_us,
         break_transfer: a.break_transfer,
     };
-    let topo = &opts.cluster.topology;
     eprintln!(
-        "sim sc: {} hosts, {} switches, {} runs of {} isochrons from seed {}",
-        topo.host_count(),
-        topo.switch_count(),
+        "sim sc: {}, {} runs of {} isochrons from seed {}",
+        shape_line(&opts.cluster),
         opts.runs,
         opts.isochrons,
         opts.seed
@@ -415,7 +421,7 @@ fn sc_cmd(a: &ScArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn philo_cmd(a: &PhiloArgs) -> anyhow::Result<ExitCode> {
-    let mut cluster = generated_or_loaded(None, a.philosophers, a.switches)?;
+    let mut cluster = generated(a.topology, a.philosophers, a.switches)?;
     a.net.apply_timing(&mut cluster)?;
     let mut opts = PhiloOptions::new(cluster, a.meals, a.seed);
     opts.net = a.net.net_faults();
@@ -423,11 +429,26 @@ fn philo_cmd(a: &PhiloArgs) -> anyhow::Result<ExitCode> {
     opts.eat_us = a.eat_us;
     opts.stall_us = a.stall_us;
     eprintln!(
-        "sim philo: {} philosophers, {} switches, {} meals each, seed {}",
-        a.philosophers, a.switches, a.meals, a.seed
+        "sim philo: {} (a philosopher per host), {} meals each, seed {}",
+        shape_line(&opts.cluster),
+        a.meals,
+        a.seed
     );
     let report = philo::run(&opts).map_err(|e| UsageError(e.to_string()))?;
     conclude(&report, a.json)
+}
+
+/// Hosts, switches, the largest logical distance and what it sized, for the start line.
+fn shape_line(c: &ClusterConfig) -> String {
+    let t = &c.topology;
+    format!(
+        "{} hosts, {} switches, largest logical distance {}, epoch {} pulses, window {} pulses",
+        t.host_count(),
+        t.switch_count(),
+        t.max_distance(),
+        c.timing.epoch_pulses,
+        c.limits.pulses_ahead_max
+    )
 }
 
 /// What the command needs of every workload's report besides its JSON: the verdict, a human
@@ -622,14 +643,21 @@ impl Outcome for PhiloReport {
     }
 }
 
+/// A generated topology's shape.
+fn parse_shape(s: &str) -> Result<Shape, String> {
+    s.parse().map_err(|e: ShapeError| e.to_string())
+}
+
 /// A test-only tamper mode.
 fn parse_tamper(s: &str) -> Result<Tamper, String> {
     match s {
         "none" => Ok(Tamper::None),
         "hold-back-message" => Ok(Tamper::HoldBackMessage),
         "swap-sort-vector" => Ok(Tamper::SwapSortVector),
+        "short-distance" => Ok(Tamper::ShortDistance),
         _ => Err(format!(
-            "`{s}` is not a tamper mode (none, hold-back-message, swap-sort-vector)"
+            "`{s}` is not a tamper mode (none, hold-back-message, swap-sort-vector, \
+             short-distance)"
         )),
     }
 }

@@ -119,6 +119,7 @@ fn the_example_config_passes() {
         "trunks:",
         "max logical distance:",
         "epoch:",
+        "window:",
         "transport:            quic (mutual TLS)",
         "6 node certificates ok",
     ] {
@@ -135,6 +136,7 @@ fn the_example_config_passes() {
     assert_eq!(v["trunks"], 1);
     assert_eq!(v["max_logical_distance"], 2);
     assert_eq!(v["epoch_pulses"], 64);
+    assert_eq!(v["pulses_ahead_max"], 64);
     assert_eq!(v["token_timeout_us"], 5000);
     assert_eq!(v["idle_pace_us"], 2500);
     assert_eq!(v["transport"], "quic");
@@ -369,6 +371,86 @@ fn bad_switch_name_names_the_host_line() {
     );
     let e = refused(&["check-config", &c], &c, 14);
     assert!(e.contains("host.switch") && e.contains("tm9"), "{e}");
+}
+
+#[test]
+fn bad_switch_graphs_exit_2_naming_the_line_and_key() {
+    let dir = TempDir::new();
+    let three = GOOD.replace(
+        "[[trunk]]",
+        "[[switch]]\nname = \"tm2\"\n[[host]]\nname = \"gamma\"\nswitch = \"tm2\"\n[[trunk]]",
+    );
+    // A cycle: tm0-tm1, tm1-tm2, tm2-tm0. The third trunk closes it.
+    let ring = format!(
+        "{three}[[trunk]]\nbetween = [\"tm1\", \"tm2\"]\n[[trunk]]\nbetween = [\"tm2\", \"tm0\"]\n"
+    );
+    let c = dir.write("ring.toml", &ring);
+    let line = ring.lines().count();
+    let e = refused(&["check-config", &c], &c, line);
+    assert!(
+        e.contains("trunk.between: this trunk closes the cycle `tm2` - `tm1` - `tm0` - `tm2`"),
+        "{e}"
+    );
+    // tm2 and its host joined to nothing.
+    let c = dir.write("island.toml", &three);
+    let line = three.lines().position(|l| l == "name = \"tm2\"").unwrap() + 1;
+    let e = refused(&["check-config", &c, "--json"], &c, line);
+    assert!(
+        e.contains("switch.name: switch `tm2` and its hosts `gamma` cannot be reached"),
+        "{e}"
+    );
+    // A host named like a switch.
+    let c = dir.write(
+        "same.toml",
+        &GOOD.replace("name = \"beta\"", "name = \"tm1\""),
+    );
+    let e = refused(&["check-config", &c], &c, 13);
+    assert!(e.contains("host.name: `tm1` names a switch too"), "{e}");
+    // Two nodes on one address.
+    let addrs = GOOD
+        .replace(
+            "name = \"tm1\"",
+            "name = \"tm1\"\nlisten = \"127.0.0.1:7000\"",
+        )
+        .replace(
+            "switch = \"tm0\"",
+            "switch = \"tm0\"\nsiu = \"127.0.0.1:7000\"",
+        );
+    let c = dir.write("addr.toml", &addrs);
+    let e = refused(&["check-config", &c], &c, 13);
+    assert!(
+        e.contains("host.siu: address 127.0.0.1:7000 is used twice"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_long_line_gets_its_epoch_and_window_sized_and_a_short_epoch_is_refused() {
+    let dir = TempDir::new();
+    let mut text = String::from("[transport]\nkind = \"udp\"\n");
+    for s in 0..40 {
+        text +=
+            &format!("[[switch]]\nname = \"s{s}\"\n[[host]]\nname = \"h{s}\"\nswitch = \"s{s}\"\n");
+    }
+    for s in 1..40 {
+        text += &format!("[[trunk]]\nbetween = [\"s{}\", \"s{s}\"]\n", s - 1);
+    }
+    let c = dir.write("long.toml", &text);
+    let out = isotach(&["check-config", &c, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["max_logical_distance"], 40);
+    assert_eq!(v["epoch_pulses"], 80);
+    assert_eq!(v["pulses_ahead_max"], 96);
+    let c = dir.write(
+        "short.toml",
+        &format!("[timing]\nepoch-pulses = 40\n{text}"),
+    );
+    let e = refused(&["check-config", &c], &c, 2);
+    assert!(
+        e.contains("timing.epoch-pulses: 40 is out of range: allowed 41..=65536 (more than the largest logical distance, 40"),
+        "{e}"
+    );
 }
 
 #[test]

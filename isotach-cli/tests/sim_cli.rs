@@ -129,6 +129,31 @@ fn bad_flags_exit_2_with_a_clear_error() {
             "every switch needs a host",
         ),
         (&["--pulses", "0"], "pulses"),
+        (
+            &["--topology", "ring"],
+            "`ring` is not a topology: line, star, tree:FANOUT",
+        ),
+        (&["--topology", "tree:1"], "the fanout must be at least 2"),
+        (
+            &[
+                "--topology",
+                "leaf-spine:4",
+                "--hosts",
+                "8",
+                "--switches",
+                "4",
+            ],
+            "needs more than 4 switches",
+        ),
+        (
+            &["--topology", "star", "--hosts", "3", "--switches", "5"],
+            "only 3 hosts for the 4 switches that take hosts",
+        ),
+        (
+            &["--hosts", "64", "--switches", "64", "--epoch-pulses", "64"],
+            "--epoch-pulses 64 must exceed the largest logical distance (64): give 65 or more, \
+             or leave it out for 128",
+        ),
         (&["--token-timeout-us", "0"], "token-timeout-us"),
         (&["--no-such-flag"], "no-such-flag"),
     ];
@@ -141,6 +166,91 @@ fn bad_flags_exit_2_with_a_clear_error() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
         assert!(out.stdout.is_empty(), "{args:?}: nothing on stdout");
     }
+}
+
+#[test]
+fn generated_trees_run_and_report_their_distance() {
+    for (topology, switches, distance) in [
+        ("star", "5", 3),
+        ("tree:2", "7", 5),
+        ("leaf-spine", "9", 5),
+        ("line", "3", 3),
+    ] {
+        let out = isotach(&[
+            "sim",
+            "waves",
+            "--hosts",
+            "16",
+            "--switches",
+            switches,
+            "--topology",
+            topology,
+            "--pulses",
+            "60",
+            "--loss",
+            "0.02",
+            "--token-corrupt",
+            "0.01",
+            "--json",
+        ]);
+        let v = ok_json(&out);
+        assert_eq!(v["max_logical_distance"], distance, "{topology}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "largest logical distance {distance}, epoch 64 pulses"
+            )),
+            "{stderr}"
+        );
+    }
+    let out = isotach(&[
+        "sim",
+        "sc",
+        "--hosts",
+        "8",
+        "--switches",
+        "5",
+        "--topology",
+        "tree:2",
+        "--seeds",
+        "1",
+        "--isochrons",
+        "60",
+        "--json",
+    ]);
+    // Leaves 2 (under 0), 3 and 4 (under 1): 3-1-0-2.
+    assert_eq!(ok_json(&out)["max_logical_distance"], 4);
+    let out = isotach(&[
+        "sim",
+        "philo",
+        "--philosophers",
+        "4",
+        "--switches",
+        "3",
+        "--topology",
+        "star",
+        "--meals",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(ok_json(&out)["max_logical_distance"], 3);
+}
+
+#[test]
+fn an_unexpected_error_fails_the_run_and_is_named_in_problems() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--tamper", "short-distance", "--json"]);
+    let out = isotach(&args);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let v = json(&out);
+    let n = v["unexpected_errors"].as_u64().unwrap();
+    assert!(n > 0, "{v}");
+    assert_eq!(
+        v["problems"][0],
+        format!("unexpected: {n} host packets the SIU refused")
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unexpected: "), "{stderr}");
 }
 
 #[test]

@@ -1,13 +1,17 @@
 //! Switches (token managers), hosts (SIUs) and the links between them; routes and logical
-//! distances by shortest path.
+//! distances from the graph.
 //!
-//! Every host hangs off exactly one switch; switches connect by trunks. The logical distance
-//! between two hosts is the number of token managers a message traverses: switch hops + 1.
-//! Routes are shortest paths with ties broken towards the lower switch id, so every node
-//! computes the same routes.
+//! Every host hangs off exactly one switch; switches connect by trunks, and the trunks must
+//! form a tree: connected, no cycle (`docs/design.md`, "Which switch graphs work"). So there is
+//! exactly one path between two switches; a route follows it, and the logical distance between
+//! two hosts is the number of token managers on it: switch hops + 1 (breadth-first search from
+//! every switch). [`Shape`] generates the usual trees (line, star, balanced tree, leaf/spine).
 
 use std::collections::VecDeque;
 use thiserror::Error;
+
+mod shape;
+pub use shape::{Shape, ShapeError};
 
 /// Index of a host (an SIU, one per SMM node).
 pub type HostId = u16;
@@ -60,6 +64,8 @@ pub enum TopologyError {
     /// A trunk names a switch that does not exist or joins a switch to itself.
     #[error("trunk {a}-{b} is invalid")]
     BadTrunk {
+        /// Position of the trunk in the list given.
+        trunk: usize,
         /// One end.
         a: SwitchId,
         /// Other end.
@@ -68,14 +74,45 @@ pub enum TopologyError {
     /// The same trunk twice.
     #[error("trunk {a}-{b} is listed twice")]
     DuplicateTrunk {
+        /// Position of the second one in the list given.
+        trunk: usize,
         /// One end.
         a: SwitchId,
         /// Other end.
         b: SwitchId,
     },
-    /// Some switch cannot reach switch 0.
+    /// A trunk joins two switches that the trunks before it already connect: a cycle.
+    #[error(
+        "trunk {a}-{b} closes a cycle of switches {cycle:?}: the trunks must form a tree \
+         (one path between two switches)"
+    )]
+    Cycle {
+        /// Position of the trunk that closes the cycle in the list given.
+        trunk: usize,
+        /// One end.
+        a: SwitchId,
+        /// Other end.
+        b: SwitchId,
+        /// The cycle, from `a` along the earlier trunks to `b` (then back to `a` by this trunk).
+        cycle: Vec<SwitchId>,
+    },
+    /// Some switch cannot reach switch 0 (nor can the hosts attached to it).
     #[error("switch {0} is not connected to switch 0")]
     Disconnected(SwitchId),
+    /// A generated topology has more leaf switches than hosts.
+    #[error(
+        "only {hosts} hosts for the {leaves} switches that take hosts (every switch of a line, \
+         the leaves of a tree): every switch needs a host; give fewer switches or more hosts"
+    )]
+    TooFewHosts {
+        /// Hosts asked for.
+        hosts: usize,
+        /// Leaf switches the shape has.
+        leaves: usize,
+    },
+    /// A generated shape is not usable with this many switches.
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
 }
 
 /// A validated topology with precomputed routes.
@@ -83,24 +120,31 @@ pub enum TopologyError {
 pub struct Topology {
     switches: usize,
     host_switch: Vec<SwitchId>,
+    /// `switch_hosts[s]`: the hosts attached to switch s, in id order.
+    switch_hosts: Vec<Vec<HostId>>,
     trunks: Vec<(SwitchId, SwitchId)>,
     switch_adj: Vec<Vec<SwitchId>>,
     /// `switch_hops[a][b]`: trunk hops from switch a to switch b.
     switch_hops: Vec<Vec<u16>>,
     /// `next_switch[a][b]`: the neighbour of a on the route to b (a itself when a == b).
     next_switch: Vec<Vec<SwitchId>>,
-    /// Trunks of the barrier spanning tree (BFS from switch 0), as adjacency.
+    /// Trunks of the barrier spanning tree (BFS from switch 0), as adjacency. The trunks form
+    /// a tree, so this is every trunk; it stays a separate notion for the token manager.
     barrier_tree: Vec<Vec<SwitchId>>,
+    /// Largest logical distance between two hosts (computed once: SIUs read it every token).
+    max_distance: u16,
 }
 
 impl Topology {
-    /// Builds a topology of `switches` switches, hosts attached as `host_switch[h]`, and trunks.
+    /// Builds a topology of `switches` switches, hosts attached as `host_switch[h]`, and
+    /// trunks, which must form a tree (connected, no cycle).
     pub fn new(
         switches: usize,
         host_switch: Vec<SwitchId>,
         trunks: Vec<(SwitchId, SwitchId)>,
     ) -> Result<Self, TopologyError> {
         validate(switches, &host_switch, &trunks)?;
+        check_acyclic(switches, &trunks)?;
         let mut switch_adj = vec![Vec::new(); switches];
         for &(a, b) in &trunks {
             switch_adj[usize::from(a)].push(b);
@@ -119,27 +163,50 @@ impl Topology {
             switch_hops.push(hops);
             next_switch.push(next);
         }
+        let mut switch_hosts = vec![Vec::new(); switches];
+        for (h, &s) in host_switch.iter().enumerate() {
+            switch_hosts[usize::from(s)].push(h as HostId);
+        }
         let barrier_tree = spanning_tree(&switch_adj);
+        let max_distance = max_distance(&switch_hops, &switch_hosts);
         Ok(Self {
             switches,
             host_switch,
+            switch_hosts,
             trunks,
             switch_adj,
             switch_hops,
             next_switch,
             barrier_tree,
+            max_distance,
         })
     }
 
     /// `hosts` hosts spread round-robin over `switches` switches joined in a line.
     pub fn line(hosts: usize, switches: usize) -> Result<Self, TopologyError> {
-        let switches_nonzero = switches.max(1);
-        let host_switch = (0..hosts)
-            .map(|h| (h % switches_nonzero) as SwitchId)
-            .collect();
-        let trunks = (1..switches)
-            .map(|s| ((s - 1) as SwitchId, s as SwitchId))
-            .collect();
+        Self::generate(Shape::Line, hosts, switches)
+    }
+
+    /// `hosts` hosts over `switches` switches joined as `shape` says (see [`Shape`]).
+    pub fn generate(shape: Shape, hosts: usize, switches: usize) -> Result<Self, TopologyError> {
+        if switches == 0 {
+            return Err(TopologyError::NoSwitches);
+        }
+        if switches > SWITCHES_MAX {
+            return Err(TopologyError::TooMany {
+                what: "switches",
+                count: switches,
+                max: SWITCHES_MAX,
+            });
+        }
+        let (trunks, leaves) = shape.build(switches)?;
+        if hosts < leaves.len() && hosts > 0 {
+            return Err(TopologyError::TooFewHosts {
+                hosts,
+                leaves: leaves.len(),
+            });
+        }
+        let host_switch = (0..hosts).map(|h| leaves[h % leaves.len()]).collect();
         Self::new(switches, host_switch, trunks)
     }
 
@@ -165,11 +232,16 @@ impl Topology {
 
     /// Hosts attached to `switch`, in id order.
     pub fn hosts_at(&self, switch: SwitchId) -> impl Iterator<Item = HostId> + '_ {
-        self.host_switch
-            .iter()
-            .enumerate()
-            .filter(move |(_, s)| **s == switch)
-            .map(|(h, _)| h as HostId)
+        self.switch_hosts[usize::from(switch)].iter().copied()
+    }
+
+    /// Switches with no host attached and a single trunk, or none: leaves that serve nobody.
+    /// Harmless (their token manager only passes waves on), but in a generated topology a
+    /// sign of too many switches.
+    pub fn empty_leaves(&self) -> impl Iterator<Item = SwitchId> + '_ {
+        (0..self.switches as SwitchId)
+            .filter(|&s| self.switch_hosts[usize::from(s)].is_empty())
+            .filter(|&s| self.switch_adj[usize::from(s)].len() <= 1)
     }
 
     /// Switches joined to `switch` by a trunk, in id order.
@@ -191,18 +263,12 @@ impl Topology {
 
     /// Largest logical distance between any two hosts.
     pub fn max_distance(&self) -> u16 {
-        let mut max = 1;
-        for (a, row) in self.switch_hops.iter().enumerate() {
-            if self.hosts_at(a as SwitchId).next().is_none() {
-                continue;
-            }
-            for (b, &hops) in row.iter().enumerate() {
-                if self.hosts_at(b as SwitchId).next().is_some() {
-                    max = max.max(hops + 1);
-                }
-            }
-        }
-        max
+        self.max_distance
+    }
+
+    /// Trunk hops from switch `a` to switch `b`.
+    pub fn switch_distance(&self, a: SwitchId, b: SwitchId) -> u16 {
+        self.switch_hops[usize::from(a)][usize::from(b)]
     }
 
     /// Largest distance in hops between any two nodes (hosts and switches) of the graph.
@@ -266,15 +332,80 @@ fn validate(
         }
     }
     let mut seen = std::collections::HashSet::new();
-    for &(a, b) in trunks {
+    for (trunk, &(a, b)) in trunks.iter().enumerate() {
         if a == b || usize::from(a) >= switches || usize::from(b) >= switches {
-            return Err(TopologyError::BadTrunk { a, b });
+            return Err(TopologyError::BadTrunk { trunk, a, b });
         }
         if !seen.insert((a.min(b), a.max(b))) {
-            return Err(TopologyError::DuplicateTrunk { a, b });
+            return Err(TopologyError::DuplicateTrunk { trunk, a, b });
         }
     }
     Ok(())
+}
+
+/// Refuses the first trunk (in the order given) that joins two switches the trunks before it
+/// already connect, naming the cycle it closes. Trunks are valid ([`validate`]).
+fn check_acyclic(switches: usize, trunks: &[(SwitchId, SwitchId)]) -> Result<(), TopologyError> {
+    let mut adj: Vec<Vec<SwitchId>> = vec![Vec::new(); switches];
+    let mut component: Vec<usize> = (0..switches).collect();
+    for (trunk, &(a, b)) in trunks.iter().enumerate() {
+        let (ca, cb) = (find(&mut component, a), find(&mut component, b));
+        if ca == cb {
+            let cycle = path(&adj, a, b);
+            return Err(TopologyError::Cycle { trunk, a, b, cycle });
+        }
+        component[ca] = cb;
+        adj[usize::from(a)].push(b);
+        adj[usize::from(b)].push(a);
+    }
+    Ok(())
+}
+
+/// The representative of `s`'s component (union-find with path halving).
+fn find(component: &mut [usize], s: SwitchId) -> usize {
+    let mut i = usize::from(s);
+    while component[i] != i {
+        component[i] = component[component[i]];
+        i = component[i];
+    }
+    i
+}
+
+/// The path from `a` to `b` in the forest `adj` (they are connected in it).
+fn path(adj: &[Vec<SwitchId>], a: SwitchId, b: SwitchId) -> Vec<SwitchId> {
+    let mut parent = vec![None; adj.len()];
+    parent[usize::from(a)] = Some(a);
+    let mut queue = VecDeque::from([a]);
+    while let Some(s) = queue.pop_front() {
+        for &t in &adj[usize::from(s)] {
+            if parent[usize::from(t)].is_none() {
+                parent[usize::from(t)] = Some(s);
+                queue.push_back(t);
+            }
+        }
+    }
+    let mut path = vec![b];
+    let mut at = b;
+    while at != a {
+        at = parent[usize::from(at)].expect("a and b are connected");
+        path.push(at);
+    }
+    path.reverse();
+    path
+}
+
+/// Largest logical distance between two hosts: switch hops + 1 over switches with hosts.
+fn max_distance(switch_hops: &[Vec<u16>], switch_hosts: &[Vec<HostId>]) -> u16 {
+    let with_hosts: Vec<usize> = (0..switch_hosts.len())
+        .filter(|&s| !switch_hosts[s].is_empty())
+        .collect();
+    let mut max = 1;
+    for &a in &with_hosts {
+        for &b in &with_hosts {
+            max = max.max(switch_hops[a][b] + 1);
+        }
+    }
+    max
 }
 
 /// Hops from `from` to every switch (u16::MAX if unreachable) and the first hop towards each.
@@ -340,18 +471,38 @@ mod tests {
     }
 
     #[test]
-    fn cycle_routes_take_the_shortest_path_and_the_tree_drops_one_trunk() {
-        // square 0-1-2-3-0
-        let t = Topology::new(4, vec![0, 1, 2, 3], vec![(0, 1), (1, 2), (2, 3), (3, 0)]).unwrap();
-        assert_eq!(t.distance(0, 2), 3);
+    fn cycles_are_refused_naming_the_trunk_that_closes_one_and_the_cycle() {
+        // square 0-1-2-3-0: the fourth trunk closes it.
+        let e = Topology::new(4, vec![0, 1, 2, 3], vec![(0, 1), (1, 2), (2, 3), (3, 0)]);
         assert_eq!(
-            t.next_hop(0, 2),
-            Hop::Switch(1),
-            "tie broken to the lower id"
+            e,
+            Err(TopologyError::Cycle {
+                trunk: 3,
+                a: 3,
+                b: 0,
+                cycle: vec![3, 2, 1, 0]
+            })
         );
-        assert_eq!(t.next_hop(0, 3), Hop::Switch(3));
+        // A triangle hanging off a tree, trunks in another order.
+        let e = Topology::new(5, vec![0], vec![(0, 1), (2, 3), (1, 2), (3, 4), (4, 2)]);
+        assert_eq!(
+            e,
+            Err(TopologyError::Cycle {
+                trunk: 4,
+                a: 4,
+                b: 2,
+                cycle: vec![4, 3, 2]
+            })
+        );
+        let msg = e.unwrap_err().to_string();
+        assert!(
+            msg.contains("closes a cycle of switches [4, 3, 2]"),
+            "{msg}"
+        );
+        // The same switches as a tree are fine, and every trunk is in the barrier tree.
+        let t = Topology::new(4, vec![0, 1, 2, 3], vec![(0, 1), (1, 2), (2, 3)]).unwrap();
         let tree_edges: usize = (0..4).map(|s| t.barrier_tree_neighbours(s).len()).sum();
-        assert_eq!(tree_edges, 2 * 3, "a spanning tree of 4 nodes has 3 edges");
+        assert_eq!(tree_edges, 2 * 3);
     }
 
     #[test]
@@ -374,12 +525,37 @@ mod tests {
         );
         assert_eq!(
             Topology::new(2, vec![0], vec![(0, 0)]),
-            Err(TopologyError::BadTrunk { a: 0, b: 0 })
+            Err(TopologyError::BadTrunk {
+                trunk: 0,
+                a: 0,
+                b: 0
+            })
         );
         assert_eq!(
             Topology::new(2, vec![0], vec![(0, 1), (1, 0)]),
-            Err(TopologyError::DuplicateTrunk { a: 1, b: 0 })
+            Err(TopologyError::DuplicateTrunk {
+                trunk: 1,
+                a: 1,
+                b: 0
+            })
         );
+        assert_eq!(
+            Topology::line(2, 3),
+            Err(TopologyError::TooFewHosts {
+                hosts: 2,
+                leaves: 3
+            })
+        );
+    }
+
+    #[test]
+    fn max_distance_counts_only_switches_with_hosts() {
+        // 0-1-2-3, hosts on 1 and 2 only: the ends carry no host.
+        let t = Topology::new(4, vec![1, 2, 2], vec![(0, 1), (1, 2), (2, 3)]).unwrap();
+        assert_eq!(t.max_distance(), 2);
+        assert_eq!(t.switch_distance(0, 3), 3);
+        assert_eq!(t.empty_leaves().collect::<Vec<_>>(), vec![0, 3]);
+        assert_eq!(t.hosts_at(2).collect::<Vec<_>>(), vec![1, 2]);
     }
 
     #[test]

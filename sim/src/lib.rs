@@ -26,6 +26,7 @@ pub mod rng;
 pub mod sc;
 mod sim;
 mod smm_host;
+pub mod unexpected;
 pub mod waves;
 
 pub use host::{Host, HostCtx, Observer};
@@ -35,3 +36,4 @@ pub use rng::SimRng;
 pub use sim::{
     NetFaults, NodeId, Pauses, Restarts, RunEnd, Sim, SimConfig, SimError, SimStats, Tamper,
 };
+pub use unexpected::Unexpected;

@@ -15,7 +15,7 @@ use crate::host::{Host, HostCtx};
 use crate::net::{FaultError, RangeUs};
 use crate::oracle::PulseOracle;
 use crate::sim::{NetFaults, RunEnd, Sim, SimConfig, SimError};
-use crate::smm_host::{PortEvent, SmmPort, run_to_quiescence};
+use crate::smm_host::{PortEvent, SmmPort, count_smm_errors, run_to_quiescence};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::Width;
 use isotach_proto::topology::HostId;
@@ -23,6 +23,9 @@ use isotach_siu::SiuError;
 use isotach_smm::{Addr, MemoryMap, ReadHandle};
 use serde::Serialize;
 use std::sync::Arc;
+
+/// Most lines in a report's `problems` (besides one per source of unexpected errors).
+const PROBLEMS_MAX: usize = 16;
 
 /// Options of a philo run.
 #[derive(Debug, Clone)]
@@ -84,6 +87,8 @@ pub struct PhiloReport {
     pub philosophers: usize,
     /// Switches.
     pub switches: usize,
+    /// The largest logical distance between two hosts (token managers on the longest route).
+    pub max_logical_distance: u16,
     /// Meals asked of each philosopher.
     pub meals_target: u64,
     /// Meals eaten, all philosophers.
@@ -352,22 +357,20 @@ fn report(opts: &PhiloOptions, sim: &Sim<Philosopher, PulseOracle>, end: RunEnd)
     let e = crate::eras::check(nodes, 4);
     let o = e.oracle;
     let safety = overlaps(phils);
-    let mut problems: Vec<String> = safety.1;
-    problems.extend(e.notes);
-    let mut unexpected = sim.stats().net_errors;
-    for p in phils {
+    let mut others: Vec<String> = safety.1;
+    others.extend(e.notes);
+    others.extend(sim.observer().violations().iter().cloned());
+    let mut u = sim.unexpected().clone();
+    for (i, p) in phils.iter().enumerate() {
+        // Only an ended application's reads can be answered late.
+        let late_ok = !p.port.ended.is_empty();
         for s in p.port.all_stats() {
-            unexpected += s.bad_input + s.not_a_copy + s.assigns_without_sched + s.count_mismatches;
-            if p.port.ended.is_empty() {
-                // Only an ended application's reads can be answered late.
-                unexpected += s.replies_unknown;
-            }
+            count_smm_errors(&mut u, i, &s, late_ok);
         }
-        unexpected += p.port.problems.len() as u64;
-        problems.extend(p.port.problems.iter().cloned());
+        u.merge(&p.port.unexpected);
     }
-    problems.extend(sim.observer().violations().iter().cloned());
-    problems.truncate(16);
+    let unexpected = u.total();
+    let problems = u.problems(others, PROBLEMS_MAX);
     let meals: u64 = phils.iter().map(|p| p.meals).sum();
     let meals_min = phils.iter().map(|p| p.meals).min().unwrap_or(0);
     let completed = end == RunEnd::Stopped && meals_min >= opts.meals;
@@ -382,6 +385,7 @@ fn report(opts: &PhiloOptions, sim: &Sim<Philosopher, PulseOracle>, end: RunEnd)
         seed: opts.seed,
         philosophers: n,
         switches: opts.cluster.topology.switch_count(),
+        max_logical_distance: opts.cluster.topology.max_distance(),
         meals_target: opts.meals,
         meals,
         meals_min,

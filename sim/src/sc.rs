@@ -15,12 +15,13 @@ use crate::host::{Host, HostCtx};
 use crate::net::{FaultError, RangeUs};
 use crate::oracle::PulseOracle;
 use crate::sim::{NetFaults, RunEnd, Sim, SimConfig, SimError};
-use crate::smm_host::{PortEvent, SIM_RMW_FUNCTION, SmmPort, run_to_quiescence};
+use crate::smm_host::{PortEvent, SIM_RMW_FUNCTION, SmmPort, count_smm_errors, run_to_quiescence};
+use crate::unexpected::Unexpected;
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::Width;
 use isotach_proto::topology::HostId;
 use isotach_siu::SiuError;
-use isotach_smm::{Addr, Isochron, MemoryMap, SmmError, SmmStats};
+use isotach_smm::{Addr, Isochron, MemoryMap, SmmError};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -107,6 +108,8 @@ pub struct ScReport {
     pub hosts: usize,
     /// Switches per run.
     pub switches: usize,
+    /// The largest logical distance between two hosts (token managers on the longest route).
+    pub max_logical_distance: u16,
     /// Isochrons executed and checked, all runs.
     pub isochrons: u64,
     /// Reads compared with the replay.
@@ -160,8 +163,15 @@ pub struct ScReport {
     pub departed_dropped: u64,
     /// Seeds of failing runs (first few).
     pub failed_seeds: Vec<u64>,
-    /// First problems seen.
+    /// First problems seen: a line per source of unexpected errors (`unexpected: N …`), then
+    /// the first unexpected errors and other problems described.
     pub problems: Vec<String>,
+    /// Unexpected errors by source, all runs (`problems` shows them).
+    #[serde(skip)]
+    unexpected: Unexpected,
+    /// Problems other than unexpected errors, all runs (the first few).
+    #[serde(skip)]
+    other_problems: Vec<String>,
     /// Wall-clock time of all runs.
     pub wall_time_ms: u64,
     /// Every count of violations is 0 and no run stalled.
@@ -428,29 +438,6 @@ fn memory(
     (map, pages)
 }
 
-/// The SMM counters no correct run raises, named, with their non-zero counts: every unexpected
-/// error gets a line in `problems`.
-fn unexpected_smm_errors(s: &SmmStats, late_replies_ok: bool) -> Vec<(&'static str, u64)> {
-    [
-        ("bad inputs from the SIU", s.bad_input),
-        ("operations at a host holding no copy", s.not_a_copy),
-        ("assigns without a sched", s.assigns_without_sched),
-        ("EOP count mismatches", s.count_mismatches),
-        ("apply of an unregistered function", s.rmw_unknown_functions),
-        (
-            "answers to reads no application here issued",
-            if late_replies_ok {
-                0
-            } else {
-                s.replies_unknown
-            },
-        ),
-    ]
-    .into_iter()
-    .filter(|&(_, n)| n > 0)
-    .collect()
-}
-
 /// Runs `opts.runs` seeds and checks each with the oracle.
 pub fn run(opts: &ScOptions) -> Result<ScReport, ScError> {
     run_with_progress(opts, &mut |_, _| {})
@@ -470,6 +457,7 @@ pub fn run_with_progress(
         seed: opts.seed,
         hosts: opts.cluster.topology.host_count(),
         switches: opts.cluster.topology.switch_count(),
+        max_logical_distance: opts.cluster.topology.max_distance(),
         ..ScReport::default()
     };
     for i in 0..opts.runs {
@@ -571,35 +559,34 @@ fn tally(sim: &Sim<ScHost, PulseOracle>, end: RunEnd, map: &MemoryMap, report: &
         );
     }
     problems.extend(detail);
+    let mut unexpected = sim.unexpected().clone();
     for (i, h) in sim.hosts().iter().enumerate() {
         for s in h.all_stats() {
             report.read_pending_max = report.read_pending_max.max(s.read_pending_max);
             // Only an ended application's reads can be answered late.
             let late_ok = !(h.port.ended.is_empty() && h.life.restarts == 0);
-            let unexpected = unexpected_smm_errors(&s, late_ok);
-            for (what, n) in &unexpected {
-                report.unexpected_errors += n;
-                problems.push(format!("host {i}: {n} {what}"));
-            }
+            count_smm_errors(&mut unexpected, i, &s, late_ok);
             report.replies_ignored += s.replies_unknown;
             report.reads_refused += s.reads_refused;
         }
-        report.unexpected_errors += h.port.problems.len() as u64;
+        unexpected.merge(&h.port.unexpected);
         report.app_restarts += h.life.restarts;
         report.logical_restarts += h.port.ended.len() as u64;
         report.pages_recovered += h.life.pages_recovered;
         report.pages_started_empty += h.life.pages_started_empty;
-        problems.extend(h.port.problems.iter().cloned());
     }
-    report.unexpected_errors += sim.stats().net_errors;
     report.departed_dropped += sim.stats().departed_dropped;
     problems.extend(sim.observer().violations().iter().cloned());
-    problems.extend(sim.errors().iter().cloned());
+    report.unexpected.merge(&unexpected);
+    report.unexpected_errors = report.unexpected.total();
     for p in problems {
-        if report.problems.len() < PROBLEMS_MAX {
-            report.problems.push(p);
+        if report.other_problems.len() < PROBLEMS_MAX {
+            report.other_problems.push(p);
         }
     }
+    report.problems = report
+        .unexpected
+        .problems(report.other_problems.iter().cloned(), PROBLEMS_MAX);
 }
 
 /// Variables whose copies disagree at the end of a run, and the first few of them.

@@ -14,11 +14,12 @@ use crate::hash::Fnv1a64;
 use crate::host::{Host, HostAction, HostCtx, Observer};
 use crate::net::{Channel, Faults, NetStats, RangeUs};
 use crate::rng::SimRng;
+use crate::unexpected::Unexpected;
 use isotach_am_proto::{NodeAddr, Time};
 use isotach_daemon::pump::{Pump, Role};
 use isotach_daemon::siu::{PEER_APP, SiuRole};
 use isotach_daemon::tm::TmRole;
-use isotach_proto::config::ClusterConfig;
+use isotach_proto::config::{ClusterConfig, check_bounds};
 use isotach_proto::topology::{HostId, SwitchId, Topology};
 use isotach_siu::Siu;
 use isotach_tm::TokenManager;
@@ -74,6 +75,10 @@ pub enum Tamper {
     HoldBackMessage,
     /// Swap the first and last entries of one sort vector (of at least 3 entries).
     SwapSortVector,
+    /// Every waves host declares one isochron's distance one short of its farthest
+    /// destination, as a broken application could: the SIU refuses the message that is too far, an
+    /// unexpected error the report must name (the SIU→host stream is left alone).
+    ShortDistance,
 }
 
 /// What goes wrong beneath the hosts: the network, and pauses and crashes of TMs and SIUs.
@@ -179,9 +184,6 @@ pub enum RunEnd {
     /// Nothing left to do.
     Exhausted,
 }
-
-/// Most error descriptions kept for the report.
-const ERROR_LOG_MAX: usize = 16;
 
 #[derive(Debug)]
 enum Event {
@@ -349,7 +351,8 @@ pub struct Sim<H: Host, O: Observer> {
     tamper: TamperState,
     hash: Fnv1a64,
     stats: SimStats,
-    errors: Vec<String>,
+    /// Unexpected errors of the TMs and SIUs (the hosts keep their own).
+    unexpected: Unexpected,
     recvclocks: Vec<u64>,
     /// Each SIU's generation as last reported to the observer.
     generations: Vec<u32>,
@@ -379,6 +382,15 @@ pub enum SimError {
     /// A timing setting is unusable.
     #[error("{0}")]
     Timing(&'static str),
+    /// Timing or limits outside their bounds for the topology (as the config loader checks
+    /// them, `isotach_proto::config::check_bounds`).
+    #[error("{key}: {why}")]
+    Config {
+        /// The dotted config key.
+        key: &'static str,
+        /// What is wrong, and which values work.
+        why: String,
+    },
 }
 
 impl<H: Host, O: Observer> Sim<H, O> {
@@ -387,12 +399,10 @@ impl<H: Host, O: Observer> Sim<H, O> {
     /// [`Host::on_start`] runs.
     pub fn new(cfg: SimConfig, hosts: Vec<H>, observer: O) -> Result<Self, SimError> {
         cfg.net.faults.validate()?;
-        if cfg.cluster.timing.token_timeout_us == 0 {
-            return Err(SimError::Timing("token-timeout-us must be at least 1"));
-        }
-        if cfg.cluster.timing.epoch_pulses < 2 {
-            return Err(SimError::Timing("epoch-pulses must be at least 2"));
-        }
+        // What the daemons would refuse to start with, the simulator refuses too.
+        let c = &cfg.cluster;
+        check_bounds(&c.timing, &c.limits, &c.topology)
+            .map_err(|(key, why)| SimError::Config { key, why })?;
         if let Some(p) = cfg.net.pauses
             && (p.every_us == 0 || p.duration_us.lo > p.duration_us.hi)
         {
@@ -452,7 +462,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
             tamper: TamperState::default(),
             hash: Fnv1a64::new(),
             stats: SimStats::default(),
-            errors: Vec::new(),
+            unexpected: Unexpected::default(),
             recvclocks: vec![0; n_hosts],
             generations: vec![0; n_hosts],
             links_lost: 0,
@@ -538,9 +548,10 @@ impl<H: Host, O: Observer> Sim<H, O> {
     pub fn stats(&self) -> SimStats {
         self.stats
     }
-    /// The first few unexpected errors, described.
-    pub fn errors(&self) -> &[String] {
-        &self.errors
+    /// Unexpected errors of the TMs and SIUs: refused intact network input, accepted corrupted
+    /// tokens, errors of a daemon's pump (each also in [`SimStats`]).
+    pub fn unexpected(&self) -> &Unexpected {
+        &self.unexpected
     }
     /// FNV-1a 64 over every delivery (time, node, bytes) so far.
     pub fn trace_hash(&self) -> u64 {
@@ -720,10 +731,10 @@ impl<H: Host, O: Observer> Sim<H, O> {
         self.hash.write(bytes);
     }
 
-    fn log_error(&mut self, what: String) {
-        if self.errors.len() < ERROR_LOG_MAX {
-            self.errors.push(format!("t={}us {what}", self.now_us));
-        }
+    /// Counts one unexpected error of `source`, described with the time.
+    fn unexpected_error(&mut self, source: &str, what: String) {
+        let line = format!("t={}us {what}", self.now_us);
+        self.unexpected.one(source, line);
     }
 
     fn host_packet(&mut self, host: HostId, bytes: Vec<u8>) {

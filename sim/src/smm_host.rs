@@ -8,6 +8,7 @@
 use crate::eras::NodeRecords;
 use crate::host::HostCtx;
 use crate::sim::{RunEnd, Sim};
+use crate::unexpected::Unexpected;
 use crate::{Host, Observer};
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::{self, EopMarker, Kind};
@@ -54,8 +55,8 @@ pub(crate) struct SmmPort {
     pub(crate) node: SmmNode,
     /// The start barrier completed: logical time runs everywhere.
     pub(crate) running: bool,
-    /// Refusals other than the start-up `NotStarted` (must stay empty).
-    pub(crate) problems: Vec<String>,
+    /// Refusals other than the start-up `NotStarted`, failed joins (must stay none).
+    pub(crate) unexpected: Unexpected,
     /// The generation the node's pulses run in (`None` until it drained one).
     pub(crate) era: Option<u32>,
     /// Nodes that restarts of logical time ended, oldest first.
@@ -101,7 +102,7 @@ impl SmmPort {
         Self {
             node,
             running: false,
-            problems: Vec::new(),
+            unexpected: Unexpected::default(),
             era: None,
             ended: Vec::new(),
             index_base: 0,
@@ -208,9 +209,10 @@ impl SmmPort {
                 self.end_era(ctx, drained);
                 return PortEvent::Restarted;
             }
-            Err(e) => self
-                .problems
-                .push(format!("host {}: SMM refused SIU input: {e}", ctx.host())),
+            Err(e) => self.unexpected.one(
+                "SIU inputs an SMM node refused",
+                format!("host {}: SMM refused SIU input: {e}", ctx.host()),
+            ),
         }
         if self.era.is_none() && self.node.stats().pulses_drained > 0 {
             self.era = Some(ctx.siu_generation());
@@ -241,10 +243,41 @@ impl SmmPort {
             SiuError::NotStarted if !self.ended.is_empty() => return,
             _ => {}
         }
-        self.problems.push(format!(
-            "host {}: SIU refused a packet: {error}",
-            ctx.host()
-        ));
+        self.unexpected.one(
+            "packets of an SMM node the SIU refused",
+            format!("host {}: SIU refused a packet: {error}", ctx.host()),
+        );
+    }
+}
+
+/// Counts the SMM counters no correct run raises, each under its name, for `host`:
+/// `late_replies_ok` when an ended application's reads may be answered late.
+pub(crate) fn count_smm_errors(
+    u: &mut Unexpected,
+    host: usize,
+    s: &SmmStats,
+    late_replies_ok: bool,
+) {
+    let late = if late_replies_ok {
+        0
+    } else {
+        s.replies_unknown
+    };
+    for (what, n) in [
+        ("bad inputs from the SIU at an SMM node", s.bad_input),
+        ("operations at a host holding no copy", s.not_a_copy),
+        ("assigns without a sched", s.assigns_without_sched),
+        ("EOP count mismatches", s.count_mismatches),
+        (
+            "applies of an unregistered function",
+            s.rmw_unknown_functions,
+        ),
+        ("answers to reads no application here issued", late),
+    ] {
+        if n > 0 {
+            u.count(what, n);
+            u.detail(format!("host {host}: {n} {what}"));
+        }
     }
 }
 

@@ -16,9 +16,10 @@ use crate::host::{Host, HostCtx};
 use crate::net::{FaultError, RangeUs};
 use crate::oracle::{OracleStats, PulseOracle};
 use crate::sim::{NetFaults, RunEnd, Sim, SimConfig, SimError, Tamper};
+use crate::unexpected::Unexpected;
 use isotach_proto::Generation;
 use isotach_proto::Pulse;
-use isotach_proto::config::ClusterConfig;
+use isotach_proto::config::{ClusterConfig, Timing, check_bounds};
 use isotach_proto::packet::{
     BARRIERS, BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind,
     PlainMessage, Sref, SrefOp, StartOfIsochron, Width,
@@ -121,9 +122,12 @@ impl WavesOptions {
         }
     }
 
-    /// Sets the token timer.
+    /// Sets the token timer, and keeps the idle pace at most half of it, as a config file
+    /// that gives only the timer does ([`Timing::default_idle_pace_us`]).
     pub fn token_timeout_us(mut self, us: u64) -> Self {
-        self.cluster.timing.token_timeout_us = us;
+        let t = &mut self.cluster.timing;
+        t.token_timeout_us = us;
+        t.idle_pace_us = t.idle_pace_us.min(Timing::default_idle_pace_us(us));
         self
     }
 
@@ -156,23 +160,29 @@ impl WavesOptions {
         if load.think_us.lo > load.think_us.hi {
             return bad("think-us range is empty");
         }
-        let timing = self.cluster.timing;
-        if timing.token_timeout_us == 0 {
-            return bad("token-timeout-us must be at least 1");
-        }
-        let reach = u32::from(self.cluster.topology.max_distance());
-        if timing.epoch_pulses <= reach.max(1) {
-            return Err(WavesError::Invalid(format!(
-                "epoch-pulses must exceed the largest logical distance ({reach})"
-            )));
-        }
+        let c = &self.cluster;
+        check_bounds(&c.timing, &c.limits, &c.topology)
+            .map_err(|(key, why)| WavesError::Invalid(format!("{key}: {why}")))?;
         if let Some(p) = self.net.pauses
             && (p.every_us == 0 || p.duration_us.lo > p.duration_us.hi)
         {
             return bad("pause-every-us must be at least 1 and pause-us lo <= hi");
         }
-        if load.send_delta_max >= self.cluster.limits.pulses_ahead_max / 2 {
-            return bad("send-delta-max must stay below half of limits.pulses-ahead-max");
+        // An isochron to the farthest host is stamped up to D + send delta ahead of its
+        // sender's sendclock (its own or, through the other sequence set, its predecessor's),
+        // and a receiver may be D behind that sendclock: the SIU refuses it unless the window
+        // holds both (`SiuError::BeyondWindow`).
+        let reach = u32::from(c.topology.max_distance());
+        let window = c.limits.pulses_ahead_max;
+        if 2 * reach + load.send_delta_max >= window {
+            return Err(WavesError::Invalid(format!(
+                "send-delta-max {} does not fit the window: an isochron to the farthest host \
+                 (logical distance {reach}) may reach 2·{reach} + send-delta-max pulses past a \
+                 receiver's clock, and limits.pulses-ahead-max is {window}; use \
+                 send-delta-max {} at most, or a larger window",
+                load.send_delta_max,
+                window.saturating_sub(2 * reach + 1)
+            )));
         }
         if self.stall_us == Some(0) {
             return bad("stall-us must be at least 1");
@@ -201,6 +211,8 @@ pub struct WavesReport {
     pub hosts: usize,
     /// Switches (TMs).
     pub switches: usize,
+    /// The largest logical distance between two hosts (token managers on the longest route).
+    pub max_logical_distance: u16,
     /// Pulses asked for.
     pub pulses_target: u64,
     /// Pulses every SIU completed: the smallest recvclock at the end.
@@ -402,13 +414,15 @@ fn report(
         host.plain_fifo_violations += h.stats.plain_fifo_violations;
         host.plain_lost += h.stats.plain_lost;
         host.barriers_entered += h.stats.barriers_entered;
-        host.unexpected_refusals += h.stats.unexpected_refusals;
         host.refused_after_restart += h.stats.refused_after_restart;
     }
-    let unexpected_errors = st.net_errors + st.corrupt_tokens_accepted + host.unexpected_refusals;
-    let mut problems: Vec<String> = sim.observer().violations().to_vec();
-    problems.extend(sim.errors().iter().cloned());
-    problems.extend(sim.hosts().iter().flat_map(|h| h.problems.iter().cloned()));
+    let mut unexpected = sim.unexpected().clone();
+    for h in sim.hosts() {
+        unexpected.merge(&h.unexpected);
+    }
+    let unexpected_errors = unexpected.total();
+    let others = sim.observer().violations().iter().cloned();
+    let problems = unexpected.problems(others, PROBLEMS_MAX);
     let ok = completed
         && o.eop_violations == 0
         && o.order_violations == 0
@@ -419,6 +433,7 @@ fn report(
         seed: opts.seed,
         hosts: opts.cluster.topology.host_count(),
         switches: opts.cluster.topology.switch_count(),
+        max_logical_distance: opts.cluster.topology.max_distance(),
         pulses_target: opts.pulses,
         pulses,
         completed,
@@ -482,12 +497,11 @@ struct HostStats {
     plain_fifo_violations: u64,
     plain_lost: u64,
     barriers_entered: u64,
-    unexpected_refusals: u64,
     refused_after_restart: u64,
 }
 
-/// Most problem descriptions one host keeps.
-const PROBLEMS_MAX: usize = 8;
+/// Most lines in the report's `problems` (besides one per source of unexpected errors).
+const PROBLEMS_MAX: usize = 32;
 
 /// A host of the waves workload.
 #[derive(Debug)]
@@ -520,8 +534,11 @@ pub struct WavesHost {
     barrier: f64,
     /// Barriers this host entered and has not seen complete.
     in_barrier: u8,
-    /// Unexpected refusals, described.
-    problems: Vec<String>,
+    /// Packets the SIU refused for reasons no correct run has.
+    unexpected: Unexpected,
+    /// [`Tamper::ShortDistance`] and not yet done: the next isochron to a remote host
+    /// declares a distance one short.
+    short_distance: bool,
     stats: HostStats,
 }
 
@@ -548,7 +565,8 @@ impl WavesHost {
             gaps_allowed: opts.net.restarts.is_some(),
             barrier: opts.load.barrier,
             in_barrier: 0,
-            problems: Vec::new(),
+            unexpected: Unexpected::default(),
+            short_distance: opts.tamper == Tamper::ShortDistance,
             stats: HostStats::default(),
         }
     }
@@ -591,11 +609,15 @@ impl WavesHost {
                 }
             })
             .collect();
-        let distance = dests
+        let mut distance = dests
             .iter()
             .map(|&d| ctx.topology().distance(self.id, d))
             .max()
             .unwrap_or(1);
+        if self.short_distance && distance > 1 {
+            self.short_distance = false;
+            distance -= 1;
+        }
         let iso_id = self.next_iso_id;
         self.next_iso_id = self.next_iso_id.wrapping_add(1);
         let send_delta = ctx.rng().range_inclusive(0, u64::from(self.send_delta_max)) as u32;
@@ -816,12 +838,12 @@ impl Host for WavesHost {
                 self.stats.refused_after_restart += 1;
             }
             _ => {
-                self.stats.unexpected_refusals += 1;
-                if self.problems.len() < PROBLEMS_MAX {
-                    let what = kind.map_or("an undecodable packet".into(), |k| format!("{k:?}"));
-                    self.problems
-                        .push(format!("host {}: the SIU refused {what}: {error}", self.id));
-                }
+                let what = match kind {
+                    Some(Ok(k)) => format!("{k:?}"),
+                    _ => "an undecodable packet".to_string(),
+                };
+                let line = format!("host {}: the SIU refused {what}: {error}", self.id);
+                self.unexpected.one("host packets the SIU refused", line);
             }
         }
     }

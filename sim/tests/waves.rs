@@ -109,6 +109,33 @@ fn oracle_catches_a_swapped_sort_vector() {
 }
 
 #[test]
+fn unexpected_errors_are_counted_and_named_in_problems() {
+    // Hosts that declare a distance too short: the SIU refuses the farthest message.
+    let mut o = options(6, 3, 100, 1);
+    o.tamper = Tamper::ShortDistance;
+    let r = run(&o);
+    assert!(!r.ok && r.completed, "{r:#?}");
+    assert!(r.unexpected_errors > 0, "{r:#?}");
+    assert_eq!(
+        r.problems[0],
+        format!(
+            "unexpected: {} host packets the SIU refused",
+            r.unexpected_errors
+        )
+    );
+    assert!(
+        r.problems[1].contains("the SIU refused IsotachMessage: destination"),
+        "{:?}",
+        r.problems
+    );
+    assert_eq!(
+        r.eop_violations + r.order_violations,
+        0,
+        "nothing else broke"
+    );
+}
+
+#[test]
 fn bad_options_are_refused() {
     let mut o = options(2, 1, 10, 1);
     o.net.faults.loss = 1.0;
@@ -121,8 +148,9 @@ fn bad_options_are_refused() {
 }
 
 #[test]
-fn a_ring_of_switches_from_a_config_file() {
-    let toml = r#"
+fn a_tree_of_switches_from_a_config_file_and_a_ring_refused() {
+    // b in the middle, a and c leaves; hosts on all three.
+    let tree = r#"
 [timing]
 token-timeout-us = 2000
 [[switch]]
@@ -147,16 +175,64 @@ switch = "a"
 between = ["a", "b"]
 [[trunk]]
 between = ["b", "c"]
-[[trunk]]
-between = ["c", "a"]
 "#;
-    let cluster = isotach_proto::config::ClusterConfig::parse(toml, "ring.toml").unwrap();
+    let cluster = isotach_proto::config::ClusterConfig::parse(tree, "tree.toml").unwrap();
     let mut o = WavesOptions::with_cluster(cluster, 200, 4);
     o.net.faults.loss = 0.1;
     o.net.faults.reorder = 0.1;
     let r = run(&o);
     assert_clean(&r);
-    assert_eq!((r.hosts, r.switches), (4, 3));
+    assert_eq!((r.hosts, r.switches, r.max_logical_distance), (4, 3, 3));
+    // Closing the ring is refused where the file says it.
+    let ring = format!("{tree}[[trunk]]\nbetween = [\"c\", \"a\"]\n");
+    let e = isotach_proto::config::ClusterConfig::parse(&ring, "ring.toml").unwrap_err();
+    assert_eq!((e.line, e.key.as_str()), (27, "trunk.between"), "{e}");
+}
+
+#[test]
+fn generated_trees_run_clean_under_faults() {
+    use isotach_proto::config::ClusterConfig;
+    use isotach_proto::topology::Shape;
+    for (shape, hosts, switches, distance) in [
+        (Shape::Star, 12, 4, 3),
+        (Shape::Tree { fanout: 2 }, 16, 7, 5),
+        (Shape::LeafSpine { spines: Some(3) }, 12, 9, 5),
+    ] {
+        let cluster = ClusterConfig::generate(shape, hosts, switches).unwrap();
+        let mut o = all_faults(WavesOptions::with_cluster(cluster, 120, 11));
+        o.net.faults.token_corrupt = 0.02;
+        let r = run(&o);
+        assert_clean(&r);
+        assert_eq!(r.max_logical_distance, distance, "{shape}");
+    }
+}
+
+#[test]
+fn a_long_line_gets_a_window_for_its_distance_and_runs_clean() {
+    // The failure of issue 13: 32 switches in a line, largest logical distance 32. The
+    // default window of 64 pulses could not hold an isochron to the farthest host stamped
+    // with a send delta (32 + delta + 32 pulses past a receiver's clock), so the SIUs
+    // refused them. The generated cluster now sizes the window for the distance.
+    let mut o = options(32, 32, 60, 5);
+    assert_eq!(o.cluster.topology.max_distance(), 32);
+    assert!(o.cluster.limits.pulses_ahead_max > 2 * 32 + o.load.send_delta_max);
+    o.net.faults.loss = 0.02;
+    assert_clean(&run(&o));
+    // With the old window, the options are refused before anything starts, saying which
+    // send delta would fit.
+    o.cluster.limits.pulses_ahead_max = 65;
+    let e = waves::run(&o).unwrap_err().to_string();
+    assert!(
+        e.contains("send-delta-max 2 does not fit the window")
+            && e.contains("use send-delta-max 0 at most"),
+        "{e}"
+    );
+    o.cluster.limits.pulses_ahead_max = 64;
+    let e = waves::run(&o).unwrap_err().to_string();
+    assert!(
+        e.starts_with("limits.pulses-ahead-max: 64 is out of range: allowed 65.."),
+        "{e}"
+    );
 }
 
 #[test]

@@ -176,7 +176,8 @@ impl ScHost {
             JoinStatus::Joining { .. } => {}
             status => {
                 if let JoinStatus::Failed(e) = status {
-                    self.port.problems.push(format!("join failed: {e}"));
+                    let what = format!("host {}: join failed: {e}", self.port.node.host());
+                    self.port.unexpected.one("joins that failed", what);
                 }
                 let r = self.port.node.join_report().cloned().unwrap_or_default();
                 self.life.pages_recovered += r.pages_recovered.len() as u64;

@@ -72,7 +72,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
         };
         if let Err(e) = result {
             self.stats.net_errors += 1;
-            self.log_error(format!("{node:?}: {e}"));
+            self.unexpected_error("errors of a TM's or SIU's pump", format!("{node:?}: {e}"));
         }
         for (to, bytes) in outbox.drain(..) {
             self.transmit(node, to, bytes);
@@ -117,7 +117,8 @@ impl<H: Host, O: Observer> Sim<H, O> {
                     self.stats.net.tokens_corrupted += 1;
                     if matches!(verdict, Verdict::Consumed) {
                         self.stats.corrupt_tokens_accepted += 1;
-                        self.log_error(format!("{node:?} accepted a corrupted token"));
+                        let what = format!("{node:?} accepted a corrupted token");
+                        self.unexpected_error("corrupted tokens accepted", what);
                     } else {
                         self.stats.corrupt_tokens_dropped += 1;
                     }
@@ -127,7 +128,8 @@ impl<H: Host, O: Observer> Sim<H, O> {
                         self.stats.net_refused_after_restart += 1;
                     } else {
                         self.stats.net_errors += 1;
-                        self.log_error(format!("{node:?} refused network input: {verdict:?}"));
+                        let what = format!("{node:?} refused network input: {verdict:?}");
+                        self.unexpected_error("intact network inputs a TM or SIU refused", what);
                     }
                 }
                 Seen::HostIn { bytes, refused } => {

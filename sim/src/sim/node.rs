@@ -280,15 +280,14 @@ impl<'a> Build<'a> {
 
     /// The links of node `me`'s `incarnation` to `peers`.
     fn links(&self, me: NodeId, incarnation: u64, peers: &[NodeAddr]) -> Links {
-        Links::new(
-            self.am.clone(),
-            addr(me),
-            incarnation,
-            DATAGRAM_MAX,
-            peers,
-            DEFAULT_TAG,
-        )
-        .expect("simulated link settings are valid")
+        // Every peer of the fixed list needs its AM peer state: an SIU has one per other
+        // host, more than the AM default allows in a cluster of over 256 hosts.
+        let am = AmConfig {
+            max_peers: self.am.max_peers.max(peers.len()),
+            ..self.am.clone()
+        };
+        Links::new(am, addr(me), incarnation, DATAGRAM_MAX, peers, DEFAULT_TAG)
+            .expect("simulated link settings are valid")
     }
 }
 

@@ -13,7 +13,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
         }
         let kind = bytes.get(1).copied();
         match self.cfg.tamper {
-            Tamper::None => vec![bytes],
+            Tamper::None | Tamper::ShortDistance => vec![bytes],
             Tamper::HoldBackMessage => {
                 if let Some((held_host, ts, _)) = &self.tamper.held {
                     let closes = *held_host == host
