@@ -12,10 +12,11 @@
 # replicated accounts). Host 0 then reads every account and the total must be conserved.
 #
 # It measures, in one run: the ping round trip between host 0 and the last host (across the
-# root) and between host 0 and host 1 (same leaf), before the daemons start; then the pulse
-# period the applications saw, the transfer latency p50/p99 (merged over every host) and the
-# throughput; and prints each as a ratio to the cross-tree ping. It tears everything down on
-# exit — on success, on failure and on SIGINT/SIGTERM.
+# root, four links, when there are two leaves or more) and between host 0 and the next host on
+# its leaf (two links), before the daemons start; then the pulse period the applications saw,
+# the transfer latency p50/p99 (merged over every host), the throughput and how busy the
+# machine's CPUs were; and prints each figure as a ratio to the first ping's p50. It tears
+# everything down on exit — on success, on failure and on SIGINT/SIGTERM.
 #
 # usage: bench.sh [options]          run the bench
 #        bench.sh --probe            exit 0 if this machine can run it (and say whether it can
@@ -191,6 +192,7 @@ leaf_of() { echo $((1 + $1 * LEAVES / HOSTS)); } # host i's switch (1..=LEAVES)
 # --- the network ----------------------------------------------------------------------------------
 # shape NS DEV: netem on the egress of one veth end (both ends of a link are shaped, so each
 # direction waits DELAY once per link).
+# (Each step below returns 1 on failure: these functions run under `if !`, where `set -e` is off.)
 shape() {
     ((SHAPED)) || return 0
     local loss=()
@@ -200,26 +202,26 @@ shape() {
 # switch_ns J: namespace PREFIX-sJ with the bridge br0 holding the switch's address.
 switch_ns() {
     local ns="$PREFIX-s$1"
-    netns_add "$ns" || return 1
-    ip -n "$ns" link add br0 type bridge
-    ip -n "$ns" addr add "$(switch_addr "$1")/16" dev br0
-    ip -n "$ns" link set br0 up
+    netns_add "$ns" &&
+        ip -n "$ns" link add br0 type bridge &&
+        ip -n "$ns" addr add "$(switch_addr "$1")/16" dev br0 &&
+        ip -n "$ns" link set br0 up
 }
-# link NS_A DEV_A NS_B DEV_B: a shaped veth pair; DEV_A is a port of NS_A's bridge, DEV_B a port
-# of NS_B's bridge, or (ADDR given) NS_B's interface with address ADDR.
+# link NS_A DEV_A NS_B DEV_B [ADDR]: a shaped veth pair; DEV_A is a port of NS_A's bridge, DEV_B
+# a port of NS_B's bridge, or (ADDR given) NS_B's interface with address ADDR.
 link() {
     local ns_a=$1 dev_a=$2 ns_b=$3 dev_b=$4 addr=${5:-}
-    ip -n "$ns_a" link add "$dev_a" type veth peer name "$dev_b" netns "$ns_b"
-    ip -n "$ns_a" link set "$dev_a" master br0
+    ip -n "$ns_a" link add "$dev_a" type veth peer name "$dev_b" netns "$ns_b" &&
+        ip -n "$ns_a" link set "$dev_a" master br0 || return 1
     if [[ -n $addr ]]; then
-        ip -n "$ns_b" addr add "$addr/16" dev "$dev_b"
+        ip -n "$ns_b" addr add "$addr/16" dev "$dev_b" || return 1
     else
-        ip -n "$ns_b" link set "$dev_b" master br0
+        ip -n "$ns_b" link set "$dev_b" master br0 || return 1
     fi
-    shape "$ns_a" "$dev_a"
-    shape "$ns_b" "$dev_b"
-    ip -n "$ns_a" link set "$dev_a" up
-    ip -n "$ns_b" link set "$dev_b" up
+    shape "$ns_a" "$dev_a" &&
+        shape "$ns_b" "$dev_b" &&
+        ip -n "$ns_a" link set "$dev_a" up &&
+        ip -n "$ns_b" link set "$dev_b" up
 }
 build_network() {
     local j i
@@ -239,6 +241,10 @@ if ! build_network; then
     exit 2
 fi
 
+# Other work on the machine (the 1-minute load average before anything of ours runs): the
+# figures compete with it for the CPUs.
+LOAD_BEFORE=$(cut -d ' ' -f 1 /proc/loadavg)
+
 # --- the baseline: ping between host namespaces, before any daemon runs ---------------------------
 # ping_rtt FROM TO: "P50_US AVG_US SAMPLES" of PINGS pings (after 3 unmeasured ones that
 # resolve the neighbours), from per-packet times.
@@ -254,6 +260,12 @@ ping_rtt() {
 }
 LAST=$((HOSTS - 1))
 read -r PING_P50 PING_AVG PING_N < <(ping_rtt 0 "$LAST")
+# Links between h0 and the last host: across the root when they hang off different leaves.
+if [[ $(leaf_of 0) == $(leaf_of "$LAST") ]]; then
+    PING_LINKS=2 PING_PATH="same leaf"
+else
+    PING_LINKS=4 PING_PATH="across the root"
+fi
 SAME=0
 for ((i = 1; i < HOSTS; i++)); do
     if [[ $(leaf_of "$i") == $(leaf_of 0) ]]; then
@@ -363,25 +375,27 @@ if ((JSON)); then
     printf '"idiom":"%s","shaped":%s,"delay_us":%d,"jitter_us":%d,"loss_pct":%s,' \
         "$IDIOM" "$( ((SHAPED)) && echo true || echo false)" "$((SHAPED ? DELAY_US : 0))" \
         "$((SHAPED ? JITTER_US : 0))" "$LOSS_PCT"
-    printf '"ping_samples":%d,"ping_rtt_p50_us":%s,"ping_rtt_avg_us":%s,"ping_same_leaf_rtt_p50_us":%s,' \
-        "$PING_N" "$PING_P50" "$PING_AVG" "$PING_SAME_P50"
+    printf '"ping_samples":%d,"ping_links":%d,"ping_rtt_p50_us":%s,"ping_rtt_avg_us":%s,"ping_same_leaf_rtt_p50_us":%s,' \
+        "$PING_N" "$PING_LINKS" "$PING_P50" "$PING_AVG" "$PING_SAME_P50"
     printf '"pulse_period_us":%s,"transfer_latency_p50_us":%s,"transfer_latency_p99_us":%s,' \
         "$PERIOD_US" "$LAT_P50" "$LAT_P99"
     printf '"transfers":%d,"transfers_per_s":%s,"pulse_period_to_ping_ratio":%s,' \
         "$TRANSFERS" "$PER_S" "$PERIOD_RATIO"
     printf '"latency_p50_to_ping_ratio":%s,"latency_p99_to_ping_ratio":%s,"transfers_per_ping_rtt":%s,' \
         "$P50_RATIO" "$P99_RATIO" "$PER_RTT"
-    printf '"tm_waves":{%s},"cpu_busy_pct":%s,"cpus":%d,"total_conserved":true,"elapsed_s":%s,"ok":true}\n' \
-        "${WAVES_JSON%,}" "$CPU_BUSY_PCT" "$(nproc)" "$ELAPSED"
+    printf '"tm_waves":{%s},"cpu_busy_pct":%s,"cpus":%d,"load_avg_before":%s,"total_conserved":true,"elapsed_s":%s,"ok":true}\n' \
+        "${WAVES_JSON%,}" "$CPU_BUSY_PCT" "$(nproc)" "$LOAD_BEFORE" "$ELAPSED"
 else
     for f in "${REPORTS[@]}"; do
         grep -h '^{' "$f" || true
     done
-    echo "netns bench: ping h0 -> h$LAST (across the root): p50 ${PING_P50} µs, avg ${PING_AVG} µs ($PING_N pings); h0 -> h$SAME (same leaf): p50 ${PING_SAME_P50} µs"
+    same="no other host on h0's leaf"
+    ((SAME)) && same="h0 -> h$SAME (same leaf, 2 links): p50 ${PING_SAME_P50} µs"
+    echo "netns bench: ping h0 -> h$LAST ($PING_PATH, $PING_LINKS links): p50 ${PING_P50} µs, avg ${PING_AVG} µs ($PING_N pings); $same"
     echo "netns bench: pulse period ${PERIOD_US} µs = ${PERIOD_RATIO} x ping"
     echo "netns bench: transfer latency p50 ${LAT_P50} µs = ${P50_RATIO} x ping, p99 ${LAT_P99} µs = ${P99_RATIO} x ping"
     echo "netns bench: ${TRANSFERS} transfers, ${PER_S}/s = ${PER_RTT} per ping round trip; token manager waves: ${WAVES_JSON%,}"
-    echo "netns bench: the machine's $(nproc) CPUs were ${CPU_BUSY_PCT}% busy while the applications ran"
+    echo "netns bench: the machine's $(nproc) CPUs were ${CPU_BUSY_PCT}% busy while the applications ran (load average before the run: $LOAD_BEFORE)"
     echo "$NETNS_WHAT: ok: $HOSTS hosts x $CLIENTS clients ($IDIOM) over $TMS token managers in ${ELAPSED}s; total conserved; daemons stopped cleanly"
 fi
 exit 0

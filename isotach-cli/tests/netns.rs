@@ -303,6 +303,10 @@ fn netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping() {
     for s in ["s0", "s1", "s2"] {
         assert!(v["tm_waves"][s].as_u64().is_some_and(|w| w > 0), "{v}");
     }
+    assert_eq!(
+        v["ping_links"], 4,
+        "h0 and h7 hang off different leaves: {v}"
+    );
     let ping = number(&v, "ping_rtt_p50_us");
     assert!(ping > 0.0 && number(&v, "ping_samples") >= 40.0, "{v}");
     // Across the root is four links each way, the same leaf two: never faster.
