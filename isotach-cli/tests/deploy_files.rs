@@ -490,6 +490,15 @@ fn netns_scripts_are_valid_shell_and_refuse_bad_usage() {
             ],
         ),
     ];
+    // The library both scripts source: valid shell too (it is never run on its own).
+    let lib = deploy().join("netns/lib.sh");
+    if let Ok(out) = Command::new("bash").arg("-n").arg(&lib).output() {
+        assert!(
+            out.status.success(),
+            "bash -n lib.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     for (name, bad) in bad_usage {
         let script = deploy().join("netns").join(name);
         #[cfg(unix)]
