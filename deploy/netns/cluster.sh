@@ -31,34 +31,12 @@ die_usage() {
     exit 2
 }
 
-# --- probe: root, ip netns, a bridge and a veth pair inside a throwaway namespace ----------------
-probe() {
-    if [[ $(id -u) != 0 ]]; then
-        echo "not root (network namespaces need CAP_SYS_ADMIN and CAP_NET_ADMIN)"
-        return 1
-    fi
-    if ! command -v ip >/dev/null 2>&1; then
-        echo "no \`ip\` command (iproute2)"
-        return 1
-    fi
-    local ns="isotach-probe-$$"
-    if ! ip netns add "$ns" 2>/dev/null; then
-        echo "\`ip netns add\` failed (no CAP_SYS_ADMIN/CAP_NET_ADMIN, or /run/netns unusable)"
-        return 1
-    fi
-    local ok=0 why=""
-    if ! ip -n "$ns" link add pbr0 type bridge 2>/dev/null; then
-        ok=1 why="cannot create a bridge (no bridge support in the kernel?)"
-    elif ! ip -n "$ns" link add pv0 type veth peer name pv1 2>/dev/null; then
-        ok=1 why="cannot create a veth pair (no veth support in the kernel?)"
-    fi
-    ip netns del "$ns" 2>/dev/null || true
-    [[ $ok == 0 ]] || echo "$why"
-    return $ok
-}
+# shellcheck source=deploy/netns/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+NETNS_WHAT="netns cluster"
 
 if [[ ${1:-} == --probe ]]; then
-    if reason=$(probe); then
+    if reason=$(netns_probe); then
         echo "netns cluster: this machine can run it"
         exit 0
     fi
@@ -81,89 +59,26 @@ DEADLINE_S=${DEADLINE_S:-40}
     exit 2
 }
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-if [[ -z ${ISOTACH:-} ]]; then
-    for cand in "$REPO/target/release/isotach" "$REPO/target/debug/isotach"; do
-        if [[ -x $cand ]]; then
-            ISOTACH=$cand
-            break
-        fi
-    done
-fi
-if [[ -z ${ISOTACH:-} || ! -x $ISOTACH ]]; then
-    echo "error: no isotach binary (set ISOTACH, or cargo build --release -p isotach-cli)" >&2
-    exit 2
-fi
-
-if ! reason=$(probe); then
+netns_find_isotach
+if ! reason=$(netns_probe); then
     echo "error: cannot build network namespaces here: $reason" >&2
     exit 2
 fi
-
-PREFIX=${ISOTACH_NETNS_PREFIX:-isotach-$$}
+NETNS_WHAT="netns cluster: K=$K tms=$TMS meals=$MEALS"
+netns_init
 HUB="$PREFIX-hub"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/isotach-netns.XXXXXX")
-NSS=()      # namespaces we created (torn down in reverse)
-DAEMONS=()  # pids of TMs and SIUs
-PHILOS=()   # pids of philosophers
-LABELS=()   # label of each pid, by pid
-STATUS=0
-
-# --- teardown: runs on every exit -----------------------------------------------------------------
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    set +e
-    local pid ns
-    for pid in "${PHILOS[@]}" "${DAEMONS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null
-    done
-    for _ in $(seq 1 30); do
-        local alive=0
-        for pid in "${PHILOS[@]}" "${DAEMONS[@]}"; do
-            kill -0 "$pid" 2>/dev/null && alive=1
-        done
-        ((alive)) || break
-        sleep 0.1
-    done
-    for pid in "${PHILOS[@]}" "${DAEMONS[@]}"; do
-        kill -KILL "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
-    done
-    # Anything else still inside our namespaces was started by this run: stop it too.
-    for ns in "${NSS[@]}"; do
-        for pid in $(ip netns pids "$ns" 2>/dev/null); do
-            kill -KILL "$pid" 2>/dev/null
-        done
-    done
-    for ((i = ${#NSS[@]} - 1; i >= 0; i--)); do
-        ip netns del "${NSS[i]}" 2>/dev/null
-    done
-    if [[ ${KEEP:-0} == 1 ]]; then
-        echo "netns cluster: logs and config kept in $WORK" >&2
-    else
-        rm -rf "$WORK"
-    fi
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'echo "netns cluster: interrupted" >&2; exit 1' INT TERM
 
 addr() { echo "10.77.0.$(($1 + 1))"; }
 
 # --- the network ----------------------------------------------------------------------------------
 build_network() {
-    ip netns add "$HUB"
-    NSS+=("$HUB")
-    ip -n "$HUB" link set lo up
+    netns_add "$HUB" || return 1
     ip -n "$HUB" link add br0 type bridge
     ip -n "$HUB" link set br0 up
     local i ns
     for ((i = 0; i < K; i++)); do
         ns="$PREFIX-n$i"
-        ip netns add "$ns"
-        NSS+=("$ns")
-        ip -n "$ns" link set lo up
+        netns_add "$ns" || return 1
         ip -n "$HUB" link add "v$i" type veth peer name eth0 netns "$ns"
         ip -n "$HUB" link set "v$i" master br0
         ip -n "$HUB" link set "v$i" up
@@ -199,77 +114,22 @@ if ! "$ISOTACH" check-config "$CONFIG" >/dev/null; then
 fi
 
 # --- the processes --------------------------------------------------------------------------------
-# `ip netns exec` execs the command, so $! is the isotach process itself.
-start() { # start LIST LABEL NS ARGS...
-    local list=$1 label=$2 ns=$3
-    shift 3
-    RUST_LOG=${RUST_LOG:-info} NO_COLOR=${NO_COLOR:-1} ip netns exec "$ns" "$ISOTACH" "$@" \
-        </dev/null >"$WORK/$label.log" 2>&1 &
-    local pid=$!
-    LABELS[pid]=$label
-    if [[ $list == daemon ]]; then DAEMONS+=("$pid"); else PHILOS+=("$pid"); fi
-}
 for ((i = 0; i < K; i++)); do
     ns="$PREFIX-n$i"
     if ((i < TMS)); then
-        start daemon "tm$i" "$ns" tm --config "$CONFIG" --name "tm$i"
+        netns_start daemon "tm$i" "$ns" tm --config "$CONFIG" --name "tm$i"
     fi
-    start daemon "siu-h$i" "$ns" siu --config "$CONFIG" --host "h$i"
-    start philo "philo-h$i" "$ns" philo --config "$CONFIG" --host "h$i" \
+    netns_start daemon "siu-h$i" "$ns" siu --config "$CONFIG" --host "h$i"
+    netns_start app "philo-h$i" "$ns" philo --config "$CONFIG" --host "h$i" \
         --meals "$MEALS" --timeout-s "$DEADLINE_S"
 done
 
-fail() {
-    echo "netns cluster: K=$K tms=$TMS meals=$MEALS: FAILED: $*" >&2
-    local f
-    for f in "$WORK"/*.log; do
-        echo "--- $(basename "$f")" >&2
-        tail -n 25 "$f" >&2
-    done
-    exit 1
-}
-
-# --- wait for the philosophers (and watch the daemons) -------------------------------------------
-T0=${EPOCHREALTIME/./}
-END=$(($(date +%s) + DEADLINE_S))
-declare -A DONE=()
-while ((${#DONE[@]} < K)); do
-    for pid in "${PHILOS[@]}"; do
-        [[ -n ${DONE[$pid]:-} ]] && continue
-        if ! kill -0 "$pid" 2>/dev/null; then
-            rc=0
-            wait "$pid" || rc=$?
-            DONE[$pid]=$rc
-            ((rc == 0)) || fail "${LABELS[pid]} exited with $rc"
-        fi
-    done
-    for pid in "${DAEMONS[@]}"; do
-        kill -0 "$pid" 2>/dev/null || fail "${LABELS[pid]} exited before the philosophers finished"
-    done
-    (($(date +%s) < END)) || fail "deadline of ${DEADLINE_S}s passed (${#DONE[@]} of $K philosophers done)"
-    if ((${#DONE[@]} < K)); then sleep 0.1; fi
-done
-US=$((${EPOCHREALTIME/./} - T0))
-ELAPSED=$(printf '%d.%02d' $((US / 1000000)) $((US % 1000000 / 10000)))
-
-# --- graceful shutdown: SIGTERM, every daemon exits 0 ---------------------------------------------
-for pid in "${DAEMONS[@]}"; do
-    kill -TERM "$pid"
-done
-for pid in "${DAEMONS[@]}"; do
-    rc=0
-    for _ in $(seq 1 100); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.05
-    done
-    kill -0 "$pid" 2>/dev/null && fail "${LABELS[pid]} did not stop within 5 s of SIGTERM"
-    wait "$pid" || rc=$?
-    ((rc == 0)) || fail "${LABELS[pid]} exited with $rc after SIGTERM"
-done
-DAEMONS=()
+# --- wait for the philosophers (and watch the daemons), then stop the daemons gracefully ---------
+netns_wait_apps "$DEADLINE_S"
+netns_stop_daemons
 
 for ((i = 0; i < K; i++)); do
     grep -h '^philosopher' "$WORK/philo-h$i.log" || true
 done
 echo "netns cluster: K=$K tms=$TMS meals=$MEALS: ok: $K philosophers ate $((K * MEALS)) meals in ${ELAPSED}s across $K namespaces; daemons stopped cleanly"
-exit "$STATUS"
+exit 0

@@ -10,8 +10,10 @@ pub(crate) mod am;
 mod daemons;
 mod idle;
 mod redis;
-mod transfers;
+pub(crate) mod transfers;
 mod unordered;
+
+pub(crate) use daemons::parse_seconds;
 
 /// The hidden argument that makes this executable the AM benchmark's peer process.
 pub(crate) const AM_PEER_ARG: &str = "__am-bench-peer";

@@ -17,6 +17,7 @@ use isotach_daemon::run::{Daemon, Publish, SiuDaemon, SiuSnapshot, TmDaemon, TmS
 use isotach_daemon::siu::{SiuPlan, SiuRole, siu_plan};
 use isotach_daemon::tm::{TmPlan, TmRole, tm_plan};
 use isotach_proto::config::ClusterConfig;
+use isotach_proto::topology::HostId;
 use isotach_smm::am_link::AmSiuLink;
 use isotach_smm::embedded::EmbeddedSiu;
 use isotach_smm::{SmmConfig, SmmLimits, SmmNode};
@@ -394,27 +395,33 @@ struct PhiloSummary {
     ok: bool,
 }
 
-pub(crate) fn run_philo(args: PhiloArgs) -> anyhow::Result<ExitCode> {
-    let cluster = load(&args.config)?;
-    let file = args.config.display().to_string();
+/// The host `name` of `cluster` (read from `config`) that runs one process of a multi-host
+/// application (`what`, for errors): its id, its application address and its SIU's.
+pub(crate) fn app_host(
+    cluster: &ClusterConfig,
+    config: &Path,
+    name: &str,
+    what: &str,
+) -> Result<(HostId, SocketAddr, SocketAddr), UsageError> {
+    let file = config.display();
     let host = cluster
-        .host_id(&args.host)
-        .ok_or_else(|| UsageError(format!("{file}: no host named `{}`", args.host)))?;
-    let n = cluster.topology.host_count();
-    if n < 2 {
-        return Err(UsageError(format!(
-            "{file}: dining philosophers needs at least 2 hosts"
-        ))
-        .into());
+        .host_id(name)
+        .ok_or_else(|| UsageError(format!("{file}: no host named `{name}`")))?;
+    if cluster.topology.host_count() < 2 {
+        return Err(UsageError(format!("{file}: {what} needs at least 2 hosts")));
     }
     let h = usize::from(host);
     let (Some(app), Some(siu)) = (cluster.host_app[h], cluster.host_siu[h]) else {
         return Err(UsageError(format!(
-            "{file}: host `{}` needs siu and app addresses",
-            args.host
-        ))
-        .into());
+            "{file}: host `{name}` needs siu and app addresses"
+        )));
     };
+    Ok((host, app, siu))
+}
+
+pub(crate) fn run_philo(args: PhiloArgs) -> anyhow::Result<ExitCode> {
+    let cluster = load(&args.config)?;
+    let (host, app, siu) = app_host(&cluster, &args.config, &args.host, "dining philosophers")?;
     // The application presents its host's certificate on QUIC (it runs beside its SIU).
     let link = Link::of(&cluster, &args.config, &args.host)?;
     let tag = Tag(cluster.transport.tag);

@@ -16,6 +16,7 @@ mod demo_cmd;
 mod philo_app;
 mod sim_cmd;
 mod tool_cmd;
+mod transfers_app;
 
 /// Exit code of a run whose checks failed.
 const EXIT_FAILED: u8 = 1;
@@ -60,6 +61,9 @@ enum Command {
     Status(admin::StatusArgs),
     /// Run one dining philosopher on this host over its SIU daemon.
     Philo(daemon_cmd::PhiloArgs),
+    /// Run the bank transfer workload on this host over its SIU daemon (every host runs
+    /// one; host 0 checks that the total is conserved).
+    Transfers(transfers_app::TransfersArgs),
     /// Embedded demos: the whole system in one process over loopback.
     Demo(demo_cmd::DemoArgs),
     /// SIU test tools on the real wire: token bouncer, byte generator, receiver.
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
         Command::Siu(args) => daemon_cmd::run_siu(args),
         Command::Status(args) => admin::run_status(args),
         Command::Philo(args) => daemon_cmd::run_philo(args),
+        Command::Transfers(args) => transfers_app::run(args),
         Command::Demo(args) => demo_cmd::run(args),
         Command::Tool(args) => tool_cmd::run(args),
     };

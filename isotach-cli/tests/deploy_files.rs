@@ -473,31 +473,62 @@ fn dockerfile_builds_then_runs_isotach() {
 }
 
 #[test]
-fn netns_script_is_valid_shell_and_refuses_bad_usage() {
-    let script = deploy().join("netns/cluster.sh");
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&script).unwrap().permissions().mode();
-        assert!(mode & 0o111 != 0, "cluster.sh is not executable");
+fn netns_scripts_are_valid_shell_and_refuse_bad_usage() {
+    let bad_usage: [(&str, &[&[&str]]); 2] = [
+        ("cluster.sh", &[&[], &["1"], &["3", "zero"]]),
+        (
+            "bench.sh",
+            &[
+                &["--hosts", "1"],
+                &["--hosts", "4", "--leaves", "5"],
+                &["--seconds", "fast"],
+                &["--idiom", "swap"],
+                &["--loss-pct", "100"],
+                &["--unshaped", "--delay-us", "20"],
+                &["--pings"],
+                &["--frobnicate"],
+            ],
+        ),
+    ];
+    // The library both scripts source: valid shell too (it is never run on its own).
+    let lib = deploy().join("netns/lib.sh");
+    if let Ok(out) = Command::new("bash").arg("-n").arg(&lib).output() {
+        assert!(
+            out.status.success(),
+            "bash -n lib.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-    let Ok(out) = Command::new("bash").arg("-n").arg(&script).output() else {
-        eprintln!("skipped: no bash to check deploy/netns/cluster.sh");
-        return;
-    };
-    assert!(
-        out.status.success(),
-        "bash -n: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // Usage errors come before anything privileged, so this runs anywhere.
-    for args in [&[][..], &["1"], &["3", "zero"]] {
-        let out = Command::new("bash")
-            .arg(&script)
-            .args(args)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "cluster.sh {args:?}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("usage"));
+    for (name, bad) in bad_usage {
+        let script = deploy().join("netns").join(name);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&script).unwrap().permissions().mode();
+            assert!(mode & 0o111 != 0, "{name} is not executable");
+        }
+        let Ok(out) = Command::new("bash").arg("-n").arg(&script).output() else {
+            eprintln!("skipped: no bash to check deploy/netns/{name}");
+            return;
+        };
+        assert!(
+            out.status.success(),
+            "bash -n {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Usage errors come before anything privileged, so this runs anywhere.
+        for args in bad {
+            let out = Command::new("bash")
+                .arg(&script)
+                .args(*args)
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(2), "{name} {args:?}");
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("usage"),
+                "{name} {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 }

@@ -1,21 +1,32 @@
-//! `deploy/netns/cluster.sh`: three network namespaces joined by a bridge, a TM, an SIU and a
-//! philosopher per namespace (one TM for all, then one TM per namespace). Runs only as root
-//! with `ip netns`; otherwise prints why it skipped and passes. Every namespace the run made is
-//! gone when the test ends, also when it fails: the script tears down on exit and on SIGTERM,
-//! and a guard here kills what is left in this run's namespaces and deletes them.
+//! The network-namespace scripts of `deploy/netns/`, run for real when this machine can (root,
+//! `ip netns`; for the bench also `ping`, and `tc` netem to shape the links), otherwise each
+//! test prints why it skipped and passes.
+//!
+//! - `cluster.sh`: three namespaces joined by a bridge, a TM, an SIU and a philosopher per
+//!   namespace (one TM for all, then one TM per namespace).
+//! - `bench.sh`: a tree of three token managers (a root and two leaves) over eight host
+//!   namespaces, the bank workload for two seconds, the ping baseline and the figures; then
+//!   the same interrupted by SIGTERM and the same failing on its deadline.
+//!
+//! Every namespace a run made is gone when the test ends, also when it fails: the scripts tear
+//! down on exit and on SIGTERM (checked here before anything else cleans up), and a guard here
+//! kills what is left in the run's namespaces and deletes them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_isotach");
-/// The script's own deadline for the philosophers (a liveness guard, never an assertion).
+/// The cluster script's own deadline for the philosophers (a liveness guard, never an
+/// assertion).
 const DEADLINE_S: u64 = 30;
 /// How long this test lets one script run before stopping it.
 const GUARD: Duration = Duration::from_secs(45);
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/netns/cluster.sh")
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/netns")
+        .join(name)
 }
 
 /// Names of the network namespaces that start with `prefix`.
@@ -31,6 +42,26 @@ fn namespaces(prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// Processes running in namespace `ns`.
+fn pids_in(ns: &str) -> Vec<String> {
+    Command::new("ip")
+        .args(["netns", "pids", ns])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn sigterm(c: &Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &c.id().to_string()])
+        .status();
+}
+
 /// Stops the script if it still runs, then removes whatever the run left in its namespaces.
 struct Teardown {
     prefix: String,
@@ -42,9 +73,7 @@ impl Drop for Teardown {
         if let Some(c) = &mut self.child {
             if c.try_wait().ok().flatten().is_none() {
                 // SIGTERM first: the script's trap tears down in order.
-                let _ = Command::new("kill")
-                    .args(["-TERM", &c.id().to_string()])
-                    .status();
+                sigterm(c);
                 let until = Instant::now() + Duration::from_secs(10);
                 while Instant::now() < until && c.try_wait().ok().flatten().is_none() {
                     std::thread::sleep(Duration::from_millis(50));
@@ -54,33 +83,53 @@ impl Drop for Teardown {
             let _ = c.wait();
         }
         for ns in namespaces(&self.prefix) {
-            if let Ok(out) = Command::new("ip").args(["netns", "pids", &ns]).output() {
-                for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                    let _ = Command::new("kill").args(["-KILL", pid]).status();
-                }
+            for pid in pids_in(&ns) {
+                let _ = Command::new("kill").args(["-KILL", &pid]).status();
             }
             let _ = Command::new("ip").args(["netns", "del", &ns]).status();
         }
     }
 }
 
-/// Whether this machine can run the script (root, `ip netns`, bridge and veth); why not.
-fn can_run() -> Result<(), String> {
+/// Runs `bash SCRIPT --probe`: its first line when it can run here, or why not.
+fn probe(name: &str) -> Result<String, String> {
     let out = Command::new("bash")
-        .arg(script())
+        .arg(script(name))
         .arg("--probe")
         .output()
         .map_err(|e| format!("cannot run bash: {e}"))?;
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if out.status.success() {
-        Ok(())
+        Ok(said)
     } else {
-        Err(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        Err(said)
     }
 }
 
-/// Runs `cluster.sh 3 MEALS` with `tms` token managers; returns its stdout.
-fn run_cluster(tms: u32, meals: u32) -> String {
-    let prefix = format!("isotach-t{}-{tms}", std::process::id());
+/// What one run of a script did.
+struct Run {
+    /// `None`: still running when the guard ran out (then stopped).
+    status: Option<ExitStatus>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn code(&self) -> Option<i32> {
+        self.status.and_then(|s| s.code())
+    }
+}
+
+/// Runs `bash SCRIPT ARGS` with `env`, its namespaces named `PREFIX-…`; `during` may act on
+/// the running script (it returns once it has). Asserts that the script removed every
+/// namespace of the run itself once it exited.
+fn run_script(
+    name: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    prefix: &str,
+    during: impl FnOnce(&Child),
+) -> Run {
     let mut t = Teardown {
         prefix: format!("{prefix}-"),
         child: None,
@@ -89,19 +138,19 @@ fn run_cluster(tms: u32, meals: u32) -> String {
     std::fs::create_dir_all(&dir).unwrap();
     let (out_path, err_path) = (dir.join("stdout"), dir.join("stderr"));
     let child = Command::new("bash")
-        .arg(script())
-        .args(["3", &meals.to_string()])
+        .arg(script(name))
+        .args(args)
         .env("ISOTACH", BIN)
-        .env("ISOTACH_NETNS_PREFIX", &prefix)
-        .env("TMS", tms.to_string())
-        .env("DEADLINE_S", DEADLINE_S.to_string())
+        .env("ISOTACH_NETNS_PREFIX", prefix)
         .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out_path).unwrap())
         .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
         .unwrap();
     let child = t.child.insert(child);
+    during(child);
     let until = Instant::now() + GUARD;
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -128,19 +177,34 @@ fn run_cluster(tms: u32, meals: u32) -> String {
     );
     assert!(
         status.is_some(),
-        "cluster.sh still running after {GUARD:?}\n{stdout}\n{stderr}"
+        "{name} still running after {GUARD:?}\n{stdout}\n{stderr}"
     );
     assert!(
-        status.is_some_and(|s| s.success()),
-        "cluster.sh exited with {status:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        left.is_empty(),
+        "{name} left namespaces: {left:?}\n{stderr}"
     );
-    assert!(left.is_empty(), "cluster.sh left namespaces: {left:?}");
-    stdout
+    Run {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// Asserts the run exited 0; returns its stdout.
+fn succeeded(name: &str, r: Run) -> String {
+    assert!(
+        r.status.is_some_and(|s| s.success()),
+        "{name} exited with {:?}\nstdout:\n{}\nstderr:\n{}",
+        r.status,
+        r.stdout,
+        r.stderr
+    );
+    r.stdout
 }
 
 #[test]
 fn three_namespace_cluster_runs_philosophers_and_tears_down() {
-    if let Err(why) = can_run() {
+    if let Err(why) = probe("cluster.sh") {
         eprintln!(
             "SKIPPED three_namespace_cluster_runs_philosophers_and_tears_down: {why} \
              (run as root with `ip netns` to exercise deploy/netns/cluster.sh)"
@@ -149,7 +213,17 @@ fn three_namespace_cluster_runs_philosophers_and_tears_down() {
     }
     for tms in [1, 3] {
         let meals = 10;
-        let out = run_cluster(tms, meals);
+        let prefix = format!("isotach-t{}-{tms}", std::process::id());
+        let (tms_s, deadline) = (tms.to_string(), DEADLINE_S.to_string());
+        let env = [("TMS", tms_s.as_str()), ("DEADLINE_S", deadline.as_str())];
+        let run = run_script(
+            "cluster.sh",
+            &["3", &meals.to_string()],
+            &env,
+            &prefix,
+            |_| (),
+        );
+        let out = succeeded("cluster.sh", run);
         let summary = format!("netns cluster: K=3 tms={tms} meals={meals}: ok:");
         assert!(out.contains(&summary), "{out}");
         for h in 0..3 {
@@ -158,4 +232,138 @@ fn three_namespace_cluster_runs_philosophers_and_tears_down() {
         }
         eprintln!("{}", out.trim_end());
     }
+}
+
+/// Whether the bench can run here; with `--unshaped` when the kernel has no netem. `None`
+/// (after saying why) when it cannot run at all.
+fn bench_shaping(test: &str) -> Option<Vec<&'static str>> {
+    match probe("bench.sh") {
+        Err(why) => {
+            eprintln!(
+                "SKIPPED {test}: {why} (run as root with `ip netns` and `ping` to exercise \
+                 deploy/netns/bench.sh)"
+            );
+            None
+        }
+        Ok(said) if said.contains("unshaped only") => {
+            eprintln!(
+                "{test}: {said}; running the bench on unshaped veth links (the netem shaping \
+                 is not exercised on this machine)"
+            );
+            Some(vec!["--unshaped"])
+        }
+        Ok(_) => Some(vec!["--delay-us", "50", "--jitter-us", "5"]),
+    }
+}
+
+/// The small bench: 8 hosts under 2 leaves of a root switch (3 TMs), 2 s of transfers.
+const SMALL: [&str; 10] = [
+    "--hosts",
+    "8",
+    "--leaves",
+    "2",
+    "--seconds",
+    "2",
+    "--clients",
+    "2",
+    "--pings",
+    "50",
+];
+
+fn number(v: &serde_json::Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no number `{key}` in {v}"))
+}
+
+#[test]
+fn netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping() {
+    let test = "netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping";
+    let Some(shaping) = bench_shaping(test) else {
+        return;
+    };
+    let prefix = format!("isotach-b{}", std::process::id());
+    let mut args = SMALL.to_vec();
+    args.extend(&shaping);
+    args.push("--json");
+    let out = succeeded(
+        "bench.sh",
+        run_script("bench.sh", &args, &[], &prefix, |_| ()),
+    );
+    eprintln!("{}", out.trim_end());
+    let line = out.lines().last().unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["total_conserved"], true, "{v}");
+    assert_eq!((v["hosts"].as_u64(), v["tms"].as_u64()), (Some(8), Some(3)));
+    assert_eq!(v["shaped"], shaping[0] != "--unshaped", "{v}");
+    assert!(number(&v, "transfers") > 0.0, "{v}");
+    // Every token manager of the tree sent waves.
+    for s in ["s0", "s1", "s2"] {
+        assert!(v["tm_waves"][s].as_u64().is_some_and(|w| w > 0), "{v}");
+    }
+    assert_eq!(
+        v["ping_links"], 4,
+        "h0 and h7 hang off different leaves: {v}"
+    );
+    let ping = number(&v, "ping_rtt_p50_us");
+    assert!(ping > 0.0 && number(&v, "ping_samples") >= 40.0, "{v}");
+    // Across the root is four links each way, the same leaf two: never faster.
+    assert!(ping >= number(&v, "ping_same_leaf_rtt_p50_us") * 0.8, "{v}");
+    let (p50, p99) = (
+        number(&v, "transfer_latency_p50_us"),
+        number(&v, "transfer_latency_p99_us"),
+    );
+    let period = number(&v, "pulse_period_us");
+    assert!(0.0 < p50 && p50 <= p99 && period > 0.0, "{v}");
+    // The ratios are the figures over the same run's ping.
+    for (ratio, figure) in [
+        ("latency_p50_to_ping_ratio", p50),
+        ("latency_p99_to_ping_ratio", p99),
+        ("pulse_period_to_ping_ratio", period),
+    ] {
+        let r = number(&v, ratio);
+        assert!((r - figure / ping).abs() <= 0.01 + r * 0.01, "{ratio}: {v}");
+    }
+    let per_rtt = number(&v, "transfers_per_ping_rtt");
+    let expect = number(&v, "transfers_per_s") * ping / 1e6;
+    assert!((per_rtt - expect).abs() <= 0.01 + expect * 0.01, "{v}");
+    if shaping[0] != "--unshaped" {
+        // Four shaped links of 50 µs each way: the ping across the root takes 400 µs at least
+        // (jitter of ±5 µs per link).
+        assert!(ping >= 350.0, "{v}");
+    }
+}
+
+#[test]
+fn netns_bench_tears_down_on_sigterm_and_on_failure() {
+    let test = "netns_bench_tears_down_on_sigterm_and_on_failure";
+    let Some(shaping) = bench_shaping(test) else {
+        return;
+    };
+    // SIGTERM once the applications run (two processes in the last host's namespace: its SIU
+    // and its application).
+    let prefix = format!("isotach-i{}", std::process::id());
+    let mut args = SMALL.to_vec();
+    args[5] = "30";
+    args.extend(&shaping);
+    let last = format!("{prefix}-h7");
+    let run = run_script("bench.sh", &args, &[], &prefix, |child| {
+        let until = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < until && pids_in(&last).len() < 2 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(pids_in(&last).len() >= 2, "the applications never started");
+        sigterm(child);
+    });
+    assert_eq!(run.code(), Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("interrupted"), "{}", run.stderr);
+
+    // A deadline shorter than the window: the run fails, prints the logs and tears down.
+    let prefix = format!("isotach-f{}", std::process::id());
+    let run = run_script("bench.sh", &args, &[("DEADLINE_S", "2")], &prefix, |_| ());
+    assert_eq!(run.code(), Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("FAILED"), "{}", run.stderr);
+    assert!(run.stderr.contains("--- app-h0.log"), "{}", run.stderr);
 }

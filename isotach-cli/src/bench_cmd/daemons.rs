@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 const STARTUP_MAX: Duration = Duration::from_secs(30);
 
 /// A duration flag in seconds, 0.01..=3600 (every daemon bench's `--seconds`).
-pub(super) fn parse_seconds(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
     if !(0.01..=3600.0).contains(&v) {
         return Err(format!("{v} is not in 0.01..=3600"));

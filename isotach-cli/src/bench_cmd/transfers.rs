@@ -162,19 +162,72 @@ struct Pending {
 
 /// What one host measured.
 pub(crate) struct HostTransfers {
-    lat_ns: Histogram<u64>,
-    transfers: u64,
-    window_s: f64,
+    /// Latency of the transfers issued in the window, ns.
+    pub(crate) lat_ns: Histogram<u64>,
+    /// Transfers issued in the window and settled.
+    pub(crate) transfers: u64,
+    /// The window's length, s.
+    pub(crate) window_s: f64,
+    /// Pulses this host's SMM drained during the window, and the window they were counted
+    /// over (s): the pulse period the workload saw.
+    pub(crate) pulses: Pulses,
     /// Host 0 only: the accounts' slots summed (wrapping) after every host drained.
-    audit_sum: Option<u64>,
+    pub(crate) audit_sum: Option<u64>,
 }
 
-struct Load {
-    bank: Bank,
-    idiom: Idiom,
-    clients: usize,
-    seconds: f64,
-    deadline: Instant,
+/// Pulses drained by an SMM over a span of time.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Pulses {
+    /// Pulses ended (EOP markers drained) in the span.
+    pub(crate) count: u64,
+    /// The span, s.
+    pub(crate) span_s: f64,
+}
+
+impl Pulses {
+    /// Mean pulse period, µs (0 when no pulse ended).
+    pub(crate) fn period_us(self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.span_s * 1e6 / self.count as f64
+        }
+    }
+}
+
+/// The pulse at the window's opening, then the pulses counted up to its close.
+#[derive(Debug, Default)]
+struct PulseClock {
+    opened: Option<(Instant, u64)>,
+    closed: Option<Pulses>,
+}
+
+impl PulseClock {
+    /// Opens at the first call at or after `start`, closes at the first at or after `end`.
+    fn observe(&mut self, now: Instant, pulse: u64, start: Instant, end: Instant) {
+        match self.opened {
+            None if now >= start => self.opened = Some((now, pulse)),
+            Some((t0, p0)) if now >= end && self.closed.is_none() => {
+                self.closed = Some(Pulses {
+                    count: pulse.saturating_sub(p0),
+                    span_s: (now - t0).as_secs_f64(),
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The transfer workload of one host.
+pub(crate) struct Load {
+    pub(crate) bank: Bank,
+    pub(crate) idiom: Idiom,
+    /// Transfers in flight.
+    pub(crate) clients: usize,
+    /// The measurement window, s (after a warm-up of a fifth of it, at most 0.2 s).
+    pub(crate) seconds: f64,
+    /// Every wait ends by then.
+    pub(crate) deadline: Instant,
 }
 
 /// Issues a transfer's (first) isochron.
@@ -244,7 +297,7 @@ fn settled(node: &SmmNode, p: &Pending) -> bool {
 }
 
 /// One host's clients for the window, then a drain, the audit (host 0) and the end barriers.
-fn host_transfers<L: SiuLink>(
+pub(crate) fn host_transfers<L: SiuLink>(
     smm: &mut Smm<L>,
     h: usize,
     load: &Load,
@@ -258,8 +311,10 @@ fn host_transfers<L: SiuLink>(
     let end = warm_end + Duration::from_secs_f64(load.seconds);
     let mut q: VecDeque<Pending> = VecDeque::with_capacity(load.clients);
     let mut transfers = 0;
+    let mut pulses = PulseClock::default();
     loop {
         let now = Instant::now();
+        pulses.observe(now, smm.node().last_pulse(), warm_end, end);
         while now < end && q.len() < load.clients {
             let p = issue(smm, load.bank, load.idiom, &mut rng);
             q.push_back(p.map_err(|e| err("transfer", &e))?);
@@ -300,6 +355,7 @@ fn host_transfers<L: SiuLink>(
         lat_ns: lat,
         transfers,
         window_s: (end - warm_end).as_secs_f64(),
+        pulses: pulses.closed.unwrap_or_default(),
         audit_sum,
     })
 }
@@ -325,8 +381,22 @@ fn audit<L: SiuLink>(smm: &mut Smm<L>, load: &Load) -> Result<u64, String> {
     Ok(sum)
 }
 
+/// `accounts` fit the pages of `hosts` hosts (one page per host); else a usage error ending
+/// with `hint`.
+pub(crate) fn check_accounts(accounts: u32, hosts: usize, hint: &str) -> Result<(), UsageError> {
+    let per_page = accounts.div_ceil(hosts.max(1) as u32);
+    let slots = SmmLimits::default().slots_per_page;
+    if per_page > slots {
+        return Err(UsageError(format!(
+            "--accounts {accounts}: {per_page} accounts per page exceed the {slots} slots of a \
+             page; {hint}"
+        )));
+    }
+    Ok(())
+}
+
 /// SMM limits that let the audit read every account in one isochron.
-fn limits(accounts: u32) -> SmmLimits {
+pub(crate) fn limits(accounts: u32) -> SmmLimits {
     let d = SmmLimits::default();
     SmmLimits {
         isochron_ops_max: d.isochron_ops_max.max(accounts as usize),
@@ -344,16 +414,7 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
         hosts: n,
         accounts: a.accounts,
     };
-    let per_page = a.accounts.div_ceil(n as u32);
-    if per_page > SmmLimits::default().slots_per_page {
-        return Err(UsageError(format!(
-            "--accounts {}: {per_page} accounts per page exceed the {} slots of a page; use \
-             more --hosts or fewer accounts",
-            a.accounts,
-            SmmLimits::default().slots_per_page
-        ))
-        .into());
-    }
+    check_accounts(a.accounts, n, "use more --hosts or fewer accounts")?;
     eprintln!(
         "bench transfers: {n} hosts x {} clients over {} accounts ({:?}), {} s; then the same \
          messages unordered, then Redis",
@@ -499,6 +560,25 @@ mod tests {
             assert!(a != b && a < 10 && b < 10, "{a} {b}");
             assert!((1..=AMOUNT_MAX).contains(&amount));
         }
+    }
+
+    #[test]
+    fn the_pulse_clock_counts_pulses_between_the_window_edges_only() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let (start, end) = (at(100), at(1100));
+        let mut c = PulseClock::default();
+        c.observe(at(50), 10, start, end); // warm-up: not counted
+        c.observe(at(120), 14, start, end); // opens at pulse 14
+        c.observe(at(600), 300, start, end);
+        assert!(c.closed.is_none());
+        c.observe(at(1120), 514, start, end); // closes: 500 pulses over 1 s
+        c.observe(at(1500), 900, start, end); // the drain: ignored
+        let p = c.closed.unwrap();
+        assert_eq!(p.count, 500);
+        assert!((p.span_s - 1.0).abs() < 1e-9, "{}", p.span_s);
+        assert!((p.period_us() - 2000.0).abs() < 1e-6, "{}", p.period_us());
+        assert_eq!(Pulses::default().period_us(), 0.0);
     }
 
     #[test]
