@@ -515,7 +515,10 @@ mod tests {
         let t = Instant::now();
         let mut x = 0u64;
         while cpu_ticks(std::process::id()).unwrap() == 0 {
-            assert!(t.elapsed() < Duration::from_secs(20), "no CPU tick counted in 20 s");
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "no CPU tick counted in 20 s"
+            );
             for _ in 0..100_000 {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
             }
