@@ -286,9 +286,16 @@ fn netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping() {
     let mut args = SMALL.to_vec();
     args.extend(&shaping);
     args.push("--json");
+    let deadline = DEADLINE_S.to_string();
     let out = succeeded(
         "bench.sh",
-        run_script("bench.sh", &args, &[], &prefix, |_| ()),
+        run_script(
+            "bench.sh",
+            &args,
+            &[("DEADLINE_S", &deadline)],
+            &prefix,
+            |_| (),
+        ),
     );
     eprintln!("{}", out.trim_end());
     let line = out.lines().last().unwrap_or_default();
