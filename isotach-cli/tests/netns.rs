@@ -316,8 +316,6 @@ fn netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping() {
     );
     let ping = number(&v, "ping_rtt_p50_us");
     assert!(ping > 0.0 && number(&v, "ping_samples") >= 40.0, "{v}");
-    // Across the root is four links each way, the same leaf two: never faster.
-    assert!(ping >= number(&v, "ping_same_leaf_rtt_p50_us") * 0.8, "{v}");
     let (p50, p99) = (
         number(&v, "transfer_latency_p50_us"),
         number(&v, "transfer_latency_p99_us"),
@@ -338,8 +336,11 @@ fn netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping() {
     assert!((per_rtt - expect).abs() <= 0.01 + expect * 0.01, "{v}");
     if shaping[0] != "--unshaped" {
         // Four shaped links of 50 µs each way: the ping across the root takes 400 µs at least
-        // (jitter of ±5 µs per link).
+        // (jitter of ±5 µs per link); two links, half that. (Unshaped, the two differ by a few
+        // µs, less than a loaded machine's noise.)
         assert!(ping >= 350.0, "{v}");
+        let same = number(&v, "ping_same_leaf_rtt_p50_us");
+        assert!((175.0..ping * 0.75).contains(&same), "{v}");
     }
 }
 
