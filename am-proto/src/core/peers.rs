@@ -52,6 +52,7 @@ impl Core {
                 retransmitted: false,
                 nack_status: Status::BadArgs,
                 reasm: Reasm::default(),
+                timer: None,
             })
             .collect();
         self.peers.push(Peer {
