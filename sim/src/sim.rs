@@ -15,6 +15,7 @@ use crate::host::{Host, HostAction, HostCtx, Observer};
 use crate::net::{Channel, Faults, NetStats, RangeUs};
 use crate::rng::SimRng;
 use crate::unexpected::Unexpected;
+use isotach_am_proto::link::Directory;
 use isotach_am_proto::{NodeAddr, Time};
 use isotach_daemon::pump::{Pump, Role};
 use isotach_daemon::siu::{PEER_APP, SiuRole};
@@ -334,6 +335,8 @@ pub struct Sim<H: Host, O: Observer> {
     cfg: SimConfig,
     topology: Arc<Topology>,
     am: isotach_am_proto::Config,
+    /// Every SIU's address: the on-demand peers all SIUs share.
+    siu_dir: Arc<Directory>,
     now_us: u64,
     seq: u64,
     queue: BinaryHeap<Scheduled>,
@@ -422,7 +425,8 @@ impl<H: Host, O: Observer> Sim<H, O> {
             });
         }
         let am = node::am_config(cfg.net.faults.rto_us);
-        let build = Build::new(&cfg, &topology, &am);
+        let siu_dir = node::siu_directory(&topology);
+        let build = Build::new(&cfg, &topology, &am, &siu_dir);
         let tms = (0..topology.switch_count())
             .map(|s| TmNode {
                 pump: node::tm_pump(&build, s as SwitchId, FIRST_INCARNATION),
@@ -446,6 +450,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
         let mut sim = Self {
             topology,
             am,
+            siu_dir,
             now_us: 0,
             seq: 0,
             queue: BinaryHeap::new(),
