@@ -230,7 +230,12 @@ struct EpState {
     live: bool,
     tag: Tag,
     seg: Vec<u8>,
+    /// The translation table's entries up to the last one ever mapped; the entries after it,
+    /// up to `trans_len`, are unbound and take no memory (the simulator runs thousands of
+    /// endpoints that map a handful each).
     trans: Vec<Option<(EndpointName, Tag)>>,
+    /// The table's size (`AM_SetNumTranslations`).
+    trans_len: usize,
 }
 
 #[derive(Debug, Default)]
@@ -382,6 +387,7 @@ struct Peer {
     srtt: Option<Duration>,
     rttvar: Duration,
     ss: Vec<SendSlot>,
+    /// Slots in use (not free).
     busy: usize,
     r_seen: bool,
     r_inc: u64,
@@ -422,7 +428,9 @@ impl Core {
             txq: VecDeque::new(),
             cur: None,
             returned: VecDeque::new(),
-            scratch: Vec::with_capacity(max_datagram),
+            // Grown by the first datagram of each size: a node that sends only short
+            // messages never holds a buffer for the largest.
+            scratch: Vec::new(),
             sink: ReplySink::default(),
             stats: Stats::default(),
         })
