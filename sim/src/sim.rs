@@ -786,6 +786,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 rng: &mut self.host_rngs[h],
                 actions: &mut actions,
                 siu_generation: self.generations[h],
+                siu_recvclock: self.recvclocks[h],
             };
             f(&mut self.hosts[h], &mut ctx);
         }
