@@ -290,8 +290,8 @@ pub struct WavesReport {
     pub trace_hash: String,
     /// Virtual time at the end.
     pub virtual_time_us: u64,
-    /// Virtual time per pulse once running: from the first progress report (a tenth of the
-    /// pulses) to the end, per pulse in between; over the whole run when it is that short.
+    /// Virtual time per pulse once running: from the pulse a tenth of the way to the end, per
+    /// pulse in between; over the whole run when it is that short.
     pub pulse_period_us: f64,
     /// Isotach messages stamped per pulse.
     pub messages_per_pulse: f64,
@@ -323,7 +323,7 @@ pub fn run(opts: &WavesOptions) -> Result<WavesReport, WavesError> {
     run_with_progress(opts, &mut |_| {})
 }
 
-/// Runs the waves workload, reporting progress about every tenth of the pulses.
+/// Runs the waves workload, reporting progress about every hundredth of the pulses.
 pub fn run_with_progress(
     opts: &WavesOptions,
     progress: &mut dyn FnMut(&Progress),
@@ -340,9 +340,11 @@ pub fn run_with_progress(
     };
     let mut sim = Sim::new(cfg, hosts, PulseOracle::new(n_hosts))?;
     let stall_us = opts.effective_stall_us();
-    let step = (opts.pulses / 10).max(1);
+    let step = (opts.pulses / 100).max(1);
     let mut next_report = step;
-    // Where the pulse period is measured from: (pulse, virtual time) at the first report.
+    // Where the pulse period is measured from: (pulse, virtual time) once a tenth of the
+    // pulses ran (start-up, hellos and the first waves, is not the steady state).
+    let warm = (opts.pulses / 10).max(1);
     let mut period_from = (0, 0);
     let end = loop {
         let target = opts.pulses.min(next_report);
@@ -350,7 +352,7 @@ pub fn run_with_progress(
         if end != RunEnd::Stopped || target >= opts.pulses {
             break end;
         }
-        if period_from == (0, 0) {
+        if period_from == (0, 0) && sim.min_recvclock() >= warm {
             period_from = (sim.min_recvclock(), sim.now_us());
         }
         next_report += step;

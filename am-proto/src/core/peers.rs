@@ -86,7 +86,6 @@ impl SendSlot {
     /// has more than a few requests outstanding holds only those few (the simulator's
     /// thousands of links), and the slot a request takes — the lowest free one — is the
     /// same as if all had been made at once.
-
     pub(super) fn fresh(cfg: &Config, addr: NodeAddr) -> Self {
         Self {
             state: SendState::Free,
