@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::Args;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -50,20 +51,27 @@ struct Point {
 /// The points of each topology, by name, hosts ascending.
 type Series = BTreeMap<String, Vec<Point>>;
 
+/// A sweep: its points, and the line under the title saying how it ran.
+#[derive(Debug)]
+struct Sweep {
+    series: Series,
+    subtitle: String,
+}
+
 pub(super) fn run(a: &PlotScaleArgs) -> anyhow::Result<ExitCode> {
-    let series = read(&a.input).map_err(|e| UsageError(format!("{}: {e}", a.input.display())))?;
-    draw(&series, &a.output).with_context(|| format!("drawing {}", a.output.display()))?;
-    let points: usize = series.values().map(Vec::len).sum();
+    let sweep = read(&a.input).map_err(|e| UsageError(format!("{}: {e}", a.input.display())))?;
+    draw(&sweep, &a.output).with_context(|| format!("drawing {}", a.output.display()))?;
+    let points: usize = sweep.series.values().map(Vec::len).sum();
     eprintln!(
         "tool plot-scale: {} topologies, {points} points → {}",
-        series.len(),
+        sweep.series.len(),
         a.output.display()
     );
     Ok(ExitCode::SUCCESS)
 }
 
 /// Reads and checks the sweep: every point needs its topology, hosts and the plotted values.
-fn read(path: &Path) -> Result<Series, String> {
+fn read(path: &Path) -> Result<Sweep, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
     let v: Value = serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"))?;
     let points = v["points"]
@@ -101,19 +109,57 @@ fn read(path: &Path) -> Result<Series, String> {
     for s in series.values_mut() {
         s.sort_by_key(|p| p.hosts);
     }
-    Ok(series)
+    Ok(Sweep {
+        series,
+        subtitle: subtitle(&v),
+    })
+}
+
+/// How the sweep ran, from its top-level keys (those it has).
+fn subtitle(v: &Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(p) = v["pulses"].as_u64() {
+        parts.push(format!("{p} pulses a point"));
+    }
+    if let Some(h) = v["hosts_per_leaf"].as_u64() {
+        parts.push(format!("{h} hosts per leaf switch"));
+    }
+    if let Some(m) = v["line_switches_max"].as_u64() {
+        parts.push(format!("lines of at most {m} switches"));
+    }
+    let faults: Vec<String> = ["loss", "dup", "reorder", "token_corrupt"]
+        .iter()
+        .filter_map(|k| {
+            v[k].as_f64()
+                .filter(|&p| p > 0.0)
+                .map(|p| format!("{k} {p}"))
+        })
+        .collect();
+    parts.push(if faults.is_empty() {
+        "no faults".to_string()
+    } else {
+        faults.join(", ")
+    });
+    format!("isotach sim scale: {}", parts.join("; "))
 }
 
 /// Three panels side by side: pulse period, latency in µs (p50 solid, p99 thin), latency in
 /// pulses (p50).
-fn draw(series: &Series, out: &Path) -> anyhow::Result<()> {
+fn draw(sweep: &Sweep, out: &Path) -> anyhow::Result<()> {
+    let series = &sweep.series;
     let root = SVGBackend::new(out, SIZE_PX).into_drawing_area();
     root.fill(&WHITE)?;
-    let (title, body) = root.split_vertically(40);
-    title.titled(
+    let (title, body) = root.split_vertically(56);
+    let title = title.titled(
         "Isotach simulator: how the pulse period and isochron latency grow with the hosts",
         ("sans-serif", 20),
     )?;
+    let centre = (SIZE_PX.0 as i32 / 2, 4);
+    let grey = BLACK.mix(0.7);
+    let style = TextStyle::from(("sans-serif", 13).into_font())
+        .color(&grey)
+        .pos(Pos::new(HPos::Center, VPos::Top));
+    title.draw_text(&sweep.subtitle, &style, centre)?;
     let panels = body.split_evenly((1, 3));
     let hosts = series.values().flatten().map(|p| p.hosts);
     let lo = hosts.clone().min().unwrap_or(1);
