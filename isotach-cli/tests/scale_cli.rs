@@ -245,3 +245,28 @@ fn plot_scale_refuses_a_file_that_is_no_sweep_naming_it() {
     );
     assert!(!svg.exists(), "nothing drawn");
 }
+
+#[test]
+fn progress_asked_for_draws_a_bar_on_stderr_and_leaves_stdout_alone() {
+    let out = isotach(&[
+        "sim",
+        "waves",
+        "--hosts",
+        "8",
+        "--switches",
+        "2",
+        "--pulses",
+        "300",
+        "--progress",
+        "--json",
+    ]);
+    let v = ok_json(&out);
+    assert_eq!(v["pulses_target"], 300);
+    let err = stderr(&out);
+    assert!(err.contains("\x1b[2K"), "a bar redrawn in place: {err:?}");
+    assert!(
+        !err.lines()
+            .any(|l| l.starts_with("sim waves: ") && l.contains("/300 ")),
+        "no progress lines with a bar: {err:?}"
+    );
+}

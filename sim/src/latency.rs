@@ -125,7 +125,7 @@ mod tests {
         );
         assert_eq!(s.isochron_latency_dropped, 5);
         assert_eq!(s.isochron_latency_p99_pulses, 6);
-        assert_eq!(s.isochron_latency_p50_us, 2047);
+        assert_eq!(s.isochron_latency_p50_us, 2048);
         assert!(
             s.isochron_latency_p99_us < 1_000_000,
             "one outlier is not the 99th"
