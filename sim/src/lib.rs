@@ -18,7 +18,6 @@
 mod eras;
 pub mod hash;
 pub mod host;
-pub mod latency;
 pub mod linknet;
 pub mod net;
 pub mod oracle;
