@@ -26,6 +26,10 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+/// The counter is process-wide: `cargo test` runs this file's tests on parallel threads, so
+/// each holds this lock while it counts.
+static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn allocations_during_drain(srefs: usize, kind: SortKind) -> usize {
     let (mut node, eop) = pulse(srefs, kind);
     let before = ALLOCATIONS.load(Ordering::Relaxed);
@@ -38,6 +42,7 @@ fn allocations_during_drain(srefs: usize, kind: SortKind) -> usize {
 
 #[test]
 fn draining_does_not_allocate_per_sref() {
+    let _one_at_a_time = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     for kind in [SortKind::Hybrid, SortKind::Software] {
         let small = allocations_during_drain(1_000, kind);
         let large = allocations_during_drain(20_000, kind);
@@ -87,6 +92,7 @@ fn allocations_bucketing_the_next_pulse(srefs: usize) -> usize {
 
 #[test]
 fn the_next_pulse_reuses_the_drained_bucket() {
+    let _one_at_a_time = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     // The drained bucket already has room for as many packets: no allocation at all.
     assert_eq!(allocations_bucketing_the_next_pulse(1_000), 0);
 }
