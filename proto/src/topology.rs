@@ -128,9 +128,6 @@ pub struct Topology {
     switch_hops: Vec<Vec<u16>>,
     /// `next_switch[a][b]`: the neighbour of a on the route to b (a itself when a == b).
     next_switch: Vec<Vec<SwitchId>>,
-    /// Trunks of the barrier spanning tree (BFS from switch 0), as adjacency. The trunks form
-    /// a tree, so this is every trunk; it stays a separate notion for the token manager.
-    barrier_tree: Vec<Vec<SwitchId>>,
     /// Largest logical distance between two hosts (computed once: SIUs read it every token).
     max_distance: u16,
 }
@@ -167,7 +164,6 @@ impl Topology {
         for (h, &s) in host_switch.iter().enumerate() {
             switch_hosts[usize::from(s)].push(h as HostId);
         }
-        let barrier_tree = spanning_tree(&switch_adj);
         let max_distance = max_distance(&switch_hops, &switch_hosts);
         Ok(Self {
             switches,
@@ -177,7 +173,6 @@ impl Topology {
             switch_adj,
             switch_hops,
             next_switch,
-            barrier_tree,
             max_distance,
         })
     }
@@ -249,9 +244,10 @@ impl Topology {
         &self.switch_adj[usize::from(switch)]
     }
 
-    /// Trunk neighbours of `switch` in the barrier spanning tree (BFS from switch 0).
+    /// Trunk neighbours of `switch` in the barrier tree: every trunk, since the trunks form a
+    /// tree (the token manager's barrier rule still names the notion).
     pub fn barrier_tree_neighbours(&self, switch: SwitchId) -> &[SwitchId] {
-        &self.barrier_tree[usize::from(switch)]
+        self.switch_neighbours(switch)
     }
 
     /// Logical distance from host `from` to host `to`: token managers traversed (≥ 1).
@@ -426,29 +422,6 @@ fn bfs(adj: &[Vec<SwitchId>], from: SwitchId) -> (Vec<u16>, Vec<SwitchId>) {
         }
     }
     (hops, first)
-}
-
-/// BFS spanning tree from switch 0 (lowest-id parent wins), as adjacency lists.
-fn spanning_tree(adj: &[Vec<SwitchId>]) -> Vec<Vec<SwitchId>> {
-    let n = adj.len();
-    let mut tree = vec![Vec::new(); n];
-    let mut seen = vec![false; n];
-    let mut queue = VecDeque::from([0 as SwitchId]);
-    seen[0] = true;
-    while let Some(s) = queue.pop_front() {
-        for &t in &adj[usize::from(s)] {
-            if !seen[usize::from(t)] {
-                seen[usize::from(t)] = true;
-                tree[usize::from(s)].push(t);
-                tree[usize::from(t)].push(s);
-                queue.push_back(t);
-            }
-        }
-    }
-    for list in &mut tree {
-        list.sort_unstable();
-    }
-    tree
 }
 
 #[cfg(test)]
