@@ -286,7 +286,6 @@ impl<R: Role> Pump<R> {
         &self.links
     }
 
-    /// Counters.
     /// Hands back a packet buffer the caller is done with (see [`Links::recycle`]).
     pub fn recycle(&mut self, buf: Vec<u8>) {
         self.links.recycle(buf);

@@ -27,12 +27,11 @@ pub(super) const OUTBOX_MSGS_MAX: usize = 64;
 /// datagram).
 pub(super) const OUTBOX_BYTES_MAX: usize = 256 * 1024;
 
-/// One message of the outbox: `n` datagrams of `seg` bytes (the last may be shorter) to `to`,
+/// One message of the outbox: `n` datagrams of `seg` bytes (the last may be shorter) to `addr`,
 /// at `start..end` of the buffer.
 #[derive(Clone, Copy, Debug)]
 struct OutMsg {
     addr: SocketAddr,
-    to: SockaddrStorage,
     start: usize,
     end: usize,
     seg: usize,
@@ -98,7 +97,6 @@ impl Outbox {
         self.buf.extend_from_slice(d);
         self.msgs.push(OutMsg {
             addr: to,
-            to: SockaddrStorage::from(to),
             start,
             end: self.buf.len(),
             seg: d.len(),
@@ -131,6 +129,7 @@ impl Outbox {
     fn send_batch(&mut self, sock: &StdUdpSocket, stats: &mut UdpStats, i: usize) {
         let m = self.msgs[i];
         debug_assert!(m.n > 1 && self.gso());
+        let to = SockaddrStorage::from(m.addr);
         let bytes = &self.buf[m.start..m.end];
         // `seg` ≤ the largest datagram (checked at bind), so it fits a u16.
         let seg = u16::try_from(m.seg).unwrap_or(u16::MAX);
@@ -141,7 +140,7 @@ impl Outbox {
             &[IoSlice::new(bytes)],
             &cmsgs,
             MsgFlags::MSG_DONTWAIT,
-            Some(&m.to),
+            Some(&to),
         );
         match r {
             Ok(_) => stats.sent += m.n as u64,
@@ -153,7 +152,7 @@ impl Outbox {
                 // `seg` is 0 for a batch of empty datagrams; `chunks` needs at least 1.
                 for c in bytes.chunks(m.seg.max(1)) {
                     stats.send_calls += 1;
-                    match sendto(sock.as_raw_fd(), c, &m.to, MsgFlags::MSG_DONTWAIT) {
+                    match sendto(sock.as_raw_fd(), c, &to, MsgFlags::MSG_DONTWAIT) {
                         Ok(_) => stats.sent += 1,
                         Err(Errno::EAGAIN) => stats.send_dropped += 1,
                         Err(_) => stats.send_errors += 1,
@@ -174,7 +173,7 @@ impl Outbox {
             sendto(
                 sock.as_raw_fd(),
                 &self.buf[m.start..m.end],
-                &m.to,
+                &SockaddrStorage::from(m.addr),
                 MsgFlags::MSG_DONTWAIT,
             )
             .map(|_| 1)
@@ -183,7 +182,10 @@ impl Outbox {
                 .iter()
                 .map(|m| [IoSlice::new(&self.buf[m.start..m.end])])
                 .collect();
-            let addrs: Vec<Option<SockaddrStorage>> = msgs.iter().map(|m| Some(m.to)).collect();
+            let addrs: Vec<Option<SockaddrStorage>> = msgs
+                .iter()
+                .map(|m| Some(SockaddrStorage::from(m.addr)))
+                .collect();
             let no_cmsgs: [ControlMessage<'_>; 0] = [];
             // Per call, not per datagram (the headers hold raw pointers, so they cannot live
             // in a transport that moves between threads).
