@@ -22,6 +22,25 @@ pub enum SortKind {
     Software,
 }
 
+/// A write of value `i` to slot `i % 1024` of page 0 on host 0, from `source`, in pulse `ts`
+/// of generation 1.
+pub fn write_message(ts: u64, source: u16, sequum: u64, i: usize) -> IsotachMessage {
+    IsotachMessage {
+        ts: Pulse::new(ts),
+        source,
+        dest: 0,
+        sequum,
+        generation: Generation::new(1),
+        sref: Sref::Mem {
+            op: SrefOp::Write,
+            width: Width::W64,
+            addr: (i % 1024) as u64,
+            value: i as u64,
+            ref_id: 0,
+        },
+    }
+}
+
 /// Host 0 of a 4-host single-switch cluster holding page 0, with `srefs` write messages from
 /// hosts 1-3 for pulse 1 already bucketed (arriving interleaved), and the EOP that drains them.
 pub fn pulse(srefs: usize, kind: SortKind) -> (SmmNode, Vec<u8>) {
@@ -45,20 +64,7 @@ pub fn pulse(srefs: usize, kind: SortKind) -> (SmmNode, Vec<u8>) {
         // Round-robin over sources 3, 2, 1 so arrival order differs from sorted order.
         let source = 3 - (i % 3) as u16;
         let sequum = (i / 3) as u64;
-        let m = IsotachMessage {
-            ts: Pulse::new(1),
-            source,
-            dest: 0,
-            sequum,
-            generation: Generation::new(1),
-            sref: Sref::Mem {
-                op: SrefOp::Write,
-                width: Width::W64,
-                addr: (i % 1024) as u64,
-                value: i as u64,
-                ref_id: 0,
-            },
-        };
+        let m = write_message(1, source, sequum, i);
         buf.clear();
         m.encode(&mut buf);
         node.handle_siu(&buf).expect("fixture message");

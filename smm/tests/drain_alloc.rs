@@ -4,7 +4,7 @@
 //! trait. It only counts and delegates to the system allocator.
 #![allow(unsafe_code)]
 
-use isotach_smm::testkit::{SortKind, pulse};
+use isotach_smm::testkit::{SortKind, pulse, write_message};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -58,28 +58,12 @@ fn draining_does_not_allocate_per_sref() {
 
 /// Allocations while `srefs` messages of pulse 2 go into their bucket, after pulse 1 drained.
 fn allocations_bucketing_the_next_pulse(srefs: usize) -> usize {
-    use isotach_proto::packet::{IsotachMessage, Sref, SrefOp, Width};
-    use isotach_proto::{Generation, Pulse};
     let (mut node, eop) = pulse(srefs, SortKind::Hybrid);
     node.handle_siu(&eop).unwrap();
     let encoded: Vec<Vec<u8>> = (0..srefs)
         .map(|i| {
-            let m = IsotachMessage {
-                ts: Pulse::new(2),
-                source: 1,
-                dest: 0,
-                sequum: 1_000_000 + i as u64,
-                generation: Generation::new(1),
-                sref: Sref::Mem {
-                    op: SrefOp::Write,
-                    width: Width::W64,
-                    addr: (i % 1024) as u64,
-                    value: i as u64,
-                    ref_id: 0,
-                },
-            };
             let mut b = Vec::new();
-            m.encode(&mut b);
+            write_message(2, 1, 1_000_000 + i as u64, i).encode(&mut b);
             b
         })
         .collect();

@@ -5,17 +5,23 @@ use super::*;
 use crate::core::SendReq;
 use crate::types::Status;
 
-fn links(peers: usize) -> Links {
-    let addrs: Vec<NodeAddr> = (1..=peers as u32).map(NodeAddr::Mem).collect();
+/// Links of in-memory node `me` to the nodes `peers`.
+fn links_of(me: u32, peers: &[u32]) -> Result<Links, AmError> {
+    let addrs: Vec<NodeAddr> = peers.iter().copied().map(NodeAddr::Mem).collect();
     Links::new(
         Links::am_config(),
-        NodeAddr::Mem(0),
+        NodeAddr::Mem(me),
         1,
         65_507,
         &addrs,
         DEFAULT_TAG,
     )
-    .unwrap()
+}
+
+/// Node 0's links to nodes 1..=peers.
+fn links(peers: usize) -> Links {
+    let peers: Vec<u32> = (1..=peers as u32).collect();
+    links_of(0, &peers).unwrap()
 }
 
 #[test]
@@ -97,18 +103,7 @@ fn oversized_packets_and_unknown_peers_are_refused() {
     let mut l = links(1);
     assert!(l.send(0, vec![0; PACKET_MAX + 1]).is_err());
     assert!(l.send(1, vec![0; 1]).is_err());
-    assert!(
-        Links::new(
-            Links::am_config(),
-            NodeAddr::Mem(0),
-            1,
-            65_507,
-            &[NodeAddr::Mem(1), NodeAddr::Mem(1)],
-            DEFAULT_TAG
-        )
-        .is_err(),
-        "a peer listed twice"
-    );
+    assert!(links_of(0, &[1, 1]).is_err(), "a peer listed twice");
 }
 
 #[test]
@@ -150,15 +145,7 @@ fn the_deadline_follows_hello_timers_armed_and_disarmed_on_several_peers() {
 fn a_hello_arms_the_retry_timer_and_its_answer_disarms_it() {
     // Two link cores wired back to back; datagrams move by hand.
     let mut a = links(2);
-    let mut b = Links::new(
-        Links::am_config(),
-        NodeAddr::Mem(1),
-        1,
-        65_507,
-        &[NodeAddr::Mem(0)],
-        DEFAULT_TAG,
-    )
-    .unwrap();
+    let mut b = links_of(1, &[0]).unwrap();
     let now = Time(0);
     let mut to_b = Vec::new();
     while let Some((to, bytes)) = a.poll_transmit(now) {
@@ -210,15 +197,7 @@ struct Pair {
 
 impl Pair {
     fn new() -> Self {
-        let b = Links::new(
-            Links::am_config(),
-            NodeAddr::Mem(1),
-            1,
-            65_507,
-            &[NodeAddr::Mem(0)],
-            DEFAULT_TAG,
-        )
-        .unwrap();
+        let b = links_of(1, &[0]).unwrap();
         let mut pair = Self {
             a: links(1),
             b,
