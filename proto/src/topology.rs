@@ -184,16 +184,7 @@ impl Topology {
 
     /// `hosts` hosts over `switches` switches joined as `shape` says (see [`Shape`]).
     pub fn generate(shape: Shape, hosts: usize, switches: usize) -> Result<Self, TopologyError> {
-        if switches == 0 {
-            return Err(TopologyError::NoSwitches);
-        }
-        if switches > SWITCHES_MAX {
-            return Err(TopologyError::TooMany {
-                what: "switches",
-                count: switches,
-                max: SWITCHES_MAX,
-            });
-        }
+        check_switch_count(switches)?;
         let (trunks, leaves) = shape.build(switches)?;
         if hosts < leaves.len() && hosts > 0 {
             return Err(TopologyError::TooFewHosts {
@@ -294,16 +285,10 @@ impl Topology {
     }
 }
 
-fn validate(
-    switches: usize,
-    host_switch: &[SwitchId],
-    trunks: &[(SwitchId, SwitchId)],
-) -> Result<(), TopologyError> {
+/// At least one switch and at most [`SWITCHES_MAX`].
+fn check_switch_count(switches: usize) -> Result<(), TopologyError> {
     if switches == 0 {
         return Err(TopologyError::NoSwitches);
-    }
-    if host_switch.is_empty() {
-        return Err(TopologyError::NoHosts);
     }
     if switches > SWITCHES_MAX {
         return Err(TopologyError::TooMany {
@@ -311,6 +296,18 @@ fn validate(
             count: switches,
             max: SWITCHES_MAX,
         });
+    }
+    Ok(())
+}
+
+fn validate(
+    switches: usize,
+    host_switch: &[SwitchId],
+    trunks: &[(SwitchId, SwitchId)],
+) -> Result<(), TopologyError> {
+    check_switch_count(switches)?;
+    if host_switch.is_empty() {
+        return Err(TopologyError::NoHosts);
     }
     if host_switch.len() > HOSTS_MAX {
         return Err(TopologyError::TooMany {
