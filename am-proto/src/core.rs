@@ -23,7 +23,7 @@
 //! - `timers`: retransmission with the estimated timeout, give-up and a peer's new epoch;
 //! - `returned`: messages returned to handler 0.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::error::AmError;
@@ -200,6 +200,11 @@ pub struct Core {
     /// A lower bound on every waiting slot's next timer (retransmit or give-up): before it,
     /// `handle_timeout` has nothing to do and returns without scanning.
     timer_floor: Time,
+    /// Every waiting slot's next timer (the earlier of retransmit and give-up) as (deadline,
+    /// peer, slot): the next deadline and the peers with a due timer are found without
+    /// scanning every peer's slots (a token manager has a peer per host on its switch). Kept
+    /// in step with the slots by [`SendSlot::rearm`] only.
+    timers: BTreeSet<(Time, u32, u16)>,
     txq: VecDeque<Tx>,
     cur: Option<Tx>,
     returned: VecDeque<RetEntry>,
@@ -225,7 +230,12 @@ struct EpState {
     live: bool,
     tag: Tag,
     seg: Vec<u8>,
+    /// The translation table's entries up to the last one ever mapped; the entries after it,
+    /// up to `trans_len`, are unbound and take no memory (the simulator runs thousands of
+    /// endpoints that map a handful each).
     trans: Vec<Option<(EndpointName, Tag)>>,
+    /// The table's size (`AM_SetNumTranslations`).
+    trans_len: usize,
 }
 
 #[derive(Debug, Default)]
@@ -297,6 +307,34 @@ struct SendSlot {
     retransmitted: bool,
     nack_status: Status,
     reasm: Reasm,
+    /// Its entry in [`Core`]'s timer set, if it waits.
+    timer: Option<Time>,
+}
+
+impl SendSlot {
+    /// Does the slot wait on a timer (for a reply, or for the acknowledgement of a reply it
+    /// returned)?
+    fn waiting(&self) -> bool {
+        matches!(self.state, SendState::AwaitReply | SendState::AwaitNackAck)
+    }
+
+    /// Puts the slot's entry in `timers` in step with its state and deadlines: call after
+    /// every change of either. `pi` and `si` name the slot.
+    fn rearm(&mut self, timers: &mut BTreeSet<(Time, u32, u16)>, pi: u32, si: usize) {
+        let due = self.waiting().then(|| self.next_retx.min(self.give_up_at));
+        if due == self.timer {
+            return;
+        }
+        let si = si as u16;
+        if let Some(old) = self.timer {
+            let armed = timers.remove(&(old, pi, si));
+            debug_assert!(armed, "slot {pi}/{si}'s timer was not in the timer set");
+        }
+        if let Some(t) = due {
+            timers.insert((t, pi, si));
+        }
+        self.timer = due;
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -349,6 +387,7 @@ struct Peer {
     srtt: Option<Duration>,
     rttvar: Duration,
     ss: Vec<SendSlot>,
+    /// Slots in use (not free).
     busy: usize,
     r_seen: bool,
     r_inc: u64,
@@ -385,10 +424,13 @@ impl Core {
             index: HashMap::new(),
             last_peer: None,
             timer_floor: Time(u64::MAX),
+            timers: BTreeSet::new(),
             txq: VecDeque::new(),
             cur: None,
             returned: VecDeque::new(),
-            scratch: Vec::with_capacity(max_datagram),
+            // Grown by the first datagram of each size: a node that sends only short
+            // messages never holds a buffer for the largest.
+            scratch: Vec::new(),
             sink: ReplySink::default(),
             stats: Stats::default(),
         })

@@ -1,6 +1,7 @@
 //! Packet links for the Isotach daemons, sans-IO: a reliable, per-peer FIFO packet service to
 //! a fixed list of peers over one AM [`Core`], with a hello handshake, fragmentation, an
-//! end-to-end credit window, back-pressure, peer-loss detection and rejoin.
+//! end-to-end credit window, back-pressure, peer-loss detection and rejoin. Peers are linked
+//! at once or on first use ([`PeerList`]).
 //!
 //! [`Links`] is a state machine in the style of `quinn-proto`: time is passed in, datagrams go
 //! in through [`Links::handle_datagram`] and out through [`Links::poll_transmit`], timers
@@ -54,17 +55,19 @@ use crate::core::Dispatch;
 use crate::core::{Config, Core};
 use crate::error::AmError;
 use crate::types::{
-    DEFAULT_TRANSLATIONS, EndpointName, EpId, HandlerId, MAX_MEDIUM_BYTES, MAX_SLOTS, NodeAddr,
-    Status, Tag, Time, TransIdx,
+    DEFAULT_TRANSLATIONS, EndpointName, EpId, HandlerId, MAX_MEDIUM_BYTES, MAX_SLOTS,
+    MAX_TRANSLATIONS, NodeAddr, Status, Tag, Time, TransIdx,
 };
 
 pub mod batch;
 mod handlers;
+mod peers;
 mod spare;
 mod state;
 mod transmit;
 
 pub use batch::{BATCH_PACKET_MAX, BATCH_PACKETS_MAX, BATCH_VERSION};
+pub use peers::{Directory, PeerList};
 
 /// Handler of a data fragment (request, medium; args: more follows, stream).
 pub const H_DATA: HandlerId = HandlerId(1);
@@ -151,6 +154,9 @@ pub enum LossReason {
     BadBatch,
     /// An in-process peer (an application embedding its SIU) went away.
     Detached,
+    /// The driver broke an on-demand link on purpose: its peer may have restarted without a
+    /// word (see [`Links::relink_on_demand`]).
+    Relink,
 }
 
 /// Something a driver should know about its peers.
@@ -250,6 +256,9 @@ pub struct PeerStatus {
     pub queued: usize,
     /// Times its link broke.
     pub links_lost: u64,
+    /// An on-demand peer nothing went to or came from yet: no link, and none needed (see
+    /// [`PeerList`]).
+    pub idle: bool,
 }
 
 // The links' private state. It is defined here rather than beside the code that uses it so
@@ -261,6 +270,7 @@ pub struct PeerStatus {
 /// A received packet waiting for the driver.
 #[derive(Debug)]
 struct Arrived {
+    /// The peer's slot (see [`State::peers`]).
     peer: usize,
     bytes: Vec<u8>,
     /// Data messages whose credit taking it completes: the fragments of a fragmented packet,
@@ -272,8 +282,12 @@ struct Arrived {
 
 #[derive(Debug)]
 struct Peer {
+    /// Its peer id (see [`PeerList`]).
+    id: usize,
     addr: NodeAddr,
-    idx: TransIdx,
+    /// Its entry in the AM translation table; `None` for an on-demand peer that appeared
+    /// while the core ran a handler, until [`Links::map_new_peers`] maps it.
+    idx: Option<TransIdx>,
     up: bool,
     hello_outstanding: bool,
     /// Times the link broke: the stream number data fragments carry.
@@ -309,8 +323,10 @@ struct Peer {
 }
 
 impl Peer {
-    fn new(addr: NodeAddr, idx: TransIdx) -> Self {
+    /// A peer in state `ready` (an eager peer starts ready: its hello goes first).
+    fn new(id: usize, addr: NodeAddr, idx: Option<TransIdx>, ready: bool) -> Self {
         Self {
+            id,
             addr,
             idx,
             up: false,
@@ -328,7 +344,7 @@ impl Peer {
             discarding: false,
             hello_timer: None,
             am_blocked: false,
-            ready: true,
+            ready,
         }
     }
 }
@@ -336,8 +352,16 @@ impl Peer {
 /// Everything the handlers touch (the [`Dispatch`] the core runs them on).
 #[derive(Debug)]
 struct State {
+    /// Who the peers are, by id.
+    list: PeerList,
+    /// The state of every peer in use, by *slot*: the eager peers at slots equal to their
+    /// ids, then on-demand peers in the order they were first used. Everything inside the
+    /// links works on slots; the API speaks peer ids.
     peers: Vec<Peer>,
-    by_addr: HashMap<NodeAddr, usize>,
+    /// The slot of each on-demand peer in use.
+    slot_of: HashMap<usize, usize>,
+    /// On-demand peers that appeared while the core ran a handler, to map.
+    unmapped: Vec<usize>,
     inbox: VecDeque<Arrived>,
     inbox_max: usize,
     /// Buffers drivers handed back, for the next batched packets.
@@ -376,7 +400,8 @@ impl Links {
     }
 
     /// Links from `local` (incarnation `incarnation`, must grow across restarts) to `peers`
-    /// (index = peer id), tagged `tag`, over datagrams of at most `max_datagram` bytes.
+    /// (index = peer id), all linked at once, tagged `tag`, over datagrams of at most
+    /// `max_datagram` bytes.
     pub fn new(
         cfg: Config,
         local: NodeAddr,
@@ -385,35 +410,48 @@ impl Links {
         peers: &[NodeAddr],
         tag: Tag,
     ) -> Result<Self, AmError> {
+        let list = PeerList::eager(peers)?;
+        Self::with_peers(cfg, local, incarnation, max_datagram, list, tag)
+    }
+
+    /// Links as [`Links::new`] makes them, to the peers of `list`: its eager peers are
+    /// linked at once, its on-demand peers on first use. The AM core keeps state for up to
+    /// every listed peer (`cfg.max_peers` is raised to the list's length if below).
+    pub fn with_peers(
+        mut cfg: Config,
+        local: NodeAddr,
+        incarnation: u64,
+        max_datagram: usize,
+        list: PeerList,
+        tag: Tag,
+    ) -> Result<Self, AmError> {
+        list.check_size()?;
+        cfg.max_peers = cfg.max_peers.max(list.len());
         let mut core = Core::new(cfg, local, incarnation, max_datagram)?;
         let ep = core.alloc_endpoint()?;
         debug_assert_eq!(ep, LINK_EP);
         core.set_tag(ep, tag)?;
-        if peers.len() + 1 > DEFAULT_TRANSLATIONS {
-            core.set_num_translations(ep, peers.len() + 1)?;
+        let eager = list.eager_len();
+        if eager + 1 > DEFAULT_TRANSLATIONS {
+            core.set_num_translations(ep, eager + 1)?;
         }
-        let mut ps = Vec::with_capacity(peers.len());
-        let mut by_addr = HashMap::with_capacity(peers.len());
-        for (i, &addr) in peers.iter().enumerate() {
-            let name = EndpointName {
-                node: addr,
-                ep: LINK_EP,
-            };
-            let idx = core.map_any(ep, name, tag)?;
-            core.set_fifo(addr, true)?;
-            if by_addr.insert(addr, i).is_some() {
-                return Err(AmError::BadArg("a peer address appears twice"));
-            }
-            ps.push(Peer::new(addr, idx));
+        let mut ps = Vec::with_capacity(eager);
+        for i in 0..eager {
+            let addr = list.addr(i).expect("an eager peer");
+            let idx = map_peer(&mut core, addr, tag)?;
+            ps.push(Peer::new(i, addr, Some(idx), true));
         }
+        let peers = list.len();
         Ok(Self {
             core,
             st: State {
-                ready: (0..peers.len()).collect(),
+                ready: (0..eager).collect(),
                 peers: ps,
-                by_addr,
+                slot_of: HashMap::new(),
+                unmapped: Vec::new(),
+                list,
                 inbox: VecDeque::new(),
-                inbox_max: inbox_max(peers.len()),
+                inbox_max: inbox_max(peers),
                 spare: spare::Spare::default(),
                 events: VecDeque::new(),
                 batch: Vec::with_capacity(FRAGMENT_MAX),
@@ -453,10 +491,11 @@ impl Links {
     /// Can `peer` take another packet of up to one fragment without overflowing its queue? A
     /// driver holds its output back while this is false (back-pressure).
     pub fn has_room(&self, peer: usize) -> bool {
-        self.st
-            .peers
-            .get(peer)
-            .is_some_and(|p| p.queued < self.queue_max)
+        match self.st.slot(peer) {
+            Some(slot) => self.st.peers[slot].queued < self.queue_max,
+            // An on-demand peer not in use yet has an empty queue.
+            None => peer < self.st.list.len(),
+        }
     }
 
     /// Queues `packet` for `peer` (in order after everything queued before). A packet that
@@ -467,22 +506,19 @@ impl Links {
             return Err(AmError::BadArg("packet over link::PACKET_MAX"));
         }
         let queue_max = self.queue_max;
-        let p = self
-            .st
-            .peers
-            .get_mut(peer)
-            .ok_or(AmError::BadArg("no such peer"))?;
+        let slot = self.use_peer(peer)?;
+        let p = &mut self.st.peers[slot];
         let n = fragments(packet.len());
         if p.queued + n > queue_max {
             self.st.stats.fragments_dropped += n as u64;
-            self.st.break_link(peer, LossReason::SendOverflow);
+            self.st.break_link(slot, LossReason::SendOverflow);
             return Ok(());
         }
         p.out.push_back(packet);
         p.queued += n;
         debug_assert!(p.queued <= queue_max, "queue bound overrun");
         self.st.stats.packets_sent += 1;
-        self.st.mark_ready(peer);
+        self.st.mark_ready(slot);
         Ok(())
     }
 
@@ -520,16 +556,22 @@ impl Links {
     /// peers stay, in order: a driver that cannot take more from one peer still takes packets
     /// from the others. Each peer's packets come in order.
     pub fn recv_where(&mut self, accept: impl Fn(usize) -> bool) -> Option<(usize, Vec<u8>)> {
-        let i = self.st.inbox.iter().position(|a| accept(a.peer))?;
+        let peers = &self.st.peers;
+        let i = self
+            .st
+            .inbox
+            .iter()
+            .position(|a| accept(peers[a.peer].id))?;
         let a = self.st.inbox.remove(i)?;
         let p = &mut self.st.peers[a.peer];
         if a.stream == p.rx_stream {
             p.owed += a.fragments;
         }
+        let id = p.id;
         if p.owed >= CREDIT_BATCH {
             self.st.mark_ready(a.peer);
         }
-        Some((a.peer, a.bytes))
+        Some((id, a.bytes))
     }
 
     /// Are received packets waiting?
@@ -554,12 +596,18 @@ impl Links {
 
     /// The configured peers' addresses, by peer id.
     pub fn peer_addrs(&self) -> impl Iterator<Item = NodeAddr> + '_ {
-        self.st.peers.iter().map(|p| p.addr)
+        let list = &self.st.list;
+        (0..list.len()).filter_map(|i| list.addr(i))
+    }
+
+    /// Who the peers are.
+    pub fn peer_list(&self) -> &PeerList {
+        &self.st.list
     }
 
     /// Has the peer answered our hello (and no loss happened since)?
     pub fn is_up(&self, peer: usize) -> bool {
-        self.st.peers.get(peer).is_some_and(|p| p.up)
+        self.st.slot(peer).is_some_and(|s| self.st.peers[s].up)
     }
 
     /// How many peers are up.
@@ -567,7 +615,12 @@ impl Links {
         self.st.peers.iter().filter(|p| p.up).count()
     }
 
-    /// Are all peers up?
+    /// Peers in use: the eager ones and the on-demand ones used so far.
+    pub fn peers_in_use(&self) -> usize {
+        self.st.peers.len()
+    }
+
+    /// Are all peers in use up (on-demand peers count once used)?
     pub fn all_up(&self) -> bool {
         self.st.peers.iter().all(|p| p.up)
     }
@@ -581,19 +634,34 @@ impl Links {
     /// Data messages (fragments and batches) sent to `peer` that its driver has not finished
     /// yet, as far as credit tells.
     pub fn in_flight(&self, peer: usize) -> usize {
-        self.st.peers.get(peer).map_or(0, |p| p.in_flight)
+        self.st.slot(peer).map_or(0, |s| self.st.peers[s].in_flight)
     }
 
     /// Every peer's state, by peer id.
     pub fn peer_status(&self) -> Vec<PeerStatus> {
-        self.st
-            .peers
-            .iter()
-            .map(|p| PeerStatus {
-                addr: p.addr,
-                up: p.up,
-                queued: p.queued,
-                links_lost: p.links_lost,
+        let list = &self.st.list;
+        (0..list.len())
+            .filter_map(|id| {
+                let status = match self.st.slot(id) {
+                    Some(s) => {
+                        let p = &self.st.peers[s];
+                        PeerStatus {
+                            addr: p.addr,
+                            up: p.up,
+                            queued: p.queued,
+                            links_lost: p.links_lost,
+                            idle: false,
+                        }
+                    }
+                    None => PeerStatus {
+                        addr: list.addr(id)?,
+                        up: false,
+                        queued: 0,
+                        links_lost: 0,
+                        idle: true,
+                    },
+                };
+                Some(status)
             })
             .collect()
     }
@@ -602,7 +670,72 @@ impl Links {
     pub fn stats(&self) -> LinkStats {
         self.st.stats
     }
+
+    /// Breaks every on-demand link that is up, as a restart of its peer would: its queue is
+    /// dropped and a new hello goes out before anything sent from now on; the driver sees
+    /// [`LinkEvent::PeerLost`] with [`LossReason::Relink`].
+    ///
+    /// An on-demand peer that restarts says hello to nobody until it has something to send,
+    /// so a link to it stays up on our side, and the first packet we send would reach the
+    /// new process on the old stream, be refused and lost. A node calls this when it learns
+    /// that peers may have restarted (an SIU: logical time restarted), so what it sends after
+    /// is queued behind a new hello and reaches whichever process answers it. Returns the
+    /// links broken.
+    pub fn relink_on_demand(&mut self) -> usize {
+        let eager = self.st.list.eager_len();
+        let mut broken = 0;
+        for slot in eager..self.st.peers.len() {
+            if self.st.peers[slot].up {
+                self.st.break_link(slot, LossReason::Relink);
+                broken += 1;
+            }
+        }
+        broken
+    }
+
+    /// The slot of `peer`, put in use (state made, translation mapped) if it is an on-demand
+    /// peer not used before.
+    fn use_peer(&mut self, peer: usize) -> Result<usize, AmError> {
+        let slot = self
+            .st
+            .slot_or_add(peer)
+            .ok_or(AmError::BadArg("no such peer"))?;
+        self.map_new_peers()?;
+        Ok(slot)
+    }
+
+    /// Maps the on-demand peers that came into use while the core ran a handler (it holds
+    /// the translation table the handlers cannot reach), growing the table as it fills.
+    fn map_new_peers(&mut self) -> Result<(), AmError> {
+        while let Some(&slot) = self.st.unmapped.last() {
+            let ep = LINK_EP;
+            let size = self.core.num_translations(ep)?;
+            if self.st.peers.len() + 1 > size {
+                // PeerList::check_size keeps every listed peer within MAX_TRANSLATIONS.
+                let grown = (size * 2).clamp(DEFAULT_TRANSLATIONS, MAX_TRANSLATIONS);
+                self.core.set_num_translations(ep, grown)?;
+            }
+            let p = &mut self.st.peers[slot];
+            p.idx = Some(map_peer(&mut self.core, p.addr, self.tag)?);
+            self.st.unmapped.pop();
+        }
+        Ok(())
+    }
 }
 
+/// Maps `addr`'s link endpoint in `core`'s translation table and turns FIFO delivery on
+/// towards it (before anything is sent to it).
+fn map_peer(core: &mut Core, addr: NodeAddr, tag: Tag) -> Result<TransIdx, AmError> {
+    let name = EndpointName {
+        node: addr,
+        ep: LINK_EP,
+    };
+    let idx = core.map_any(LINK_EP, name, tag)?;
+    core.set_fifo(addr, true)?;
+    Ok(idx)
+}
+
+#[cfg(test)]
+mod on_demand_tests;
 #[cfg(test)]
 mod tests;

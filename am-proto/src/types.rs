@@ -20,8 +20,10 @@ pub const DEFAULT_HANDLERS: usize = 256;
 pub const MAX_HANDLERS: usize = 4096;
 /// Default and minimum size of the translation table.
 pub const DEFAULT_TRANSLATIONS: usize = 256;
-/// Largest translation table (`AM_MaxNumTranslations`).
-pub const MAX_TRANSLATIONS: usize = 4096;
+/// Largest translation table (`AM_MaxNumTranslations`): every index a [`TransIdx`] can hold.
+/// The daemons' links map a translation per peer in use, and an SIU's peers are every other
+/// host of a cluster of up to 32 767 (`isotach_proto::topology::HOSTS_MAX`).
+pub const MAX_TRANSLATIONS: usize = u16::MAX as usize + 1;
 /// Most request slots (credits) one peer may use towards another.
 pub const MAX_SLOTS: usize = 64;
 /// Most endpoints one bundle holds.

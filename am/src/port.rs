@@ -10,8 +10,8 @@ use crate::Transport;
 use crate::drive::{self, Driver, Serviced};
 use crate::{AmError, NodeAddr, Tag, Time};
 pub use isotach_am_proto::link::{
-    DEFAULT_TAG, LinkEvent, LinkStats, Links, LossReason, Offered, PACKET_MAX, PeerStatus,
-    QUEUE_MAX_DEFAULT, WINDOW_MAX, WINDOW_MIN,
+    DEFAULT_TAG, Directory, LinkEvent, LinkStats, Links, LossReason, Offered, PACKET_MAX, PeerList,
+    PeerStatus, QUEUE_MAX_DEFAULT, WINDOW_MAX, WINDOW_MIN,
 };
 
 /// Most datagrams taken from a transport per receive round.
@@ -20,13 +20,22 @@ const RECV_BATCH: usize = 64;
 const RECV_ROUNDS_MAX: usize = 16;
 
 /// The link core for a process on `transport`: the daemons' AM settings, the transport's
-/// address, incarnation and datagram size.
+/// address, incarnation and datagram size; every peer linked at once.
 pub fn links_on<T: Transport>(
     transport: &T,
     peers: &[NodeAddr],
     tag: Tag,
 ) -> Result<Links, AmError> {
-    Links::new(
+    links_with(transport, PeerList::eager(peers)?, tag)
+}
+
+/// [`links_on`] for the peers of `peers`, some of them linked on demand.
+pub fn links_with<T: Transport>(
+    transport: &T,
+    peers: PeerList,
+    tag: Tag,
+) -> Result<Links, AmError> {
+    Links::with_peers(
         Links::am_config(),
         transport.local_addr(),
         transport.incarnation(),

@@ -75,6 +75,12 @@ pub trait Role {
     fn undelivered(&mut self, now_us: u64, peer: usize, bytes: Vec<u8>) {
         let _ = (now_us, peer, bytes);
     }
+    /// Should the on-demand links be broken and linked anew before the next output
+    /// ([`Links::relink_on_demand`])? Asked before every output pass; true once per
+    /// occasion. By default never.
+    fn take_relink(&mut self) -> bool {
+        false
+    }
 }
 
 /// Counters of the pump.
@@ -464,8 +470,13 @@ impl<R: Role> Pump<R> {
         Ok(true)
     }
 
-    /// Output lane by lane until each is empty or stalls on a full link.
+    /// Output lane by lane until each is empty or stalls on a full link (after relinking the
+    /// on-demand links if the role asks).
     fn drain(&mut self, now_us: u64) -> Result<(), AmError> {
+        if self.role.take_relink() {
+            self.links.relink_on_demand();
+            self.events(now_us);
+        }
         for lane in 0..self.stalled.len() {
             loop {
                 let next = match self.stalled[lane].take() {

@@ -8,8 +8,8 @@ use crate::pump::{Pump, Role};
 use crate::siu::{LANE_HOST, LANE_NET, OUT_HOST, OUT_NET, SiuGauges, SiuPlan, SiuRole};
 use crate::telemetry::{PeriodMeter, RateMeter, Telemetry};
 use crate::tm::{TmPlan, TmRole};
-use isotach_am::link::{LinkStats, PeerStatus};
-use isotach_am::port::{links_on, take_arrivals};
+use isotach_am::link::{LinkStats, PeerList, PeerStatus};
+use isotach_am::port::{links_with, take_arrivals};
 use isotach_am::{NodeAddr, Tag, Time, Transport};
 use isotach_siu::{Siu, SiuStats};
 use isotach_tm::{TmStats, TokenManager};
@@ -73,11 +73,11 @@ impl<R: Publish, T: Transport> Daemon<R, T> {
     pub fn new(
         role: R,
         transport: T,
-        peers: &[NodeAddr],
+        peers: PeerList,
         tag: Tag,
         queue_max: usize,
     ) -> Result<Self, DaemonError> {
-        let links = links_on(&transport, peers, tag)?;
+        let links = links_with(&transport, peers, tag)?;
         Ok(Self {
             pump: Pump::new(role, links, queue_max),
             transport,
@@ -179,7 +179,8 @@ impl<T: Transport> Daemon<TmRole, T> {
     pub fn tm(plan: TmPlan, transport: T, tag: Tag) -> Result<Self, DaemonError> {
         let queue_max = plan.cfg.limits.queue_packets_max;
         let role = TmRole::new(TokenManager::new(plan.cfg));
-        Self::new(role, transport, &plan.peers, tag, queue_max)
+        let peers = PeerList::eager(&plan.peers)?;
+        Self::new(role, transport, peers, tag, queue_max)
     }
 }
 
@@ -188,7 +189,8 @@ impl<T: Transport> Daemon<SiuRole, T> {
     pub fn siu(plan: SiuPlan, transport: T, tag: Tag) -> Result<Self, DaemonError> {
         let queue_max = plan.cfg.limits.queue_packets_max;
         let role = SiuRole::new(Siu::new(plan.cfg));
-        Self::new(role, transport, &plan.peers, tag, queue_max)
+        let peers = PeerList::split(&plan.peers, crate::siu::EAGER_PEERS)?;
+        Self::new(role, transport, peers, tag, queue_max)
     }
 
     /// The gauges the SIU updates.

@@ -20,6 +20,7 @@ use crate::DaemonError;
 use crate::pump::{Role, Verdict};
 use isotach_am_proto::NodeAddr;
 use isotach_am_proto::link::LossReason;
+use isotach_proto::Generation;
 use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::{Kind, Token, peek_kind};
 use isotach_proto::topology::HostId;
@@ -27,13 +28,17 @@ use isotach_proto::wave::Rejoin;
 use isotach_siu::{Mode, Route, Siu, SiuConfig, SiuError};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// Peer id of the token manager.
 pub const PEER_TM: usize = 0;
 /// Peer id of the host's SMM application.
 pub const PEER_APP: usize = 1;
+/// Peers linked at start (the token manager and the application); the other hosts' SIUs are
+/// linked on first use ([`isotach_am_proto::link::PeerList`]): a host talks to few of them,
+/// and a hello to each would cost a cluster of `n` hosts `n²` hellos.
+pub const EAGER_PEERS: usize = 2;
 /// Input lane of the network side (the TM and other SIUs).
 pub const LANE_NET: usize = 0;
 /// Input lane of the host side (the application).
@@ -75,15 +80,21 @@ pub fn siu_plan(cluster: &ClusterConfig, host: HostId) -> Result<SiuPlan, Daemon
     Ok(SiuPlan { cfg, listen, peers })
 }
 
-/// Peer id of each host's SIU at host `me` (`None` for `me`), as [`siu_plan`] lays them out.
-fn siu_peers(me: usize, hosts: usize) -> Vec<Option<usize>> {
-    (0..hosts)
-        .map(|h| match h.cmp(&me) {
-            std::cmp::Ordering::Less => Some(2 + h),
-            std::cmp::Ordering::Equal => None,
-            std::cmp::Ordering::Greater => Some(1 + h),
-        })
-        .collect()
+/// Peer id of host `h`'s SIU at host `me` (`None` for `me` and for hosts beyond `hosts`), as
+/// [`siu_plan`] lays them out.
+fn siu_peer(me: usize, hosts: usize, h: usize) -> Option<usize> {
+    match h.cmp(&me) {
+        _ if h >= hosts => None,
+        std::cmp::Ordering::Less => Some(2 + h),
+        std::cmp::Ordering::Equal => None,
+        std::cmp::Ordering::Greater => Some(1 + h),
+    }
+}
+
+/// The host whose SIU is peer `peer` at host `me` (the inverse of [`siu_peer`]).
+fn siu_host(me: usize, peer: usize) -> Option<usize> {
+    let h = peer.checked_sub(2)?;
+    Some(if h >= me { h + 1 } else { h })
 }
 
 /// Gauges a running SIU publishes (read by the embedded demo and status).
@@ -101,12 +112,17 @@ pub struct SiuRole {
     siu: Siu,
     /// Isotach messages dropped because the link to the TM was broken.
     messages_doomed: u64,
-    /// Peer id of each host's SIU (`None` for this host).
-    siu_peer: Vec<Option<usize>>,
-    /// Each peer's name ("token manager", "application", "SIU of host 2").
-    peer_names: Arc<[String]>,
+    /// Hosts in the cluster (peers: the TM, the application, the other hosts' SIUs).
+    hosts: usize,
+    /// Each peer's name ("token manager", "application", "SIU of host 2"), made when first
+    /// asked for (status displays; a simulation of thousands of SIUs never asks).
+    peer_names: OnceLock<Arc<[String]>>,
     start_pending: bool,
     rejoin: Rejoin,
+    /// The generation the on-demand links (other SIUs) were last linked in: when logical
+    /// time restarts, any of those SIUs may have restarted without a word, so they are linked
+    /// anew ([`Role::take_relink`]).
+    linked_generation: Generation,
     app_attached: bool,
     /// Packets for the host dropped since the application was last attached.
     absent_dropped: u64,
@@ -133,26 +149,16 @@ const TURNAROUNDS_MAX: usize = 64;
 impl SiuRole {
     /// The role of `siu`, whose peers are laid out as [`siu_plan`] returns them.
     pub fn new(siu: Siu) -> Self {
-        let me = usize::from(siu.host());
         let hosts = siu.config().topology.host_count();
-        let siu_peer = siu_peers(me, hosts);
-        let peer_names = (0..hosts + 1)
-            .map(|p| match p {
-                PEER_TM => "token manager".to_string(),
-                PEER_APP => "application".to_string(),
-                p => {
-                    let h = siu_peer.iter().position(|&x| x == Some(p));
-                    format!("SIU of host {}", h.unwrap_or(usize::MAX))
-                }
-            })
-            .collect();
         Self {
             start_pending: siu.config().initiates_reset,
-            rejoin: Rejoin::new(hosts + 1),
+            // Only the token manager's link matters to logical time.
+            rejoin: Rejoin::new(PEER_TM + 1),
+            linked_generation: Generation::new(0),
             messages_doomed: 0,
             siu,
-            siu_peer,
-            peer_names,
+            hosts,
+            peer_names: OnceLock::new(),
             app_attached: false,
             absent_dropped: 0,
             absent_stalled: VecDeque::new(),
@@ -187,7 +193,10 @@ impl SiuRole {
 
     /// Each peer's name, by peer id.
     pub fn peer_names(&self) -> Arc<[String]> {
-        Arc::clone(&self.peer_names)
+        let names = self
+            .peer_names
+            .get_or_init(|| (0..self.hosts + 1).map(|p| self.peer_name(p)).collect());
+        Arc::clone(names)
     }
 
     /// Is an application attached?
@@ -227,10 +236,16 @@ impl SiuRole {
         self.last_host_refusal.take()
     }
 
-    fn peer_name(&self, peer: usize) -> &str {
-        self.peer_names
-            .get(peer)
-            .map_or("unknown peer", String::as_str)
+    fn peer_name(&self, peer: usize) -> String {
+        let me = usize::from(self.siu.host());
+        match peer {
+            PEER_TM => "token manager".to_string(),
+            PEER_APP => "application".to_string(),
+            p => match siu_host(me, p).filter(|&h| h < self.hosts) {
+                Some(h) => format!("SIU of host {h}"),
+                None => "unknown peer".to_string(),
+            },
+        }
     }
 
     /// An application attached (first sign of it since its link last broke): the SIU orders
@@ -267,9 +282,10 @@ impl SiuRole {
     fn next_net(&mut self, now_us: u64) -> Option<(usize, Vec<u8>)> {
         loop {
             let tx = self.siu.poll_net()?;
+            let me = usize::from(self.siu.host());
             let peer = match tx.route {
                 Route::Tm => Some(PEER_TM),
-                Route::Host(h) => self.siu_peer.get(usize::from(h)).copied().flatten(),
+                Route::Host(h) => siu_peer(me, self.hosts, usize::from(h)),
             };
             let Some(peer) = peer else {
                 tracing::warn!(route = ?tx.route, "no peer for a network packet");
@@ -432,10 +448,36 @@ impl Role for SiuRole {
         }
     }
 
+    fn take_relink(&mut self) -> bool {
+        let g = self.siu.generation();
+        if g == self.linked_generation {
+            return false;
+        }
+        self.linked_generation = g;
+        true
+    }
+
     fn undelivered(&mut self, _now_us: u64, peer: usize, bytes: Vec<u8>) {
         if peer == PEER_APP {
             // The application left with this packet waiting for room: nobody will read it.
             self.absent_stalled.push_back(bytes);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn siu_peer_ids_skip_this_host_and_map_back() {
+        // Host 2 of 5: peers TM, app, then hosts 0, 1, 3, 4.
+        let ids: Vec<_> = (0..6).map(|h| siu_peer(2, 5, h)).collect();
+        assert_eq!(ids, [Some(2), Some(3), None, Some(4), Some(5), None]);
+        for h in [0, 1, 3, 4] {
+            assert_eq!(siu_host(2, siu_peer(2, 5, h).unwrap()), Some(h));
+        }
+        assert_eq!(siu_host(2, PEER_TM), None);
+        assert_eq!(siu_host(2, PEER_APP), None);
     }
 }

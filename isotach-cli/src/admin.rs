@@ -117,6 +117,7 @@ fn peers(status: &[PeerStatus], name: impl Fn(usize) -> String) -> Vec<Peer> {
             up: p.up,
             queued: p.queued as u64,
             links_lost: p.links_lost,
+            idle: p.idle,
         })
         .collect()
 }
@@ -393,7 +394,7 @@ fn json(r: &StatusReply, hists: Option<&[Histogram]>) -> serde_json::Value {
         .iter()
         .map(|p| {
             serde_json::json!({
-                "name": p.name, "addr": p.addr, "up": p.up,
+                "name": p.name, "addr": p.addr, "up": p.up, "idle": p.idle,
                 "queued": p.queued, "links_lost": p.links_lost,
             })
         })
@@ -450,7 +451,11 @@ fn table(r: &StatusReply, hists: Option<&[Histogram]>) -> String {
         row("outstanding isochrons", r.outstanding_isochrons.to_string());
     }
     for p in &r.peers {
-        let state = if p.up { "up" } else { "DOWN" };
+        let state = match (p.up, p.idle) {
+            (true, _) => "up",
+            (false, true) => "idle",
+            (false, false) => "DOWN",
+        };
         row(
             &format!("peer {}", p.name),
             format!(

@@ -13,6 +13,11 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod progress;
+mod scale;
+
+use progress::Progress;
+
 /// Run a workload on the simulator. A run is fully determined by its seed and flags.
 #[derive(Debug, Args)]
 pub(crate) struct SimArgs {
@@ -37,6 +42,11 @@ enum Workload {
     /// two neighbours eat at once; the sequential-consistency oracle replays the forks'
     /// history. Exits 0 only with no violation and every philosopher having eaten every meal.
     Philo(Box<PhiloArgs>),
+    /// Sweeps the number of hosts (16 → 4096 by default) on each topology (a line and a tree
+    /// by default), one `sim waves` run per point in a fresh process, and prints per point the
+    /// pulse period, isochron latency p50/p99 (virtual µs and pulses), messages per pulse,
+    /// wall time and peak memory. Exits 0 only when every point passed its checks.
+    Scale(Box<scale::ScaleArgs>),
 }
 
 /// Where the hosts are: a generated tree of switches, or a config file.
@@ -255,6 +265,10 @@ struct WavesArgs {
     /// from the token timer and pauses, at least one second).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     stall_us: Option<u64>,
+    /// Show a progress bar on stderr even when stderr is not a terminal (on a terminal it is
+    /// shown anyway; otherwise a line per tenth of the pulses).
+    #[arg(long)]
+    progress: bool,
     /// Test only: damage the SIU→host stream to prove the oracle fails
     /// (hold-back-message, swap-sort-vector), or have a host declare a distance too short to
     /// prove unexpected errors are reported (short-distance).
@@ -297,6 +311,9 @@ struct ScArgs {
     /// How long an application stays away before the new one attaches, µs (A..B).
     #[arg(long, default_value_t = AppFaults::default().absent_us, value_parser = parse_range)]
     absent_us: RangeUs,
+    /// Show a progress bar on stderr even when stderr is not a terminal.
+    #[arg(long)]
+    progress: bool,
     /// Oracle self-test: rejoining applications skip replaying the operations after their
     /// image; a run with restarts must then fail.
     #[arg(long, hide = true)]
@@ -344,6 +361,7 @@ pub(crate) fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         Workload::Waves(w) => waves_cmd(&w),
         Workload::Sc(a) => sc_cmd(&a),
         Workload::Philo(a) => philo_cmd(&a),
+        Workload::Scale(a) => scale::run(&a),
     }
 }
 
@@ -355,13 +373,16 @@ fn waves_cmd(a: &WavesArgs) -> anyhow::Result<ExitCode> {
         opts.pulses,
         opts.seed
     );
+    let bar = Progress::new("sim waves", opts.pulses, "pulses", a.progress);
     let report = waves::run_with_progress(&opts, &mut |p| {
-        eprintln!(
-            "sim waves: pulse {}/{} at virtual {} us",
-            p.pulses, p.pulses_target, p.virtual_time_us
-        );
+        bar.set(p.pulses, || format!("at virtual {} us", p.virtual_time_us));
     })
-    .map_err(|e| UsageError(e.to_string()))?;
+    .map_err(|e| UsageError(e.to_string()));
+    bar.finish();
+    let report = WithMemory {
+        report: report?,
+        peak_rss_kb: peak_rss_kb(),
+    };
     conclude(&report, a.json)
 }
 
@@ -407,17 +428,20 @@ fn sc_cmd(a: &ScArgs) -> anyhow::Result<ExitCode> {
         opts.isochrons,
         opts.seed
     );
-    let step = (opts.runs / 10).max(1);
+    let bar = Progress::new("sim sc", opts.runs, "runs", a.progress);
     let report = sc::run_with_progress(&opts, &mut |done, r| {
-        if done % step == 0 {
-            eprintln!(
-                "sim sc: {done}/{} runs, {} isochrons, {} reads checked",
-                a.seeds, r.isochrons, r.reads_checked
-            );
-        }
+        bar.set(done, || {
+            format!(
+                "{} isochrons, {} reads checked, {} failed",
+                r.isochrons,
+                r.reads_checked,
+                r.failed_seeds.len()
+            )
+        });
     })
-    .map_err(|e| UsageError(e.to_string()))?;
-    conclude(&report, a.json)
+    .map_err(|e| UsageError(e.to_string()));
+    bar.finish();
+    conclude(&report?, a.json)
 }
 
 fn philo_cmd(a: &PhiloArgs) -> anyhow::Result<ExitCode> {
@@ -449,6 +473,41 @@ fn shape_line(c: &ClusterConfig) -> String {
         c.timing.epoch_pulses,
         c.limits.pulses_ahead_max
     )
+}
+
+/// The peak resident memory of this process so far (`VmHWM` of `/proc/self/status`), KiB; 0
+/// where the kernel does not say.
+pub(super) fn peak_rss_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A report with the process's peak memory, which the simulator cannot know.
+#[derive(Debug, Serialize)]
+struct WithMemory<R> {
+    #[serde(flatten)]
+    report: R,
+    /// Peak resident memory of the process, KiB ([`peak_rss_kb`]).
+    peak_rss_kb: u64,
+}
+
+impl<R: Outcome> Outcome for WithMemory<R> {
+    fn verdict(&self) -> (bool, &[String]) {
+        self.report.verdict()
+    }
+
+    fn print_summary(&self, verdict: &str) {
+        self.report.print_summary(verdict);
+        println!("  peak memory {} MiB", self.peak_rss_kb / 1024);
+    }
+
+    fn failure(&self) -> String {
+        self.report.failure()
+    }
 }
 
 /// What the command needs of every workload's report besides its JSON: the verdict, a human
@@ -514,6 +573,19 @@ impl Outcome for WavesReport {
             self.virtual_time_us,
             self.wall_time_ms,
             self.events
+        );
+        let l = &self.latency;
+        println!(
+            "  pulse period {:.1} us  isochron latency p50 {} us ({} pulses) p99 {} us ({} \
+             pulses) over {} isochrons  messages/pulse {:.1}  datagrams/pulse {:.1}",
+            self.pulse_period_us,
+            l.isochron_latency_p50_us,
+            l.isochron_latency_p50_pulses,
+            l.isochron_latency_p99_us,
+            l.isochron_latency_p99_pulses,
+            l.isochron_latency_samples,
+            self.messages_per_pulse,
+            self.datagrams_per_pulse
         );
         println!(
             "  isochrons {}  messages sent {} delivered {}  eops {} (over 32: {})",

@@ -51,7 +51,12 @@ enum Tool {
     Send(SendArgs),
     /// Receiver: listens where an SIU delivers to its host and prints decoded packets.
     Recv(RecvArgs),
+    /// Draws the scale curve of `isotach sim scale --json` (pulse period and isochron
+    /// latency against the hosts, one line per topology) as an SVG.
+    PlotScale(plot_scale::PlotScaleArgs),
 }
+
+mod plot_scale;
 
 /// Where the SIU is and where the tool listens: from a cluster config, or given directly.
 #[derive(Debug, Args)]
@@ -188,6 +193,7 @@ pub(crate) fn run(args: ToolArgs) -> anyhow::Result<ExitCode> {
         Tool::Bounce(a) => bounce(a),
         Tool::Send(a) => send(a),
         Tool::Recv(a) => recv(a),
+        Tool::PlotScale(a) => plot_scale::run(&a),
     }
 }
 

@@ -30,6 +30,7 @@ pub struct HostCtx<'a> {
     pub(crate) rng: &'a mut SimRng,
     pub(crate) actions: &'a mut Vec<HostAction>,
     pub(crate) siu_generation: u32,
+    pub(crate) siu_recvclock: u64,
 }
 
 impl HostCtx<'_> {
@@ -46,6 +47,12 @@ impl HostCtx<'_> {
     /// The logical-time generation this host's SIU is in now (0: not started, or down).
     pub fn siu_generation(&self) -> u32 {
         self.siu_generation
+    }
+
+    /// The receive clock of this host's SIU as last seen (the pulse it is in), for
+    /// measurements: a host's behaviour must not depend on it.
+    pub fn siu_recvclock(&self) -> u64 {
+        self.siu_recvclock
     }
 
     /// The cluster topology.

@@ -18,6 +18,7 @@
 mod eras;
 pub mod hash;
 pub mod host;
+pub mod latency;
 pub mod linknet;
 pub mod net;
 pub mod oracle;

@@ -299,8 +299,9 @@ pub(crate) fn run_to_quiescence<H: Host, O: Observer>(
     stall_us: u64,
     pulses_max: u64,
 ) -> RunEnd {
-    let end = sim.run_until(
-        |s| s.hosts().iter().all(&done) || s.min_recvclock() >= pulses_max,
+    let end = sim.run_until_hosts(
+        |s, h| done(&s.hosts()[h]),
+        |s, all_done| all_done || s.min_recvclock() >= pulses_max,
         stall_us,
     );
     if end != RunEnd::Stopped {
@@ -311,12 +312,9 @@ pub(crate) fn run_to_quiescence<H: Host, O: Observer>(
     }
     let grace = u64::from(sim.topology().max_distance()) * 2 + 4;
     let target = sim.min_recvclock() + grace;
-    sim.run_until(
-        |s| {
-            s.min_recvclock() >= target
-                && s.hosts().iter().all(|h| node(h).is_idle())
-                && s.sius().all(|siu| siu.pending_pulse_packets() == 0)
-        },
+    sim.run_until_hosts(
+        |s, h| node(&s.hosts()[h]).is_idle() && s.siu(h as HostId).pending_pulse_packets() == 0,
+        |s, all_quiet| s.min_recvclock() >= target && all_quiet,
         stall_us,
     )
 }

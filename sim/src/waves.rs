@@ -12,22 +12,18 @@
 //! `plain` a host also sends a non-isotach message to a random peer; receivers check that
 //! those arrive complete and FIFO per sender.
 
-use crate::host::{Host, HostCtx};
+use crate::latency::{LatencySamples, LatencySummary};
 use crate::net::{FaultError, RangeUs};
 use crate::oracle::{OracleStats, PulseOracle};
 use crate::sim::{NetFaults, RunEnd, Sim, SimConfig, SimError, Tamper};
-use crate::unexpected::Unexpected;
-use isotach_proto::Generation;
-use isotach_proto::Pulse;
 use isotach_proto::config::{ClusterConfig, Timing, check_bounds};
-use isotach_proto::packet::{
-    BARRIERS, BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind,
-    PlainMessage, Sref, SrefOp, StartOfIsochron, Width,
-};
 use isotach_proto::topology::{HostId, TopologyError};
-use isotach_siu::SiuError;
 use serde::Serialize;
-use std::collections::VecDeque;
+
+mod host;
+
+use host::HostStats;
+pub use host::WavesHost;
 
 /// Options of a waves run. [`WavesOptions::new`] gives the defaults.
 #[derive(Debug, Clone)]
@@ -294,6 +290,17 @@ pub struct WavesReport {
     pub trace_hash: String,
     /// Virtual time at the end.
     pub virtual_time_us: u64,
+    /// Virtual time per pulse once running: from the pulse a tenth of the way to the end, per
+    /// pulse in between; over the whole run when it is that short.
+    pub pulse_period_us: f64,
+    /// Isotach messages stamped per pulse.
+    pub messages_per_pulse: f64,
+    /// Datagrams on the network (tokens, messages, acknowledgements, credit, hellos) per
+    /// pulse.
+    pub datagrams_per_pulse: f64,
+    /// Isochron latency: issue to the EOP of its pulse at the issuer (`sim::latency`).
+    #[serde(flatten)]
+    pub latency: LatencySummary,
     /// Wall-clock time of the run (not part of the trace).
     pub wall_time_ms: u64,
     /// The first violations and unexpected errors, described.
@@ -316,7 +323,7 @@ pub fn run(opts: &WavesOptions) -> Result<WavesReport, WavesError> {
     run_with_progress(opts, &mut |_| {})
 }
 
-/// Runs the waves workload, reporting progress about every tenth of the pulses.
+/// Runs the waves workload, reporting progress about every hundredth of the pulses.
 pub fn run_with_progress(
     opts: &WavesOptions,
     progress: &mut dyn FnMut(&Progress),
@@ -333,13 +340,20 @@ pub fn run_with_progress(
     };
     let mut sim = Sim::new(cfg, hosts, PulseOracle::new(n_hosts))?;
     let stall_us = opts.effective_stall_us();
-    let step = (opts.pulses / 10).max(1);
+    let step = (opts.pulses / 100).max(1);
     let mut next_report = step;
+    // Where the pulse period is measured from: (pulse, virtual time) once a tenth of the
+    // pulses ran (start-up, hellos and the first waves, is not the steady state).
+    let warm = (opts.pulses / 10).max(1);
+    let mut period_from = (0, 0);
     let end = loop {
         let target = opts.pulses.min(next_report);
         let end = sim.run_until(|s| s.min_recvclock() >= target, stall_us);
         if end != RunEnd::Stopped || target >= opts.pulses {
             break end;
+        }
+        if period_from == (0, 0) && sim.min_recvclock() >= warm {
+            period_from = (sim.min_recvclock(), sim.now_us());
         }
         next_report += step;
         progress(&Progress {
@@ -355,9 +369,21 @@ pub fn run_with_progress(
     let pulses = sim.min_recvclock();
     sim.run_for(opts.net.faults.host_latency_us + 1);
     sim.observer_mut().finish(&recvclocks);
+    let end_us = sim.now_us();
     let mut r = report(opts, &sim, pulses, completed, wall.elapsed());
+    r.pulse_period_us = pulse_period_us(period_from, (pulses, end_us));
     r.problems.extend(stall);
     Ok(r)
+}
+
+/// Virtual µs per pulse between `from` and `to`, each (pulse, virtual time); from the start
+/// when `from` is no earlier pulse.
+fn pulse_period_us(from: (u64, u64), to: (u64, u64)) -> f64 {
+    let from = if from.0 < to.0 { from } else { (0, 0) };
+    if to.0 == from.0 {
+        return 0.0;
+    }
+    (to.1 - from.1) as f64 / (to.0 - from.0) as f64
 }
 
 /// Describes where a run that did not complete got stuck.
@@ -417,9 +443,18 @@ fn report(
         host.refused_after_restart += h.stats.refused_after_restart;
     }
     let mut unexpected = sim.unexpected().clone();
+    let mut latency = LatencySamples::default();
     for h in sim.hosts() {
         unexpected.merge(&h.unexpected);
+        latency.merge(&h.latency);
     }
+    let per_pulse = |n: u64| {
+        if pulses == 0 {
+            0.0
+        } else {
+            n as f64 / pulses as f64
+        }
+    };
     let unexpected_errors = unexpected.total();
     let others = sim.observer().violations().iter().cloned();
     let problems = unexpected.problems(others, PROBLEMS_MAX);
@@ -474,377 +509,14 @@ fn report(
         events: st.events,
         trace_hash: format!("{:016x}", sim.trace_hash()),
         virtual_time_us: sim.now_us(),
+        pulse_period_us: pulse_period_us((0, 0), (pulses, sim.now_us())),
+        messages_per_pulse: per_pulse(o.messages_stamped),
+        datagrams_per_pulse: per_pulse(st.net.datagrams),
+        latency: latency.summary(),
         wall_time_ms: wall.as_millis() as u64,
         problems,
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// The waves host
-
-/// Delay before retrying an isochron the SIU refused because logical time had not started.
-const RETRY_US: u64 = 500;
-/// Most bytes of a random `msg` payload.
-const MSG_PAYLOAD_RANDOM_MAX: u64 = 64;
-/// Most extra bytes of a random non-isotach payload (after its 8-byte sequence number).
-const PLAIN_PAYLOAD_RANDOM_MAX: u64 = 32;
-/// Largest gap between two packets of one isochron.
-const PACKET_SPACING_US_MAX: u64 = 3;
-
-#[derive(Debug, Clone, Copy, Default)]
-struct HostStats {
-    plain_sent: u64,
-    plain_fifo_violations: u64,
-    plain_lost: u64,
-    barriers_entered: u64,
-    refused_after_restart: u64,
-}
-
 /// Most lines in the report's `problems` (besides one per source of unexpected errors).
 const PROBLEMS_MAX: usize = 32;
-
-/// A host of the waves workload.
-#[derive(Debug)]
-pub struct WavesHost {
-    id: HostId,
-    hosts: usize,
-    messages_max: u32,
-    burst: f64,
-    plain: f64,
-    outstanding_max: u32,
-    think_us: RangeUs,
-    send_delta_max: u32,
-    next_iso_id: u32,
-    /// Isochrons this host completed (their markers came back): picks the sequence set.
-    isochrons_done: u64,
-    /// Isochrons sent whose marker has not come back.
-    in_flight: u32,
-    /// TS of returned markers whose EOP has not arrived.
-    awaiting_eop: VecDeque<u64>,
-    /// A wake-up is planned; only the one carrying `wake_seq` counts.
-    wake_pending: bool,
-    wake_seq: u64,
-    /// The isochron the SIU refused at its start; its remaining packets are refused too.
-    refused_iso: Option<u32>,
-    plain_next_to: Vec<u64>,
-    plain_next_from: Vec<u64>,
-    /// Restarts are on: plain messages may be lost (not reordered), isochrons cut short.
-    gaps_allowed: bool,
-    /// Probability of entering a barrier with an isochron.
-    barrier: f64,
-    /// Barriers this host entered and has not seen complete.
-    in_barrier: u8,
-    /// Packets the SIU refused for reasons no correct run has.
-    unexpected: Unexpected,
-    /// [`Tamper::ShortDistance`] and not yet done: the next isochron to a remote host
-    /// declares a distance one short.
-    short_distance: bool,
-    stats: HostStats,
-}
-
-impl WavesHost {
-    fn new(id: HostId, hosts: usize, opts: &WavesOptions) -> Self {
-        Self {
-            id,
-            hosts,
-            messages_max: opts.load.messages_max,
-            burst: opts.load.burst,
-            plain: opts.load.plain,
-            outstanding_max: opts.load.outstanding_max,
-            think_us: opts.load.think_us,
-            send_delta_max: opts.load.send_delta_max,
-            next_iso_id: 1,
-            isochrons_done: 0,
-            in_flight: 0,
-            awaiting_eop: VecDeque::new(),
-            wake_pending: false,
-            wake_seq: 0,
-            refused_iso: None,
-            plain_next_to: vec![0; hosts],
-            plain_next_from: vec![0; hosts],
-            gaps_allowed: opts.net.restarts.is_some(),
-            barrier: opts.load.barrier,
-            in_barrier: 0,
-            unexpected: Unexpected::default(),
-            short_distance: opts.tamper == Tamper::ShortDistance,
-            stats: HostStats::default(),
-        }
-    }
-
-    fn outstanding(&self) -> u32 {
-        self.in_flight + self.awaiting_eop.len() as u32
-    }
-
-    /// Plans the next isochron after a think time if the window allows.
-    fn plan(&mut self, ctx: &mut HostCtx<'_>) {
-        if self.wake_pending || self.outstanding() >= self.outstanding_max {
-            return;
-        }
-        let think = self.think_us.draw(ctx.rng());
-        self.wake(ctx, think);
-    }
-
-    /// Plans the next send `after_us` from now, replacing any planned one.
-    fn wake(&mut self, ctx: &mut HostCtx<'_>, after_us: u64) {
-        self.wake_seq += 1;
-        self.wake_pending = true;
-        ctx.wake_at(ctx.now_us() + after_us, self.wake_seq);
-    }
-
-    fn send_isochron(&mut self, ctx: &mut HostCtx<'_>) {
-        let rng_hosts = self.hosts as u64;
-        let burst = ctx.rng().chance(self.burst);
-        let count = if burst {
-            ctx.rng().range_inclusive(33, 40)
-        } else {
-            ctx.rng().range_inclusive(1, u64::from(self.messages_max))
-        };
-        let burst_dest = ctx.rng().below(rng_hosts) as HostId;
-        let dests: Vec<HostId> = (0..count)
-            .map(|_| {
-                if burst {
-                    burst_dest
-                } else {
-                    ctx.rng().below(rng_hosts) as HostId
-                }
-            })
-            .collect();
-        let mut distance = dests
-            .iter()
-            .map(|&d| ctx.topology().distance(self.id, d))
-            .max()
-            .unwrap_or(1);
-        if self.short_distance && distance > 1 {
-            self.short_distance = false;
-            distance -= 1;
-        }
-        let iso_id = self.next_iso_id;
-        self.next_iso_id = self.next_iso_id.wrapping_add(1);
-        let send_delta = ctx.rng().range_inclusive(0, u64::from(self.send_delta_max)) as u32;
-        let soi = StartOfIsochron {
-            iso_id,
-            channel: 0,
-            seqset: (self.isochrons_done % 2) as u8,
-            logged: true,
-            host_gap: false,
-            gap: 0,
-            send_delta,
-            distance,
-        };
-        let mut at = ctx.now_us();
-        let mut bytes = Vec::new();
-        soi.encode(&mut bytes);
-        ctx.send_at(at, bytes);
-        for dest in dests {
-            at += ctx.rng().range_inclusive(0, PACKET_SPACING_US_MAX);
-            let m = IsotachMessage {
-                ts: Pulse::new(0),
-                source: 0,
-                dest,
-                sequum: 0,
-                generation: Generation::new(0),
-                sref: random_sref(ctx),
-            };
-            let mut bytes = Vec::with_capacity(m.encoded_len());
-            m.encode(&mut bytes);
-            ctx.send_at(at, bytes);
-        }
-        at += ctx.rng().range_inclusive(0, PACKET_SPACING_US_MAX);
-        let mut bytes = Vec::new();
-        EndOfIsochron { iso_id }.encode(&mut bytes);
-        ctx.send_at(at, bytes);
-        self.in_flight += 1;
-    }
-
-    fn send_plain(&mut self, ctx: &mut HostCtx<'_>) {
-        if self.hosts < 2 {
-            return;
-        }
-        let mut dest = ctx.rng().below(self.hosts as u64 - 1) as HostId;
-        if dest >= self.id {
-            dest += 1;
-        }
-        let seq = &mut self.plain_next_to[usize::from(dest)];
-        let mut payload = seq.to_be_bytes().to_vec();
-        *seq += 1;
-        let extra = ctx.rng().range_inclusive(0, PLAIN_PAYLOAD_RANDOM_MAX);
-        payload.extend((0..extra).map(|i| i as u8));
-        let p = PlainMessage {
-            source: self.id,
-            dest,
-            payload,
-        };
-        let mut bytes = Vec::new();
-        p.encode(&mut bytes);
-        ctx.send(bytes);
-        self.stats.plain_sent += 1;
-    }
-
-    /// Enters a barrier this host is not in (barrier markers go between isochrons).
-    fn enter_barrier(&mut self, ctx: &mut HostCtx<'_>) {
-        let free: Vec<u8> = (0..BARRIERS as u8)
-            .filter(|b| self.in_barrier & (1 << b) == 0)
-            .collect();
-        let Some(&b) = free.get(ctx.rng().below(free.len().max(1) as u64) as usize) else {
-            return;
-        };
-        let marker = BarrierSignalMarker {
-            barrier: 1 << b,
-            barrier_count: 1,
-            signals: 0,
-            reset: false,
-        };
-        let mut bytes = Vec::new();
-        marker.encode(&mut bytes);
-        // The host→SIU link keeps send order: the marker follows the isochron just sent.
-        ctx.send(bytes);
-        self.in_barrier |= 1 << b;
-        self.stats.barriers_entered += 1;
-    }
-
-    fn plain_received(&mut self, bytes: &[u8]) {
-        let ok = PlainMessage::decode(bytes).ok().and_then(|p| {
-            let seq = u64::from_be_bytes(p.payload.get(..8)?.try_into().ok()?);
-            let next = self.plain_next_from.get_mut(usize::from(p.source))?;
-            // A restart may lose plain messages queued on a broken link (a gap), never
-            // reorder or repeat them.
-            let gap = seq.saturating_sub(*next);
-            let in_order = p.dest == self.id && (seq == *next || (self.gaps_allowed && gap > 0));
-            if in_order {
-                self.stats.plain_lost += gap;
-            }
-            *next = seq + 1;
-            Some(in_order)
-        });
-        if ok != Some(true) {
-            self.stats.plain_fifo_violations += 1;
-        }
-    }
-}
-
-/// A random sref: every operation, both widths, values of the full width, small payloads.
-fn random_sref(ctx: &mut HostCtx<'_>) -> Sref {
-    let rng = ctx.rng();
-    let op = match rng.below(5) {
-        0 => SrefOp::Read,
-        1 => SrefOp::Write,
-        2 => SrefOp::Sched,
-        3 => SrefOp::Assign,
-        _ => SrefOp::Msg,
-    };
-    if op == SrefOp::Msg {
-        let len = rng.range_inclusive(0, MSG_PAYLOAD_RANDOM_MAX);
-        let payload = (0..len).map(|_| rng.next_u64() as u8).collect();
-        return Sref::Msg {
-            handler: rng.below(8) as u16,
-            payload,
-        };
-    }
-    let width = if rng.chance(0.5) {
-        Width::W32
-    } else {
-        Width::W64
-    };
-    let value = match op {
-        SrefOp::Write | SrefOp::Assign => rng.next_u64() & width.max_value(),
-        _ => 0,
-    };
-    Sref::Mem {
-        op,
-        width,
-        addr: rng.below(1 << 20) * 8,
-        value,
-        ref_id: rng.next_u64() as u32,
-    }
-}
-
-impl Host for WavesHost {
-    fn on_start(&mut self, ctx: &mut HostCtx<'_>) {
-        self.plan(ctx);
-    }
-
-    fn on_packet(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8]) {
-        match bytes.get(1).map(|&b| Kind::from_byte(b)) {
-            Some(Ok(Kind::IsochronMarker)) => {
-                if let Ok(m) = IsochronMarker::decode(bytes) {
-                    self.in_flight = self.in_flight.saturating_sub(1);
-                    self.isochrons_done += 1;
-                    self.awaiting_eop.push_back(m.ts.get());
-                }
-            }
-            Some(Ok(Kind::EopMarker)) => {
-                if let Ok(e) = EopMarker::decode(bytes) {
-                    self.awaiting_eop.retain(|&ts| ts > e.ts.get());
-                    self.in_barrier &= !e.barrier;
-                    if e.reset {
-                        // A new generation: barriers in progress are gone.
-                        self.in_barrier = 0;
-                    }
-                    if e.reset && !e.end_of_epoch && !e.repeat {
-                        // Logical time restarted: the SIU refuses this application's isotach
-                        // packets until a new one attaches, as a restarted application would.
-                        ctx.attach();
-                    }
-                }
-            }
-            Some(Ok(Kind::Plain)) => self.plain_received(bytes),
-            _ => {}
-        }
-        self.plan(ctx);
-    }
-
-    fn on_wake(&mut self, ctx: &mut HostCtx<'_>, token: u64) {
-        if !self.wake_pending || token != self.wake_seq {
-            return; // replaced by a later plan
-        }
-        self.wake_pending = false;
-        if self.outstanding() < self.outstanding_max {
-            self.send_isochron(ctx);
-            if ctx.rng().chance(self.plain) {
-                self.send_plain(ctx);
-            }
-            if self.barrier > 0.0 && ctx.rng().chance(self.barrier) {
-                self.enter_barrier(ctx);
-            }
-        }
-        self.plan(ctx);
-    }
-
-    fn on_refused(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8], error: &SiuError) {
-        let kind = bytes.get(1).map(|&b| Kind::from_byte(b));
-        match (kind.clone(), error) {
-            (Some(Ok(Kind::StartOfIsochron)), SiuError::NotStarted) => {
-                // Logical time has not reached this SIU yet: try again later.
-                self.refused_iso = StartOfIsochron::decode(bytes).ok().map(|s| s.iso_id);
-                self.in_flight = self.in_flight.saturating_sub(1);
-                self.wake(ctx, RETRY_US);
-            }
-            (Some(Ok(Kind::IsotachMessage)), SiuError::NotStarted | SiuError::NoIsochron)
-                if self.refused_iso.is_some() => {}
-            (Some(Ok(Kind::EndOfIsochron)), SiuError::NotStarted | SiuError::NoIsochron)
-                if self.refused_iso.is_some() =>
-            {
-                self.refused_iso = None;
-            }
-            (Some(Ok(Kind::StartOfIsochron)), SiuError::SessionEnded) => {
-                // Sent before this host heard of the restart: the restart discards it.
-                self.in_flight = self.in_flight.saturating_sub(1);
-                self.stats.refused_after_restart += 1;
-            }
-            (_, SiuError::SessionEnded) => self.stats.refused_after_restart += 1,
-            (_, SiuError::NoIsochron | SiuError::IsochronOpen { .. }) if self.gaps_allowed => {
-                // The SIU restarted logical time in the middle of this host's isochron: the
-                // rest of it is refused (the restart discards it).
-                self.stats.refused_after_restart += 1;
-            }
-            _ => {
-                let what = match kind {
-                    Some(Ok(k)) => format!("{k:?}"),
-                    _ => "an undecodable packet".to_string(),
-                };
-                let line = format!("host {}: the SIU refused {what}: {error}", self.id);
-                self.unexpected.one("host packets the SIU refused", line);
-            }
-        }
-    }
-}

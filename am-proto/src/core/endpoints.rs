@@ -32,7 +32,8 @@ impl Core {
             live: true,
             tag: Tag::NONE,
             seg: Vec::new(),
-            trans: vec![None; DEFAULT_TRANSLATIONS],
+            trans: Vec::new(),
+            trans_len: DEFAULT_TRANSLATIONS,
         };
         if let Some(i) = self.eps.iter().position(|e| !e.live) {
             self.eps[i] = fresh();
@@ -101,12 +102,14 @@ impl Core {
         if !(DEFAULT_TRANSLATIONS..=MAX_TRANSLATIONS).contains(&n) {
             return Err(AmError::BadArg("translation table size out of range"));
         }
-        self.ep_mut(ep)?.trans.resize(n, None);
+        let e = self.ep_mut(ep)?;
+        e.trans.truncate(n);
+        e.trans_len = n;
         Ok(())
     }
     /// Size of the translation table.
     pub fn num_translations(&self, ep: EpId) -> Result<usize, AmError> {
-        Ok(self.ep(ep)?.trans.len())
+        Ok(self.ep(ep)?.trans_len)
     }
     /// Bind translation `idx` (`AM_Map`); an active entry must be unmapped first.
     pub fn map(
@@ -117,10 +120,14 @@ impl Core {
         tag: Tag,
     ) -> Result<(), AmError> {
         let e = self.ep_mut(ep)?;
-        let slot = e
-            .trans
-            .get_mut(usize::from(idx.0))
-            .ok_or(AmError::BadEntry(idx))?;
+        let i = usize::from(idx.0);
+        if i >= e.trans_len {
+            return Err(AmError::BadEntry(idx));
+        }
+        if e.trans.len() <= i {
+            e.trans.resize(i + 1, None);
+        }
+        let slot = &mut e.trans[i];
         if slot.is_some() {
             return Err(AmError::InUse);
         }
@@ -130,11 +137,14 @@ impl Core {
     /// Bind the first free translation (`AM_MapAny`).
     pub fn map_any(&mut self, ep: EpId, name: EndpointName, tag: Tag) -> Result<TransIdx, AmError> {
         let e = self.ep_mut(ep)?;
-        let i = e
-            .trans
-            .iter()
-            .position(Option::is_none)
-            .ok_or(AmError::Resource("translations"))?;
+        let i = match e.trans.iter().position(Option::is_none) {
+            Some(i) => i,
+            None if e.trans.len() < e.trans_len => {
+                e.trans.push(None);
+                e.trans.len() - 1
+            }
+            None => return Err(AmError::Resource("translations")),
+        };
         e.trans[i] = Some((name, tag));
         Ok(TransIdx(i as u16))
     }

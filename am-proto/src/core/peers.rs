@@ -2,11 +2,11 @@
 //! from it, or FIFO delivery is set for it, up to `max_peers`; one more is refused
 //! (`Congestion` to a request from it, `AmError::Resource` to a send). Peers are never
 //! removed, so a peer index stays valid and the last lookup is cached. Per peer the sender
-//! also chooses FIFO delivery and counts its free request slots (credits).
+//! also chooses FIFO delivery and counts its free request slots (credits), made as needed.
 
 use std::time::Duration;
 
-use super::{Core, Peer, Reasm, SendSlot, SendState};
+use super::{Config, Core, Peer, Reasm, SendSlot, SendState};
 use crate::error::AmError;
 use crate::msg::OutMsg;
 use crate::types::{EndpointName, EpId, NodeAddr, Status, Time};
@@ -35,25 +35,8 @@ impl Core {
         if self.peers.len() >= self.cfg.max_peers {
             return None;
         }
-        let ss = (0..self.cfg.credits)
-            .map(|_| SendSlot {
-                state: SendState::Free,
-                seq: 0,
-                next_seq: self.cfg.initial_seq,
-                msg: OutMsg::default(),
-                dest: EndpointName {
-                    node: addr,
-                    ep: EpId(0),
-                },
-                next_retx: Time(0),
-                rto: self.cfg.rto_initial,
-                give_up_at: Time(0),
-                sent_at: Time(0),
-                retransmitted: false,
-                nack_status: Status::BadArgs,
-                reasm: Reasm::default(),
-            })
-            .collect();
+        // Request slots are made as they are first needed (see `SendSlot::fresh`).
+        let ss = Vec::new();
         self.peers.push(Peer {
             addr,
             fifo: false,
@@ -84,18 +67,48 @@ impl Core {
         Ok(())
     }
 
-    /// Free request slots towards `node`.
+    /// Free request slots towards `node` (slots not made yet are free).
     pub fn credits_available(&self, node: NodeAddr) -> usize {
         match self.index.get(&node) {
-            Some(&i) => self.peers[i as usize]
-                .ss
-                .iter()
-                .filter(|s| s.state == SendState::Free)
-                .count(),
+            Some(&i) => {
+                let ss = &self.peers[i as usize].ss;
+                let free = ss.iter().filter(|s| s.state == SendState::Free).count();
+                free + (self.cfg.credits - ss.len())
+            }
             None => self.cfg.credits,
         }
     }
+}
 
+impl SendSlot {
+    /// A free request slot towards `addr`, as every slot starts. A peer's slots are made
+    /// one by one when every slot made so far is busy, up to `credits`: a peer that never
+    /// has more than a few requests outstanding holds only those few (the simulator's
+    /// thousands of links), and the slot a request takes — the lowest free one — is the
+    /// same as if all had been made at once.
+    pub(super) fn fresh(cfg: &Config, addr: NodeAddr) -> Self {
+        Self {
+            state: SendState::Free,
+            seq: 0,
+            next_seq: cfg.initial_seq,
+            msg: OutMsg::default(),
+            dest: EndpointName {
+                node: addr,
+                ep: EpId(0),
+            },
+            next_retx: Time(0),
+            rto: cfg.rto_initial,
+            give_up_at: Time(0),
+            sent_at: Time(0),
+            retransmitted: false,
+            nack_status: Status::BadArgs,
+            reasm: Reasm::default(),
+            timer: None,
+        }
+    }
+}
+
+impl Core {
     /// Requests (and reply-return notices) outstanding towards all peers.
     pub fn outstanding(&self) -> usize {
         self.peers.iter().map(|p| p.busy).sum()

@@ -72,6 +72,7 @@ impl Core {
             Kind::Nack => {
                 let status = h.status.unwrap_or(Status::BadArgs);
                 s.state = SendState::Returning;
+                s.rearm(&mut self.timers, pi, si);
                 let e = RetEntry {
                     r: returned_of(&s.msg, s.dest, status, true),
                     slot: Some((pi, si as u16, s.seq)),
@@ -85,6 +86,7 @@ impl Core {
     fn free_slot(&mut self, pi: u32, si: usize) {
         let p = &mut self.peers[pi as usize];
         p.ss[si].state = SendState::Free;
+        p.ss[si].rearm(&mut self.timers, pi, si);
         p.busy -= 1;
     }
 
@@ -130,6 +132,7 @@ impl Core {
             s.next_retx = now.plus(s.rto);
             s.give_up_at = now.plus(self.cfg.give_up);
             self.timer_floor = self.timer_floor.min(s.next_retx.min(s.give_up_at));
+            s.rearm(&mut self.timers, pi, si);
             let seq = s.seq;
             self.push_tx(Tx::ReplyNack {
                 peer: pi,

@@ -27,6 +27,7 @@ impl Core {
             let s = &mut p.ss[usize::from(si)];
             if s.state == SendState::Returning && s.seq == seq {
                 s.state = SendState::Free;
+                s.rearm(&mut self.timers, pi, usize::from(si));
                 p.busy -= 1;
             }
         }

@@ -9,7 +9,7 @@
 
 use super::Core;
 use super::endpoints::seg_check;
-use super::{RecvState, Resp, SendState};
+use super::{RecvState, Resp, SendSlot, SendState};
 use crate::error::AmError;
 use crate::frame::{self, FLAG_FIFO, Header, Kind};
 use crate::msg::OutMsg;
@@ -152,10 +152,14 @@ impl Core {
             .peer_index(dest.node)
             .ok_or(AmError::Resource("peers"))?;
         let p = &mut self.peers[pi as usize];
-        let si =
-            p.ss.iter()
-                .position(|s| s.state == SendState::Free)
-                .ok_or(AmError::WouldBlock)?;
+        let si = match p.ss.iter().position(|s| s.state == SendState::Free) {
+            Some(si) => si,
+            None if p.ss.len() < self.cfg.credits => {
+                p.ss.push(SendSlot::fresh(&self.cfg, p.addr));
+                p.ss.len() - 1
+            }
+            None => return Err(AmError::WouldBlock),
+        };
         let fifo = if p.fifo {
             let f = p.fifo_tx;
             p.fifo_tx = p.fifo_tx.wrapping_add(1);
@@ -189,6 +193,7 @@ impl Core {
         s.next_retx = now.plus(s.rto);
         s.give_up_at = now.plus(self.cfg.give_up);
         self.timer_floor = self.timer_floor.min(s.next_retx.min(s.give_up_at));
+        s.rearm(&mut self.timers, pi, si);
         s.reasm.active = false;
         let seq = s.seq;
         p.busy += 1;

@@ -12,17 +12,34 @@ use std::time::Duration;
 use super::returned::{RetEntry, returned_of};
 use super::send::Tx;
 use super::{Config, Core};
-use super::{Peer, SendSlot, SendState};
+use super::{Peer, SendState};
 use crate::types::{Status, Time};
+
+/// Most peers whose slots debug builds scan to check the timer set after every change of
+/// the next deadline (beyond it the check is skipped: it would make large simulations
+/// quadratic in debug builds).
+const TIMER_SCAN_PEERS_MAX: usize = 64;
 
 impl Core {
     /// When the core next needs `handle_timeout`.
     pub fn poll_timeout(&self) -> Option<Time> {
+        let next = self.timers.first().map(|&(t, _, _)| t);
+        debug_assert_eq!(next, self.scan_timeout(), "the timer set is out of step");
+        next
+    }
+
+    /// The earliest timer of a waiting slot, by scanning every peer's slots: what the timer
+    /// set must say (checked in debug builds; [`TIMER_SCAN_PEERS_MAX`] bounds the check's
+    /// cost).
+    fn scan_timeout(&self) -> Option<Time> {
+        if self.peers.len() > TIMER_SCAN_PEERS_MAX {
+            return self.timers.first().map(|&(t, _, _)| t);
+        }
         self.peers
             .iter()
             .filter(|p| p.busy > 0)
             .flat_map(|p| p.ss.iter())
-            .filter(|s| matches!(s.state, SendState::AwaitReply | SendState::AwaitNackAck))
+            .filter(|s| s.waiting())
             .map(|s| s.next_retx.min(s.give_up_at))
             .min()
     }
@@ -35,58 +52,67 @@ impl Core {
     }
 
     /// Retransmit what is due (doubling its timeout) and give up on peers past the deadline.
+    /// Peers are visited in index order, as a scan of every peer would, but only those with
+    /// a due timer.
     pub fn handle_timeout(&mut self, now: Time) {
         if now < self.timer_floor {
             return;
         }
-        for pi in 0..self.peers.len() {
-            if self.peers[pi].busy == 0 {
-                continue;
-            }
-            let waiting =
-                |s: &SendSlot| matches!(s.state, SendState::AwaitReply | SendState::AwaitNackAck);
-            // Nothing due (the common case): no work beyond one scan of the slots.
-            let (mut due, mut dead) = (false, false);
-            for s in self.peers[pi].ss.iter().filter(|s| waiting(s)) {
-                dead |= now >= s.give_up_at;
-                due |= now >= s.next_retx;
-            }
-            if dead {
-                self.peer_unreachable(pi);
-                continue;
-            }
-            if !due {
-                continue;
-            }
-            let rto_max = self.cfg.rto_max;
-            let (tx_queue, txq, stats) = (self.cfg.tx_queue, &mut self.txq, &mut self.stats);
-            for (si, s) in self.peers[pi].ss.iter_mut().enumerate() {
-                if !waiting(s) || now < s.next_retx {
-                    continue;
-                }
-                s.retransmitted = true;
-                s.rto = (s.rto * 2).min(rto_max);
-                s.next_retx = now.plus(s.rto);
-                let (peer, slot, seq) = (pi as u32, si as u16, s.seq);
-                let t = if s.state == SendState::AwaitReply {
-                    Tx::Req {
-                        peer,
-                        slot,
-                        seq,
-                        frag: 0,
-                    }
-                } else {
-                    Tx::ReplyNack { peer, slot, seq }
-                };
-                stats.retransmits += 1;
-                if txq.len() >= tx_queue {
-                    stats.tx_dropped += 1;
-                } else {
-                    txq.push_back(t);
-                }
-            }
+        let mut due_peers: Vec<u32> = self
+            .timers
+            .iter()
+            .take_while(|&&(t, _, _)| t <= now)
+            .map(|&(_, pi, _)| pi)
+            .collect();
+        due_peers.sort_unstable();
+        due_peers.dedup();
+        for pi in due_peers {
+            self.peer_timeout(now, pi as usize);
         }
         self.timer_floor = self.poll_timeout().unwrap_or(Time(u64::MAX));
+    }
+
+    /// Peer `pi` has a due timer: give up on it, or retransmit its due requests.
+    fn peer_timeout(&mut self, now: Time, pi: usize) {
+        let (mut due, mut dead) = (false, false);
+        for s in self.peers[pi].ss.iter().filter(|s| s.waiting()) {
+            dead |= now >= s.give_up_at;
+            due |= now >= s.next_retx;
+        }
+        if dead {
+            self.peer_unreachable(pi);
+            return;
+        }
+        debug_assert!(due, "a due timer is a retransmission or a give-up");
+        let rto_max = self.cfg.rto_max;
+        let (tx_queue, txq, stats) = (self.cfg.tx_queue, &mut self.txq, &mut self.stats);
+        let timers = &mut self.timers;
+        for (si, s) in self.peers[pi].ss.iter_mut().enumerate() {
+            if !s.waiting() || now < s.next_retx {
+                continue;
+            }
+            s.retransmitted = true;
+            s.rto = (s.rto * 2).min(rto_max);
+            s.next_retx = now.plus(s.rto);
+            s.rearm(timers, pi as u32, si);
+            let (peer, slot, seq) = (pi as u32, si as u16, s.seq);
+            let t = if s.state == SendState::AwaitReply {
+                Tx::Req {
+                    peer,
+                    slot,
+                    seq,
+                    frag: 0,
+                }
+            } else {
+                Tx::ReplyNack { peer, slot, seq }
+            };
+            stats.retransmits += 1;
+            if txq.len() >= tx_queue {
+                stats.tx_dropped += 1;
+            } else {
+                txq.push_back(t);
+            }
+        }
     }
 
     /// Return everything outstanding towards peer `pi` as unreachable and start a new epoch,
@@ -98,6 +124,7 @@ impl Core {
             match s.state {
                 SendState::AwaitReply => {
                     s.state = SendState::Returning;
+                    s.rearm(&mut self.timers, pi as u32, si);
                     out.push(RetEntry {
                         r: returned_of(&s.msg, s.dest, Status::Unreachable, true),
                         slot: Some((pi as u32, si as u16, s.seq)),
@@ -105,6 +132,7 @@ impl Core {
                 }
                 SendState::AwaitNackAck => {
                     s.state = SendState::Free;
+                    s.rearm(&mut self.timers, pi as u32, si);
                     p.busy -= 1;
                 }
                 SendState::Free | SendState::Returning => {}

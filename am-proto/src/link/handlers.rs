@@ -8,7 +8,8 @@
 //! incarnation means the peer restarted, which breaks the link. Credit opens the window
 //! again. Of the messages returned to handler 0, a lost data message (fragment or batch) of
 //! the current stream breaks the link and a returned hello is tried again. Messages from
-//! addresses that are not configured peers are counted and ignored.
+//! addresses that are not configured peers are counted and ignored; the first message from an
+//! on-demand peer puts it in use. Handlers work on peer slots; events carry peer ids.
 
 use super::batch;
 use super::{
@@ -202,7 +203,7 @@ impl State {
     }
 
     pub(super) fn on_returned(&mut self, now: Time, r: &Returned) {
-        let Some(&peer) = self.by_addr.get(&r.dest.node) else {
+        let Some(peer) = self.slot_at(r.dest.node) else {
             return;
         };
         if r.handler == H_DATA || r.handler == H_BATCH {
@@ -221,7 +222,7 @@ impl State {
             self.set_hello_timer(peer, retry);
             self.mark_ready(peer);
             self.events.push_back(LinkEvent::HelloReturned {
-                peer,
+                peer: self.peers[peer].id,
                 status: r.status,
             });
         }
@@ -272,7 +273,7 @@ impl Dispatch for State {
             p.hello_outstanding = false;
             if !p.up {
                 p.up = true;
-                self.events.push_back(LinkEvent::PeerUp(peer));
+                self.events.push_back(LinkEvent::PeerUp(p.id));
                 self.mark_ready(peer);
             }
         }

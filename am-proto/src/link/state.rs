@@ -1,5 +1,5 @@
-//! What every part of the links shares: marking a peer ready, the hello timers and breaking
-//! a link.
+//! What every part of the links shares: peer slots (on-demand peers come into use here),
+//! marking a peer ready, the hello timers and breaking a link.
 //!
 //! A hello timer lives in its peer and in one ordered set, so the next deadline and the due
 //! timers are found without scanning every peer; [`State::set_hello_timer`] keeps the two in
@@ -10,6 +10,38 @@ use super::{LinkEvent, LossReason, Peer, State};
 use crate::types::{NodeAddr, Time};
 
 impl State {
+    /// The slot of `peer` if it is in use.
+    pub(super) fn slot(&self, peer: usize) -> Option<usize> {
+        if peer < self.list.eager_len() {
+            return Some(peer);
+        }
+        self.slot_of.get(&peer).copied()
+    }
+
+    /// The slot of `peer`, putting an on-demand peer in use (unmapped: see
+    /// `Links::map_new_peers`) the first time; `None` if it is no peer.
+    pub(super) fn slot_or_add(&mut self, peer: usize) -> Option<usize> {
+        if let Some(slot) = self.slot(peer) {
+            return Some(slot);
+        }
+        let addr = self.list.addr(peer)?;
+        debug_assert!(self.list.is_on_demand(peer));
+        let slot = self.peers.len();
+        self.peers.push(Peer::new(peer, addr, None, false));
+        self.slot_of.insert(peer, slot);
+        self.unmapped.push(slot);
+        debug_assert!(
+            self.peers.len() <= self.list.len(),
+            "a slot per peer at most"
+        );
+        Some(slot)
+    }
+
+    /// The slot of the peer at `node` if it is in use (nothing is put in use).
+    pub(super) fn slot_at(&self, node: NodeAddr) -> Option<usize> {
+        self.slot(self.list.id_of(node)?)
+    }
+
     /// Arms `peer`'s hello timer for `at`, or disarms it (`None`).
     pub(super) fn set_hello_timer(&mut self, peer: usize, at: Option<Time>) {
         let p = &mut self.peers[peer];
@@ -60,7 +92,7 @@ impl State {
         self.stats.links_lost += 1;
         self.stats.fragments_dropped += dropped as u64;
         self.events.push_back(LinkEvent::PeerLost {
-            peer,
+            peer: p.id,
             reason,
             dropped,
         });
@@ -77,11 +109,16 @@ impl State {
         p.discarding = false;
     }
 
+    /// The slot of the peer at `node`, which comes into use if it was not (something
+    /// arrived from it); `None`, counted, for an address that is no peer.
     pub(super) fn peer_of(&mut self, node: NodeAddr) -> Option<usize> {
-        let peer = self.by_addr.get(&node).copied();
-        if peer.is_none() {
+        let slot = self
+            .list
+            .id_of(node)
+            .and_then(|peer| self.slot_or_add(peer));
+        if slot.is_none() {
             self.stats.unknown_peer += 1;
         }
-        peer
+        slot
     }
 }

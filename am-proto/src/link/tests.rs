@@ -283,7 +283,10 @@ impl Pair {
 
     /// b sends a raw batch message (a hostile or broken sender) on its current stream.
     fn b_sends_batch(&mut self, version: u64, payload: &[u8]) {
-        let (idx, stream) = (self.b.st.peers[0].idx, self.b.st.peers[0].links_lost);
+        let (idx, stream) = (
+            self.b.st.peers[0].idx.unwrap(),
+            self.b.st.peers[0].links_lost,
+        );
         let args = [version, stream];
         self.b
             .core
@@ -544,7 +547,7 @@ fn empty_overfull_and_mid_packet_batches_are_refused_without_panic() {
     assert!(lost_by_bad_batch(&mut t.a));
     assert_eq!(std::iter::from_fn(|| t.a.recv()).count(), BATCH_PACKETS_MAX);
     // A first fragment (more follows), then a batch: the half packet is dropped.
-    let (idx, stream) = (t.b.st.peers[0].idx, t.b.st.peers[0].links_lost);
+    let (idx, stream) = (t.b.st.peers[0].idx.unwrap(), t.b.st.peers[0].links_lost);
     t.b.core
         .send_request(
             t.now,

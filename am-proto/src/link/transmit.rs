@@ -19,13 +19,17 @@ use super::{CREDIT_BATCH, FRAGMENT_MAX, H_BATCH, H_CREDIT, H_DATA, H_HELLO, HELL
 use super::{LINK_EP, LinkEvent, LinkStats, Links, Peer, State, WINDOW_MAX, fragments};
 use crate::core::{Core, SendReq};
 use crate::error::AmError;
-use crate::types::{NodeAddr, Time};
+use crate::types::{NodeAddr, Time, TransIdx};
 
 impl Links {
     /// Process one received datagram (running the link handlers).
     pub fn handle_datagram(&mut self, now: Time, from: NodeAddr, bytes: &[u8]) {
         self.core.handle_datagram(now, from, bytes, &mut self.st);
-        if let Some(&peer) = self.st.by_addr.get(&from)
+        if let Err(e) = self.map_new_peers() {
+            // Cannot happen: the list fits the largest translation table.
+            debug_assert!(false, "mapping a peer in use failed: {e}");
+        }
+        if let Some(peer) = self.st.slot_at(from)
             && self.st.peers[peer].am_blocked
         {
             // It may have freed an AM slot towards the peer.
@@ -54,7 +58,7 @@ impl Links {
             if p.hello_outstanding && !p.up {
                 p.hello_outstanding = false;
                 self.st.stats.hellos_unanswered += 1;
-                self.st.events.push_back(LinkEvent::HelloUnanswered(peer));
+                self.st.events.push_back(LinkEvent::HelloUnanswered(p.id));
             }
             self.st.mark_ready(peer);
         }
@@ -109,7 +113,11 @@ impl Links {
         window: usize,
     ) -> Result<(), AmError> {
         let p = &mut self.st.peers[peer];
-        let idx = p.idx;
+        let Some(idx) = p.idx else {
+            // Mapped by every call that puts a peer in use: cannot happen.
+            debug_assert!(false, "peer slot {peer} is in use but not mapped");
+            return Ok(());
+        };
         if !p.up {
             if !p.hello_outstanding && p.hello_timer.is_none_or(|t| t <= now) {
                 self.core.send_request(
@@ -143,9 +151,9 @@ impl Links {
         while p.queued > 0 && p.in_flight < window {
             let n = batch_len(&p.out, p.head_sent);
             if n >= BATCH_PACKETS_MIN {
-                send_batch(&mut self.core, now, p, buf, n, stats)?;
+                send_batch(&mut self.core, now, (p, idx), buf, n, stats)?;
             } else {
-                send_fragment(&mut self.core, now, p)?;
+                send_fragment(&mut self.core, now, (p, idx))?;
             }
             p.in_flight += 1;
         }
@@ -186,7 +194,7 @@ fn batch_len(out: &VecDeque<Vec<u8>>, head_sent: usize) -> usize {
 fn send_batch(
     core: &mut Core,
     now: Time,
-    p: &mut Peer,
+    (p, idx): (&mut Peer, TransIdx),
     buf: &mut Vec<u8>,
     n: usize,
     stats: &mut LinkStats,
@@ -204,7 +212,7 @@ fn send_batch(
         );
     }
     let args = [BATCH_VERSION, p.links_lost];
-    core.send_request(now, SendReq::medium(LINK_EP, p.idx, H_BATCH, buf, &args))?;
+    core.send_request(now, SendReq::medium(LINK_EP, idx, H_BATCH, buf, &args))?;
     p.out.drain(..n);
     p.queued -= n;
     stats.batches_sent += 1;
@@ -214,13 +222,17 @@ fn send_batch(
 
 /// Sends the next fragment of the head packet of `p`'s queue, and takes the packet off the
 /// queue once its last fragment went.
-fn send_fragment(core: &mut Core, now: Time, p: &mut Peer) -> Result<(), AmError> {
+fn send_fragment(
+    core: &mut Core,
+    now: Time,
+    (p, idx): (&mut Peer, TransIdx),
+) -> Result<(), AmError> {
     let head = &p.out[0];
     let end = (p.head_sent + FRAGMENT_MAX).min(head.len());
     let more = end < head.len();
     let args = [u64::from(more), p.links_lost];
     let payload = &head[p.head_sent..end];
-    core.send_request(now, SendReq::medium(LINK_EP, p.idx, H_DATA, payload, &args))?;
+    core.send_request(now, SendReq::medium(LINK_EP, idx, H_DATA, payload, &args))?;
     if more {
         p.head_sent = end;
     } else {

@@ -112,9 +112,10 @@ pub(crate) fn render(s: &StatusReply, hists: &[HistSummary]) -> String {
     }
     let _ = writeln!(
         out,
-        "# HELP isotach_peer_up Peer link up (1) or down (0).\n# TYPE isotach_peer_up gauge"
+        "# HELP isotach_peer_up Peer link up (1) or down (0); idle on-demand peers (other \
+         hosts' SIUs never used) are left out.\n# TYPE isotach_peer_up gauge"
     );
-    for p in &s.peers {
+    for p in s.peers.iter().filter(|p| !p.idle) {
         let _ = writeln!(
             out,
             "isotach_peer_up{{{who},peer=\"{}\",addr=\"{}\"}} {}",
@@ -230,13 +231,24 @@ mod tests {
             pulse_rate_per_s: 1000.5,
             queues: [("to_host".to_string(), 2)].into_iter().collect(),
             counters: [("port.hellos".to_string(), 7)].into_iter().collect(),
-            peers: vec![Peer {
-                name: "token manager".into(),
-                addr: "127.0.0.1:1".into(),
-                up: true,
-                queued: 0,
-                links_lost: 1,
-            }],
+            peers: vec![
+                Peer {
+                    name: "token manager".into(),
+                    addr: "127.0.0.1:1".into(),
+                    up: true,
+                    queued: 0,
+                    links_lost: 1,
+                    idle: false,
+                },
+                Peer {
+                    name: "SIU of host 1".into(),
+                    addr: "127.0.0.1:2".into(),
+                    up: false,
+                    queued: 0,
+                    links_lost: 0,
+                    idle: true,
+                },
+            ],
             ..StatusReply::default()
         }
     }
@@ -272,6 +284,10 @@ mod tests {
                 "missing `{line}` in\n{text}"
             );
         }
+        assert!(
+            !text.contains("SIU of host 1"),
+            "an idle peer is no gauge:\n{text}"
+        );
     }
 
     #[tokio::test]

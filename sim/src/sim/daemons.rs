@@ -16,6 +16,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
 
     /// Tells SIU `host` its application attached.
     pub(super) fn attach(&mut self, host: HostId) {
+        self.touch(host);
         let now = self.now();
         let n = &mut self.sius[usize::from(host)];
         if !n.attached && !n.rt.down {
@@ -26,6 +27,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
 
     /// Tells SIU `host` its application left.
     pub(super) fn detach(&mut self, host: HostId) {
+        self.touch(host);
         let now = self.now();
         let n = &mut self.sius[usize::from(host)];
         if n.attached && !n.rt.down {
@@ -37,6 +39,9 @@ impl<H: Host, O: Observer> Sim<H, O> {
 
     /// Runs a daemon's pump at the current time and hands on everything it produced.
     pub(super) fn run_node(&mut self, node: NodeId) {
+        if let NodeId::Siu(h) = node {
+            self.touch(h);
+        }
         let now = self.now();
         let rt = self.runtime(node);
         if rt.down || rt.paused {

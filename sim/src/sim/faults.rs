@@ -71,7 +71,10 @@ impl<H: Host, O: Observer> Sim<H, O> {
 
     pub(super) fn revive(&mut self, node: NodeId) {
         let incarnation = self.runtime(node).incarnation + 1;
-        let build = Build::new(&self.cfg, &self.topology, &self.am);
+        if let NodeId::Siu(h) = node {
+            self.touch(h);
+        }
+        let build = Build::new(&self.cfg, &self.topology, &self.am, &self.siu_dir);
         match node {
             NodeId::Tm(s) => {
                 self.tms[usize::from(s)].pump = node::tm_pump(&build, s, incarnation);

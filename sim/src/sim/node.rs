@@ -4,7 +4,7 @@
 
 use crate::rng::SimRng;
 use isotach_am_proto::link::LossReason;
-use isotach_am_proto::link::{DEFAULT_TAG, Links};
+use isotach_am_proto::link::{DEFAULT_TAG, Directory, Links, PeerList};
 use isotach_am_proto::{Config as AmConfig, NodeAddr};
 use isotach_daemon::pump::{Pump, Role, Verdict};
 use isotach_daemon::siu::{PEER_APP, PEER_TM, SiuRole};
@@ -243,6 +243,9 @@ impl<R: Role + Inspect> Role for Watched<R> {
     fn undelivered(&mut self, now_us: u64, peer: usize, bytes: Vec<u8>) {
         self.track(|r| r.undelivered(now_us, peer, bytes));
     }
+    fn take_relink(&mut self) -> bool {
+        self.inner.take_relink()
+    }
 }
 
 /// The AM settings of the simulated links: the daemons' (`Links::am_config`) with the
@@ -264,31 +267,42 @@ pub(super) struct Build<'a> {
     topology: &'a Arc<Topology>,
     am: &'a AmConfig,
     token_corrupt: f64,
+    /// Every SIU's address, by host: the on-demand peers every SIU shares.
+    sius: Arc<Directory>,
 }
 
 impl<'a> Build<'a> {
     /// What `cfg` gives every node: the first processes and each restarted one alike.
-    pub(super) fn new(cfg: &'a SimConfig, topology: &'a Arc<Topology>, am: &'a AmConfig) -> Self {
+    pub(super) fn new(
+        cfg: &'a SimConfig,
+        topology: &'a Arc<Topology>,
+        am: &'a AmConfig,
+        sius: &Arc<Directory>,
+    ) -> Self {
         Self {
             seed: cfg.seed,
             cluster: &cfg.cluster,
             topology,
             am,
             token_corrupt: cfg.net.faults.token_corrupt,
+            sius: Arc::clone(sius),
         }
     }
 
     /// The links of node `me`'s `incarnation` to `peers`.
-    fn links(&self, me: NodeId, incarnation: u64, peers: &[NodeAddr]) -> Links {
-        // Every peer of the fixed list needs its AM peer state: an SIU has one per other
-        // host, more than the AM default allows in a cluster of over 256 hosts.
-        let am = AmConfig {
-            max_peers: self.am.max_peers.max(peers.len()),
-            ..self.am.clone()
-        };
-        Links::new(am, addr(me), incarnation, DATAGRAM_MAX, peers, DEFAULT_TAG)
+    fn links(&self, me: NodeId, incarnation: u64, peers: PeerList) -> Links {
+        let am = self.am.clone();
+        Links::with_peers(am, addr(me), incarnation, DATAGRAM_MAX, peers, DEFAULT_TAG)
             .expect("simulated link settings are valid")
     }
+}
+
+/// Every SIU's address, by host: the directory of on-demand peers all SIUs share.
+pub(super) fn siu_directory(topology: &Topology) -> Arc<Directory> {
+    let sius = (0..topology.host_count())
+        .map(|h| addr(NodeId::Siu(h as HostId)))
+        .collect();
+    Directory::new(sius).expect("one address per host")
 }
 
 /// A fresh token manager for switch `s`, incarnation `incarnation`.
@@ -306,7 +320,8 @@ pub(super) fn tm_pump(b: &Build<'_>, s: SwitchId, incarnation: u64) -> Pump<Watc
             Hop::Switch(t) => addr(NodeId::Tm(t)),
         })
         .collect();
-    let links = b.links(NodeId::Tm(s), incarnation, &peers);
+    let peers = PeerList::eager(&peers).expect("a TM's links go to distinct nodes");
+    let links = b.links(NodeId::Tm(s), incarnation, peers);
     let rng = node_rng(b.seed, NodeId::Tm(s), incarnation);
     let role = Watched::new(TmRole::new(tm), b.token_corrupt, rng, false);
     Pump::new(role, links, b.cluster.limits.queue_packets_max)
@@ -322,14 +337,12 @@ pub(super) fn siu_pump(b: &Build<'_>, h: HostId, incarnation: u64) -> Pump<Watch
         limits: b.cluster.limits,
         initiates_reset: h == 0,
     });
-    // The daemon's layout (TM, application, other SIUs) without the in-process application.
-    let mut peers = vec![addr(NodeId::Tm(b.topology.switch_of(h)))];
-    peers.extend(
-        (0..b.topology.host_count())
-            .filter(|&o| o != usize::from(h))
-            .map(|o| addr(NodeId::Siu(o as HostId))),
-    );
-    let links = b.links(NodeId::Siu(h), incarnation, &peers);
+    // The daemon's layout (TM, application, other SIUs) without the in-process application:
+    // the TM linked at once, the other SIUs on demand, as the daemon links them.
+    let tm = [addr(NodeId::Tm(b.topology.switch_of(h)))];
+    let peers = PeerList::with_on_demand(&tm, Arc::clone(&b.sius), Some(usize::from(h)))
+        .expect("the SIUs' addresses are distinct");
+    let links = b.links(NodeId::Siu(h), incarnation, peers);
     let mut siu = SiuRole::new(siu);
     siu.observe_absent(true);
     let rng = node_rng(b.seed, NodeId::Siu(h), incarnation);
