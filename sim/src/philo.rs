@@ -313,9 +313,10 @@ pub fn run(opts: &PhiloOptions) -> Result<PhiloReport, PhiloError> {
     let wall = std::time::Instant::now();
     let shared = Arc::new(opts.clone());
     let map = Arc::new(forks(n));
+    let topology = Arc::new(opts.cluster.topology.clone());
     let hosts = (0..n)
         .map(|p| Philosopher {
-            port: SmmPort::new(p as HostId, &opts.cluster, Arc::clone(&map)),
+            port: SmmPort::new(p as HostId, &topology, Arc::clone(&map)),
             me: p as u64,
             left: Addr::new(p as u32, 0),
             right: Addr::new(((p + n - 1) % n) as u32, 0),

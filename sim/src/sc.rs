@@ -508,12 +508,13 @@ fn run_one(opts: &ScOptions, seed: u64, report: &mut ScReport) -> Result<(), ScE
     let (map, pages) = memory(&opts.cluster, &mut rng, opts.apps.active());
     let map = Arc::new(map);
     let pages = Arc::new(pages);
+    let topology = Arc::new(opts.cluster.topology.clone());
     let per_host = opts.isochrons.div_ceil(n as u64).max(1);
     let token = Arc::new(AtomicBool::new(false));
     let mut life_rng = crate::SimRng::stream(seed, 0x5d);
     let hosts = (0..n)
         .map(|h| ScHost {
-            port: SmmPort::new(h as HostId, &opts.cluster, Arc::clone(&map)),
+            port: SmmPort::new(h as HostId, &topology, Arc::clone(&map)),
             left: per_host,
             scheds: VecDeque::new(),
             pages: Arc::clone(&pages),

@@ -10,9 +10,8 @@ use crate::host::HostCtx;
 use crate::sim::{RunEnd, Sim};
 use crate::unexpected::Unexpected;
 use crate::{Host, Observer};
-use isotach_proto::config::ClusterConfig;
 use isotach_proto::packet::{self, EopMarker, Kind};
-use isotach_proto::topology::HostId;
+use isotach_proto::topology::{HostId, Topology};
 use isotach_siu::SiuError;
 use isotach_smm::{
     ExecRecord, MemoryMap, RmwFunctions, SmmConfig, SmmError, SmmLimits, SmmNode, SmmStats,
@@ -91,10 +90,12 @@ fn new_node(cfg: SmmConfig) -> SmmNode {
 }
 
 impl SmmPort {
-    pub(crate) fn new(host: HostId, cluster: &ClusterConfig, map: Arc<MemoryMap>) -> Self {
+    /// The port of `host`'s node; every node of a run shares `topology` (a copy per host
+    /// would hold thousands of copies of its switch-to-switch tables).
+    pub(crate) fn new(host: HostId, topology: &Arc<Topology>, map: Arc<MemoryMap>) -> Self {
         let node = new_node(SmmConfig {
             host,
-            topology: Arc::new(cluster.topology.clone()),
+            topology: Arc::clone(topology),
             map,
             limits: SmmLimits::default(),
             record: true,

@@ -9,8 +9,10 @@
 //! ```
 
 use isotach_proto::topology::{HostId, Topology};
+use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
 /// A shared address: a page and a variable slot in it. Every slot holds up to 64 bits; a
@@ -167,27 +169,40 @@ impl MemoryMap {
     }
 }
 
-/// The map as one host sees it: copysets ordered nearest first.
-#[derive(Debug, Clone)]
+/// The map as one host sees it: copysets ordered nearest first. The map itself is shared (an
+/// `Arc`); each copyset is ordered for this host the first time it is asked for and kept, so a
+/// host holds the orderings of the pages it uses, not of the whole map (the simulator runs
+/// thousands of hosts over a map with a page per host).
+#[derive(Debug)]
 pub struct LocalMap {
     host: HostId,
-    ranges: BTreeMap<u32, (u32, Vec<HostId>)>,
+    map: Arc<MemoryMap>,
+    topology: Arc<Topology>,
+    /// Ordered copysets by the first page of their range.
+    ordered: Mutex<FxHashMap<u32, Arc<[HostId]>>>,
+}
+
+impl Clone for LocalMap {
+    fn clone(&self) -> Self {
+        Self {
+            host: self.host,
+            map: Arc::clone(&self.map),
+            topology: Arc::clone(&self.topology),
+            ordered: Mutex::new(self.cache().clone()),
+        }
+    }
 }
 
 impl LocalMap {
-    /// Orders every copyset by logical distance from `host` (ties: host id; the host itself,
-    /// if a holder, comes first).
-    pub fn new(map: &MemoryMap, topology: &Topology, host: HostId) -> Self {
-        let ranges = map
-            .ranges
-            .iter()
-            .map(|(&first, (last, copyset))| {
-                let mut ordered = copyset.clone();
-                ordered.sort_by_key(|&h| (h != host, topology.distance(host, h), h));
-                (first, (*last, ordered))
-            })
-            .collect();
-        Self { host, ranges }
+    /// `map` as `host` sees it: every copyset ordered by logical distance from `host` (ties:
+    /// host id; the host itself, if a holder, comes first).
+    pub fn new(map: Arc<MemoryMap>, topology: Arc<Topology>, host: HostId) -> Self {
+        Self {
+            host,
+            map,
+            topology,
+            ordered: Mutex::new(FxHashMap::default()),
+        }
     }
 
     /// This host.
@@ -195,15 +210,33 @@ impl LocalMap {
         self.host
     }
 
+    fn cache(&self) -> std::sync::MutexGuard<'_, FxHashMap<u32, Arc<[HostId]>>> {
+        // A poisoned cache still holds correct orderings: each is inserted whole.
+        self.ordered
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The nearest-first copyset of `page`, if mapped.
-    pub fn copyset(&self, page: u32) -> Option<&[HostId]> {
-        let (_, (last, copyset)) = self.ranges.range(..=page).next_back()?;
-        (page <= *last).then_some(copyset.as_slice())
+    pub fn copyset(&self, page: u32) -> Option<Arc<[HostId]>> {
+        let (&first, (last, copyset)) = self.map.ranges.range(..=page).next_back()?;
+        if page > *last {
+            return None;
+        }
+        let mut cache = self.cache();
+        let ordered = cache.entry(first).or_insert_with(|| {
+            let (host, topology) = (self.host, &self.topology);
+            let mut ordered = copyset.clone();
+            ordered.sort_by_key(|&h| (h != host, topology.distance(host, h), h));
+            ordered.into()
+        });
+        Some(Arc::clone(ordered))
     }
 
     /// Pages this host holds a copy of.
     pub fn local_pages(&self) -> impl Iterator<Item = u32> + '_ {
-        self.ranges
+        self.map
+            .ranges
             .iter()
             .filter(|(_, (_, c))| c.contains(&self.host))
             .flat_map(|(&f, (l, _))| f..=*l)
@@ -298,10 +331,14 @@ mod tests {
         let mut m = MemoryMap::default();
         m.insert(0, 0, vec![2, 1, 0]).unwrap();
         m.insert(1, 1, vec![2, 1]).unwrap();
-        let l = LocalMap::new(&m, &topo, 0);
-        assert_eq!(l.copyset(0), Some(&[0, 1, 2][..]));
-        assert_eq!(l.copyset(1), Some(&[1, 2][..]));
+        let l = LocalMap::new(Arc::new(m), Arc::new(topo), 0);
+        assert_eq!(l.copyset(0).as_deref(), Some(&[0, 1, 2][..]));
+        assert_eq!(l.copyset(1).as_deref(), Some(&[1, 2][..]));
+        assert_eq!(l.copyset(2), None);
         assert_eq!(l.local_pages().collect::<Vec<_>>(), vec![0]);
+        // Ordered once, then kept; a clone keeps what was ordered.
+        assert!(Arc::ptr_eq(&l.copyset(0).unwrap(), &l.copyset(0).unwrap()));
+        assert_eq!(l.clone().copyset(1).as_deref(), Some(&[1, 2][..]));
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub(crate) enum ReadOutcome {
 #[derive(Debug, Clone)]
 pub(crate) struct Memory {
     slots_per_page: u32,
+    /// Each page's variables up to the last one ever written; the rest, up to
+    /// `slots_per_page`, hold zero and take no memory (a page of 4096 slots of which an
+    /// application uses four, thousands of times over in the simulator).
     pages: FxHashMap<u32, Vec<Var>>,
     /// Waiting operations in execution order (an assign replays its waiters in this order).
     read_pending: Vec<PendingOp>,
@@ -84,9 +87,7 @@ fn narrow(value: u64, width: Width) -> u64 {
 
 impl Memory {
     pub(crate) fn new(pages: impl Iterator<Item = u32>, slots_per_page: u32) -> Self {
-        let pages = pages
-            .map(|p| (p, vec![Var::default(); slots_per_page as usize]))
-            .collect();
+        let pages = pages.map(|p| (p, Vec::new())).collect();
         Self {
             slots_per_page,
             pages,
@@ -133,7 +134,11 @@ impl Memory {
         let page = pages
             .get_mut(&addr.page())
             .ok_or(SmmError::NotACopy(addr))?;
-        Ok(&mut page[addr.slot() as usize])
+        let slot = addr.slot() as usize;
+        if page.len() <= slot {
+            page.resize(slot + 1, Var::default());
+        }
+        Ok(&mut page[slot])
     }
 
     /// Reads `addr`; if it is unsubstantiated the read waits (and is remembered).
@@ -193,7 +198,10 @@ impl Memory {
     /// The value a handler or a local check sees now (unsubstantiated or not).
     pub(crate) fn peek(&self, addr: Addr) -> Option<u64> {
         let page = self.pages.get(&addr.page())?;
-        page.get(addr.slot() as usize).map(|v| v.value)
+        if addr.slot() >= self.slots_per_page {
+            return None;
+        }
+        Some(page.get(addr.slot() as usize).map_or(0, |v| v.value))
     }
 
     pub(crate) fn write(&mut self, addr: Addr, width: Width, value: u64) -> Result<(), SmmError> {
@@ -324,7 +332,7 @@ impl Memory {
         if let Some(e) = image.iter().find(|e| e.slot >= slots) {
             return Err(SmmError::Unmapped(Addr::new(page, e.slot)));
         }
-        vars.iter_mut().for_each(|v| *v = Var::default());
+        vars.clear();
         for e in image {
             let scheds: Vec<(SchedId, HostId)> = e
                 .scheds
@@ -361,7 +369,11 @@ impl Memory {
                     ref_id: 0,
                 });
             }
-            let var = &mut vars[e.slot as usize];
+            let slot = e.slot as usize;
+            if vars.len() <= slot {
+                vars.resize(slot + 1, Var::default());
+            }
+            let var = &mut vars[slot];
             var.value = e.value;
             var.pending = e
                 .pending
@@ -496,5 +508,24 @@ mod tests {
             m.write(Addr::new(3, 0), Width::W32, 1),
             Err(SmmError::NotACopy(Addr::new(3, 0)))
         );
+    }
+
+    #[test]
+    fn slots_never_written_read_zero_and_take_no_memory() {
+        let mut m = Memory::new(0..2, 4096);
+        assert_eq!(m.peek(Addr::new(0, 4095)), Some(0));
+        assert_eq!(m.peek(Addr::new(0, 4096)), None, "beyond the page");
+        assert_eq!(m.peek(Addr::new(2, 0)), None, "not a copy");
+        assert!(m.pages.values().all(Vec::is_empty));
+        m.write(Addr::new(1, 9), Width::W64, 7).unwrap();
+        assert_eq!(m.pages[&1].len(), 10);
+        assert_eq!(m.peek(Addr::new(1, 9)), Some(7));
+        assert_eq!(m.peek(Addr::new(1, 100)), Some(0));
+        // An image of it installs elsewhere as the same page.
+        let image = m.image(1);
+        let mut other = Memory::new(1..2, 4096);
+        other.write(Addr::new(1, 3000), Width::W64, 5).unwrap();
+        other.install(1, &image).unwrap();
+        assert_eq!(other.snapshot(), m.snapshot());
     }
 }

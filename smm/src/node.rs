@@ -23,6 +23,7 @@ use isotach_proto::topology::HostId;
 // hash needs speed (one lookup per sref and per read), not flooding resistance.
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 
 mod drain;
 mod execute;
@@ -120,7 +121,7 @@ impl SmmNode {
     /// for a node that starts together with logical time and every other copy (one process,
     /// the simulator). A node that attaches to running daemons calls [`SmmNode::join`].
     pub fn new(cfg: SmmConfig) -> Self {
-        let map = LocalMap::new(&cfg.map, &cfg.topology, cfg.host);
+        let map = LocalMap::new(Arc::clone(&cfg.map), Arc::clone(&cfg.topology), cfg.host);
         let memory = Memory::new(map.local_pages(), cfg.limits.slots_per_page);
         Self {
             map,

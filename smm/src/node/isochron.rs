@@ -7,6 +7,7 @@ use crate::map::Addr;
 use crate::{ReadHandle, SmmError, Table};
 use isotach_proto::packet::{MSG_PAYLOAD_MAX, RmwOp, RmwSref, Width};
 use isotach_proto::topology::HostId;
+use std::sync::Arc;
 
 /// An operation as the application asked for it.
 #[derive(Debug, Clone)]
@@ -41,7 +42,7 @@ impl SmmNode {
     }
 
     /// The copy set of `addr`'s page, if the address is mapped.
-    fn check_addr(&self, addr: Addr) -> Result<&[HostId], SmmError> {
+    fn check_addr(&self, addr: Addr) -> Result<Arc<[HostId]>, SmmError> {
         if addr.slot() >= self.cfg.limits.slots_per_page {
             return Err(SmmError::Unmapped(addr));
         }

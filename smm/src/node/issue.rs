@@ -59,7 +59,7 @@ impl SmmNode {
                         } else {
                             (SrefOp::Assign, LocalOp::Assign)
                         };
-                    for &c in self.map.copyset(addr.page()).unwrap_or(&[]) {
+                    for &c in self.map.copyset(addr.page()).as_deref().unwrap_or(&[]) {
                         if c == me {
                             local.push(lop(*addr, *width, *v));
                         } else {
@@ -68,7 +68,7 @@ impl SmmNode {
                     }
                 }
                 Planned::Sched(addr) => {
-                    for &c in self.map.copyset(addr.page()).unwrap_or(&[]) {
+                    for &c in self.map.copyset(addr.page()).as_deref().unwrap_or(&[]) {
                         if c == me {
                             local.push(LocalOp::Sched(*addr));
                         } else {
@@ -79,7 +79,8 @@ impl SmmNode {
                 Planned::Rmw(rmw) => {
                     // Every copy runs it; the nearest answers, as it would a read.
                     let page = Addr::from_raw(rmw.addr).page();
-                    let copies = self.map.copyset(page).unwrap_or(&[]);
+                    let copies = self.map.copyset(page);
+                    let copies = copies.as_deref().unwrap_or(&[]);
                     let answering = copies.first().copied().unwrap_or(me);
                     for &c in copies {
                         let rmw = RmwSref {

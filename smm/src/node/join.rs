@@ -154,6 +154,7 @@ impl SmmNode {
             let others: Vec<HostId> = self
                 .map
                 .copyset(page)
+                .as_deref()
                 .unwrap_or(&[])
                 .iter()
                 .copied()
