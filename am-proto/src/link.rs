@@ -693,6 +693,27 @@ impl Links {
         broken
     }
 
+    /// Puts every on-demand peer in use and says hello to each, as a node that may have
+    /// restarted must before it sends anything. A peer that linked to our previous
+    /// incarnation holds a link that looks up to it; only a hello from us (a newer
+    /// incarnation) makes it start over before it next sends to us, instead of sending on
+    /// the old stream, which our AM layer refuses and the peer loses. Costs a hello and the
+    /// link state of every peer: a node calls it when it restarts, not when a cluster
+    /// starts for the first time. Returns the peers put in use now.
+    pub fn link_every_peer(&mut self) -> Result<usize, AmError> {
+        let mut added = 0;
+        for peer in self.st.list.eager_len()..self.st.list.len() {
+            if self.st.slot(peer).is_some() {
+                continue;
+            }
+            let slot = self.use_peer(peer)?;
+            self.st.mark_ready(slot);
+            added += 1;
+        }
+        debug_assert_eq!(self.st.peers.len(), self.st.list.len(), "every peer in use");
+        Ok(added)
+    }
+
     /// The slot of `peer`, put in use (state made, translation mapped) if it is an on-demand
     /// peer not used before.
     fn use_peer(&mut self, peer: usize) -> Result<usize, AmError> {

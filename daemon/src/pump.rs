@@ -292,6 +292,11 @@ impl<R: Role> Pump<R> {
         &self.links
     }
 
+    /// The links, to change (say hello to every peer at start: [`Links::link_every_peer`]).
+    pub fn links_mut(&mut self) -> &mut Links {
+        &mut self.links
+    }
+
     /// Hands back a packet buffer the caller is done with (see [`Links::recycle`]).
     pub fn recycle(&mut self, buf: Vec<u8>) {
         self.links.recycle(buf);

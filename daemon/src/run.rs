@@ -190,7 +190,13 @@ impl<T: Transport> Daemon<SiuRole, T> {
         let queue_max = plan.cfg.limits.queue_packets_max;
         let role = SiuRole::new(Siu::new(plan.cfg));
         let peers = PeerList::split(&plan.peers, crate::siu::EAGER_PEERS)?;
-        Self::new(role, transport, peers, tag, queue_max)
+        let mut daemon = Self::new(role, transport, peers, tag, queue_max)?;
+        // A daemon cannot tell its first start from a restart, and the other SIUs' links to
+        // a previous process of ours must start over before they send to us: a hello to
+        // each (n per start, a few bytes each; the simulator, which knows, skips it on a
+        // cluster's first start).
+        daemon.pump.links_mut().link_every_peer()?;
+        Ok(daemon)
     }
 
     /// The gauges the SIU updates.

@@ -210,7 +210,7 @@ impl ScHost {
         let s = self.port.node.stats();
         format!(
             "left {} scheds {} outstanding {} leaving {} away {} rejoining {} join {:?} \
-             idle {} read_pending {} reads_outstanding {}",
+             idle {} read_pending {} reads_outstanding {} busy with: {}",
             self.left,
             self.scheds.len(),
             self.outstanding(),
@@ -220,7 +220,8 @@ impl ScHost {
             self.port.node.join_status(),
             self.port.node.is_idle(),
             s.read_pending,
-            s.reads_outstanding
+            s.reads_outstanding,
+            self.port.node.busy_with()
         )
     }
 

@@ -183,6 +183,27 @@ impl SmmNode {
                 .all(|r| !matches!(r, ReadSlot::Waiting { .. }))
     }
 
+    /// What keeps the node from being idle ([`SmmNode::is_idle`]), for a stall report: the
+    /// tables' sizes, the oldest pulse bucket, the reads still waiting.
+    pub fn busy_with(&self) -> String {
+        let waiting = self
+            .reads
+            .values()
+            .filter(|r| matches!(r, ReadSlot::Waiting { .. }))
+            .count();
+        format!(
+            "hit {} joins {} buckets {} (oldest pulse {:?}, last drained {}) to_siu {} \
+             reads_waiting {}",
+            self.hit.len(),
+            self.joins.len(),
+            self.buckets.len(),
+            self.buckets.keys().next(),
+            self.last_drained,
+            self.to_siu.len(),
+            waiting
+        )
+    }
+
     /// Execution records (when `record` is configured).
     pub fn records(&self) -> &[ExecRecord] {
         &self.records

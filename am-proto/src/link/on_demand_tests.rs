@@ -229,3 +229,38 @@ fn a_relink_breaks_the_on_demand_links_so_the_next_packet_reaches_the_new_proces
         "host 0 uses no on-demand link"
     );
 }
+
+/// Host 3 restarts and says hello to every peer at once (`link_every_peer`): host 1, which
+/// held a link to the old process, starts over before it sends, so nothing it sends after is
+/// lost; the hosts that never linked to host 3 just answer.
+#[test]
+fn a_restarted_node_that_links_every_peer_makes_the_old_links_start_over() {
+    let (mut hub, mut nodes) = cluster(4);
+    nodes[1].send(3, b"before".to_vec()).unwrap();
+    settle(&mut hub, &mut nodes);
+    assert_eq!(nodes[3].recv(), Some((2, b"before".to_vec())));
+    let dir = Directory::new((0..4).map(host).collect()).unwrap();
+    let list = PeerList::with_on_demand(&[HUB], dir, Some(3)).unwrap();
+    nodes[3] =
+        Links::with_peers(Links::am_config(), host(3), 2, 65_507, list, DEFAULT_TAG).unwrap();
+    while nodes[1].poll_event().is_some() {}
+    assert_eq!(nodes[3].link_every_peer().unwrap(), 3, "hosts 0, 1 and 2");
+    assert_eq!(nodes[3].link_every_peer().unwrap(), 0, "all in use already");
+    assert_eq!(nodes[3].peers_in_use(), 4);
+    settle(&mut hub, &mut nodes);
+    assert!(matches!(
+        nodes[1].poll_event(),
+        Some(LinkEvent::PeerLost {
+            peer: 3,
+            reason: LossReason::Restarted,
+            ..
+        })
+    ));
+    nodes[1].send(3, b"after".to_vec()).unwrap();
+    settle(&mut hub, &mut nodes);
+    assert_eq!(nodes[3].recv(), Some((2, b"after".to_vec())));
+    assert!(
+        (0..3).all(|peer| nodes[3].is_up(peer + 1)),
+        "hub and three hosts up"
+    );
+}

@@ -342,7 +342,14 @@ pub(super) fn siu_pump(b: &Build<'_>, h: HostId, incarnation: u64) -> Pump<Watch
     let tm = [addr(NodeId::Tm(b.topology.switch_of(h)))];
     let peers = PeerList::with_on_demand(&tm, Arc::clone(&b.sius), Some(usize::from(h)))
         .expect("the SIUs' addresses are distinct");
-    let links = b.links(NodeId::Siu(h), incarnation, peers);
+    let mut links = b.links(NodeId::Siu(h), incarnation, peers);
+    if incarnation > super::FIRST_INCARNATION {
+        // A restarted SIU: the others' links to its previous process must start over
+        // before they send to it (`Links::link_every_peer`).
+        links
+            .link_every_peer()
+            .expect("every SIU of the directory can be linked");
+    }
     let mut siu = SiuRole::new(siu);
     siu.observe_absent(true);
     let rng = node_rng(b.seed, NodeId::Siu(h), incarnation);
