@@ -47,9 +47,16 @@ use tx::{GSO_MAX_SEGMENTS, Outbox};
 /// [`rx::RECV_SLOTS`] datagrams or GRO batches of up to 64).
 pub const RECV_BATCH: usize = 4;
 /// Shortest wait done as a blocking receive; shorter ones use `poll(2)` (ms resolution).
-pub const BLOCKING_RECV_MIN: Duration = Duration::from_millis(6);
+/// Just over a jiffy: the waits of a busy daemon (until its 5 ms token timer, say) are
+/// blocking receives, one system call each instead of a poll and a receive.
+pub const BLOCKING_RECV_MIN: Duration = Duration::from_micros(4_500);
 /// What the kernel may add to `SO_RCVTIMEO` by rounding it up to jiffies (HZ ≥ 250).
 const JIFFY: Duration = Duration::from_millis(4);
+/// `SO_RCVTIMEO` for every wait shorter than two jiffies: the kernel rounds it up to one
+/// jiffy, so the receive returns within a jiffy (often sooner, at the next tick: the caller
+/// then waits again). One value for all of them keeps the socket option unchanged from one
+/// wave to the next, where the deadline moves by microseconds.
+const ONE_TICK: Duration = Duration::from_millis(1);
 
 /// UDP backend settings.
 #[derive(Clone, Debug)]
@@ -97,6 +104,8 @@ pub struct UdpStats {
     pub send_calls: u64,
     /// Receive system calls made by `recv` and `wait`, the empty ones included.
     pub recv_calls: u64,
+    /// `poll(2)` calls made by waits too short for a blocking receive.
+    pub poll_calls: u64,
 }
 
 /// A UDP socket driving one bundle.
@@ -131,6 +140,18 @@ impl std::fmt::Debug for UdpTransport {
 fn mono_ns() -> Option<u64> {
     let t = clock_gettime(ClockId::CLOCK_MONOTONIC).ok()?;
     Some((t.tv_sec() as u64) * 1_000_000_000 + t.tv_nsec() as u64)
+}
+
+/// The receive timeout for a wait of `left` (at least [`BLOCKING_RECV_MIN`]): one jiffy
+/// below it, as a power of two, so it changes rarely; [`ONE_TICK`] below two jiffies.
+fn rcvtimeo(left: Duration) -> Duration {
+    debug_assert!(left >= BLOCKING_RECV_MIN && BLOCKING_RECV_MIN > JIFFY);
+    let below = left.saturating_sub(JIFFY);
+    if below < JIFFY {
+        ONE_TICK
+    } else {
+        quantum(below)
+    }
 }
 
 /// The largest power-of-two number of microseconds not above `d` (at least 1 µs).
@@ -242,7 +263,7 @@ impl UdpTransport {
     /// Sleep in one `recvmmsg` for at most about `left` (≥ [`BLOCKING_RECV_MIN`], or `None`).
     fn blocking_fill(&mut self, left: Option<Duration>) -> Result<bool, AmError> {
         // Stay one jiffy below the deadline: the kernel rounds SO_RCVTIMEO up to jiffies.
-        let t = left.map(|l| quantum(l.saturating_sub(JIFFY)));
+        let t = left.map(rcvtimeo);
         if self.rcvtimeo != Some(t) {
             self.sock.set_read_timeout(t)?;
             self.rcvtimeo = Some(t);
@@ -380,6 +401,7 @@ impl Transport for UdpTransport {
             let ms = left.map_or(0, |l| l.as_micros().div_ceil(1000));
             let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
             let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+            self.stats.poll_calls += 1;
             match poll(&mut fds, timeout) {
                 Ok(0) | Err(Errno::EINTR) => {}
                 Ok(_) => {

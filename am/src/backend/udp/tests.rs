@@ -141,3 +141,57 @@ fn a_full_outbox_sends_before_it_takes_more() {
     let ids: Vec<u32> = got.iter().map(|(_, d)| summary(d).0).collect();
     assert_eq!(ids, (0..n).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_wait_just_over_a_jiffy_sets_one_receive_timeout_that_ends_before_its_deadline() {
+    // Every wait from BLOCKING_RECV_MIN up to two jiffies gets the same timeout (the deadline
+    // moves by microseconds from one wave to the next; the socket option must not), and the
+    // kernel's rounding of it (up to one jiffy) stays below the wait.
+    let mut us = BLOCKING_RECV_MIN.as_micros() as u64;
+    while us < 2 * JIFFY.as_micros() as u64 {
+        let left = Duration::from_micros(us);
+        assert_eq!(rcvtimeo(left), ONE_TICK, "{left:?}");
+        assert!(ONE_TICK <= JIFFY && JIFFY < left);
+        us += 37;
+    }
+    // Longer waits: a power of two a jiffy below.
+    for ms in [8u64, 9, 20, 50, 1_000] {
+        let left = Duration::from_millis(ms);
+        let t = rcvtimeo(left);
+        assert!(
+            t + JIFFY <= left && t.as_micros().is_power_of_two(),
+            "{left:?}: {t:?}"
+        );
+    }
+}
+
+#[test]
+fn a_five_millisecond_wait_is_one_blocking_receive_not_a_poll() {
+    let mut a = bind(true);
+    let mut b = bind(true);
+    let to = addr(&b);
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1));
+        a.send(to, &datagram(7, 100)).expect("send");
+        a.flush().expect("flush");
+    });
+    let now = b.now();
+    let deadline = now.plus(Duration::from_millis(5));
+    // A datagram arrives within the wait, or (on a stalled machine) the wait ends at its
+    // deadline, never before.
+    let got = b.wait_from(now, Some(deadline)).expect("wait");
+    assert!(got || b.now() >= deadline);
+    sender.join().expect("sender");
+    let stats = b.udp_stats();
+    assert_eq!(
+        stats.poll_calls, 0,
+        "a blocking receive, not poll: {stats:?}"
+    );
+    assert!(stats.recv_calls >= 1);
+    assert_eq!(drain(&mut b, 1).len(), 1);
+    // A wait under BLOCKING_RECV_MIN polls (SO_RCVTIMEO cannot time it).
+    let now = b.now();
+    let deadline = now.plus(Duration::from_millis(2));
+    let _ = b.wait_from(now, Some(deadline)).expect("short wait");
+    assert!(b.udp_stats().poll_calls >= 1);
+}
