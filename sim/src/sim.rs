@@ -604,15 +604,9 @@ impl<H: Host, O: Observer> Sim<H, O> {
             if stop(self) {
                 return RunEnd::Stopped;
             }
-            let Some(next) = self.peek_time_us() else {
-                return RunEnd::Exhausted;
-            };
-            let stall_at = self.progress_at_us.saturating_add(stall_us);
-            if next > stall_at {
-                self.now_us = self.now_us.max(stall_at);
-                return RunEnd::Stalled;
+            if let Some(end) = self.step_unless_done(stall_us) {
+                return end;
             }
-            self.step();
         }
     }
 
@@ -648,16 +642,25 @@ impl<H: Host, O: Observer> Sim<H, O> {
             if stop(self, failing == 0) {
                 return RunEnd::Stopped;
             }
-            let Some(next) = self.peek_time_us() else {
-                return RunEnd::Exhausted;
-            };
-            let stall_at = self.progress_at_us.saturating_add(stall_us);
-            if next > stall_at {
-                self.now_us = self.now_us.max(stall_at);
-                return RunEnd::Stalled;
+            if let Some(end) = self.step_unless_done(stall_us) {
+                return end;
             }
-            self.step();
         }
+    }
+
+    /// Runs the next event, or says why the run ends: nothing is left, or the next event
+    /// comes after `stall_us` without progress (the clock then moves to the stall).
+    fn step_unless_done(&mut self, stall_us: u64) -> Option<RunEnd> {
+        let Some(next) = self.peek_time_us() else {
+            return Some(RunEnd::Exhausted);
+        };
+        let stall_at = self.progress_at_us.saturating_add(stall_us);
+        if next > stall_at {
+            self.now_us = self.now_us.max(stall_at);
+            return Some(RunEnd::Stalled);
+        }
+        self.step();
+        None
     }
 
     /// Host `h` or its SIU ran (see [`Sim::run_until_hosts`]).

@@ -164,6 +164,13 @@ fn no_such_peer_is_refused_and_unknown_addresses_are_counted() {
     assert_eq!(nodes[0].peers_in_use(), 1);
 }
 
+/// Host 3 of a 4-host cluster as a fresh process (incarnation 2).
+fn host3_restarted() -> Links {
+    let dir = Directory::new((0..4).map(host).collect()).unwrap();
+    let list = PeerList::with_on_demand(&[HUB], dir, Some(3)).unwrap();
+    Links::with_peers(Links::am_config(), host(3), 2, 65_507, list, DEFAULT_TAG).unwrap()
+}
+
 /// Host 1 linked to host 3, then host 3 restarts (a fresh process, incarnation 2) and says
 /// nothing to host 1.
 fn restart_host3_after_a_link() -> (Links, Vec<Links>) {
@@ -171,10 +178,7 @@ fn restart_host3_after_a_link() -> (Links, Vec<Links>) {
     nodes[1].send(3, b"before".to_vec()).unwrap();
     settle(&mut hub, &mut nodes);
     assert_eq!(nodes[3].recv(), Some((2, b"before".to_vec())));
-    let dir = Directory::new((0..4).map(host).collect()).unwrap();
-    let list = PeerList::with_on_demand(&[HUB], dir, Some(3)).unwrap();
-    nodes[3] =
-        Links::with_peers(Links::am_config(), host(3), 2, 65_507, list, DEFAULT_TAG).unwrap();
+    nodes[3] = host3_restarted();
     settle(&mut hub, &mut nodes);
     while nodes[1].poll_event().is_some() {}
     assert!(nodes[1].is_up(3), "host 1 has not heard of the restart");
@@ -239,10 +243,7 @@ fn a_restarted_node_that_links_every_peer_makes_the_old_links_start_over() {
     nodes[1].send(3, b"before".to_vec()).unwrap();
     settle(&mut hub, &mut nodes);
     assert_eq!(nodes[3].recv(), Some((2, b"before".to_vec())));
-    let dir = Directory::new((0..4).map(host).collect()).unwrap();
-    let list = PeerList::with_on_demand(&[HUB], dir, Some(3)).unwrap();
-    nodes[3] =
-        Links::with_peers(Links::am_config(), host(3), 2, 65_507, list, DEFAULT_TAG).unwrap();
+    nodes[3] = host3_restarted();
     while nodes[1].poll_event().is_some() {}
     assert_eq!(nodes[3].link_every_peer().unwrap(), 3, "hosts 0, 1 and 2");
     assert_eq!(nodes[3].link_every_peer().unwrap(), 0, "all in use already");
