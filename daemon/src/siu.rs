@@ -35,9 +35,10 @@ use std::sync::{Arc, OnceLock};
 pub const PEER_TM: usize = 0;
 /// Peer id of the host's SMM application.
 pub const PEER_APP: usize = 1;
-/// Peers linked at start (the token manager and the application); the other hosts' SIUs are
-/// linked on first use ([`isotach_am_proto::link::PeerList`]): a host talks to few of them,
-/// and a hello to each would cost a cluster of `n` hosts `n²` hellos.
+/// Peers the SIU needs linked before logical time starts (the token manager and the
+/// application); the other hosts' SIUs are on-demand peers ([`isotach_am_proto::link::PeerList`]),
+/// which the daemon says hello to at start anyway (it may be a restart:
+/// `Links::link_every_peer`) and relinks when logical time restarts.
 pub const EAGER_PEERS: usize = 2;
 /// Input lane of the network side (the TM and other SIUs).
 pub const LANE_NET: usize = 0;

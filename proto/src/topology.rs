@@ -221,24 +221,9 @@ impl Topology {
         self.switch_hosts[usize::from(switch)].iter().copied()
     }
 
-    /// Switches with no host attached and a single trunk, or none: leaves that serve nobody.
-    /// Harmless (their token manager only passes waves on), but in a generated topology a
-    /// sign of too many switches.
-    pub fn empty_leaves(&self) -> impl Iterator<Item = SwitchId> + '_ {
-        (0..self.switches as SwitchId)
-            .filter(|&s| self.switch_hosts[usize::from(s)].is_empty())
-            .filter(|&s| self.switch_adj[usize::from(s)].len() <= 1)
-    }
-
     /// Switches joined to `switch` by a trunk, in id order.
     pub fn switch_neighbours(&self, switch: SwitchId) -> &[SwitchId] {
         &self.switch_adj[usize::from(switch)]
-    }
-
-    /// Trunk neighbours of `switch` in the barrier tree: every trunk, since the trunks form a
-    /// tree (the token manager's barrier rule still names the notion).
-    pub fn barrier_tree_neighbours(&self, switch: SwitchId) -> &[SwitchId] {
-        self.switch_neighbours(switch)
     }
 
     /// Logical distance from host `from` to host `to`: token managers traversed (≥ 1).
@@ -251,11 +236,6 @@ impl Topology {
     /// Largest logical distance between any two hosts.
     pub fn max_distance(&self) -> u16 {
         self.max_distance
-    }
-
-    /// Trunk hops from switch `a` to switch `b`.
-    pub fn switch_distance(&self, a: SwitchId, b: SwitchId) -> u16 {
-        self.switch_hops[usize::from(a)][usize::from(b)]
     }
 
     /// Largest distance in hops between any two nodes (hosts and switches) of the graph.
@@ -469,9 +449,9 @@ mod tests {
             msg.contains("closes a cycle of switches [4, 3, 2]"),
             "{msg}"
         );
-        // The same switches as a tree are fine, and every trunk is in the barrier tree.
+        // The same switches as a tree are fine.
         let t = Topology::new(4, vec![0, 1, 2, 3], vec![(0, 1), (1, 2), (2, 3)]).unwrap();
-        let tree_edges: usize = (0..4).map(|s| t.barrier_tree_neighbours(s).len()).sum();
+        let tree_edges: usize = (0..4).map(|s| t.switch_neighbours(s).len()).sum();
         assert_eq!(tree_edges, 2 * 3);
     }
 
@@ -523,8 +503,6 @@ mod tests {
         // 0-1-2-3, hosts on 1 and 2 only: the ends carry no host.
         let t = Topology::new(4, vec![1, 2, 2], vec![(0, 1), (1, 2), (2, 3)]).unwrap();
         assert_eq!(t.max_distance(), 2);
-        assert_eq!(t.switch_distance(0, 3), 3);
-        assert_eq!(t.empty_leaves().collect::<Vec<_>>(), vec![0, 3]);
         assert_eq!(t.hosts_at(2).collect::<Vec<_>>(), vec![1, 2]);
     }
 

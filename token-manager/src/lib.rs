@@ -11,10 +11,9 @@
 //! [`TokenManager::handle_input`] and [`TokenManager::handle_timeout`], output comes out of
 //! [`TokenManager::poll_transmit`] and [`TokenManager::poll_timeout`].
 //!
-//! Barriers run over a spanning tree of the switches (BFS from switch 0), so they also work
-//! when trunks form cycles: a TM sends round `r` of barrier `b` to a trunk neighbour once every
-//! *other* barrier neighbour reached round `r`, and to a host once *every* barrier neighbour
-//! did. Round `r` from a neighbour therefore means "every host on that side entered round
+//! Barriers run over the trunks, which form a tree (the topology refuses a cycle): a TM sends
+//! round `r` of barrier `b` to a trunk neighbour once every *other* neighbour reached round
+//! `r`, and to a host once *every* neighbour did. Round `r` from a neighbour therefore means "every host on that side entered round
 //! `r`", and a host hears round `r` only when every host has entered it.
 //!
 //! **Idle pacing** (`timing.idle-pace-us`, `docs/design.md`, "Idle pacing"): a wave that is
@@ -24,7 +23,7 @@
 //! (every wave up to its TS + 1 goes unpaced). Otherwise the
 //! TM arms a pace timer and sends the wave when it fires ([`TokenManager::poll_timeout`]), or
 //! as soon as busy news arrives. Pacing only delays a wave: the wave rule, forwarding and the
-//! lost-token timer are unchanged. BUSY spreads between TMs over the barrier spanning tree,
+//! lost-token timer are unchanged. BUSY spreads between TMs over the trunks (a tree),
 //! never back to the link it came from, so it dies out once nothing is busy.
 
 #![warn(missing_docs)]
@@ -138,8 +137,6 @@ struct Link {
     /// In-sequence tokens accepted from this neighbour.
     accepted: u64,
     last_two: LastTwo,
-    /// Takes part in barriers (hosts and spanning-tree trunks).
-    barrier_link: bool,
     barrier_recv: [u32; BARRIERS],
     barrier_sent: [u32; BARRIERS],
     /// Isotach messages for this neighbour held until it proves it started this generation
@@ -197,14 +194,13 @@ impl TokenManager {
             "timing.epoch-pulses is {}, below {EPOCH_PULSES_MIN}",
             cfg.timing.epoch_pulses
         );
-        let tree = topo.barrier_tree_neighbours(cfg.switch);
         let mut links: Vec<Link> = topo
             .hosts_at(cfg.switch)
-            .map(|h| Link::new(Hop::Host(h), Topology::host_port(h), true))
+            .map(|h| Link::new(Hop::Host(h), Topology::host_port(h)))
             .collect();
         for &s in topo.switch_neighbours(cfg.switch) {
             let port = Topology::switch_port(s);
-            links.push(Link::new(Hop::Switch(s), port, tree.contains(&s)));
+            links.push(Link::new(Hop::Switch(s), port));
         }
         // A TM with no neighbour would send waves forever (every link answered vacuously).
         assert!(!links.is_empty(), "switch {} has no neighbour", cfg.switch);
@@ -510,16 +506,14 @@ impl TokenManager {
     }
 
     /// The BUSY flag of token `wave` on `link`: busy news from another neighbour reaches it.
-    /// Between TMs only over the barrier spanning tree and never back where it came from
+    /// Between TMs over the trunks (a tree) and never back where it came from
     /// (split horizon), so on a tree it travels away from its source and dies out; towards
     /// SIUs it is information only.
     fn busy_towards(&self, link: LinkId, wave: u64) -> bool {
-        self.links[link].barrier_link
-            && self
-                .links
-                .iter()
-                .enumerate()
-                .any(|(i, l)| i != link && l.busy_until_wave >= wave)
+        self.links
+            .iter()
+            .enumerate()
+            .any(|(i, l)| i != link && l.busy_until_wave >= wave)
     }
 
     /// Starts the next generation from here (a reset wave to every neighbour), after a broken
@@ -579,7 +573,7 @@ impl TokenManager {
         }
         let l = &mut self.links[link];
         // The first token's barrier bits are a neighbour TM's initial credit, not a round.
-        if wave > 1 && l.barrier_link {
+        if wave > 1 {
             for (b, recv) in l.barrier_recv.iter_mut().enumerate() {
                 if t.barrier & (1 << b) != 0 {
                     *recv = recv.saturating_add(1);
@@ -695,16 +689,15 @@ impl TokenManager {
 
     /// Barrier bits for the next token on `link` (see the crate documentation).
     fn barrier_bits(&mut self, link: LinkId) -> u8 {
-        if !self.links[link].barrier_link {
-            return 0;
-        }
         let to_host = matches!(self.links[link].peer, Hop::Host(_));
         let mut bits = 0;
         for b in 0..BARRIERS {
             let round = self.links[link].barrier_sent[b] + 1;
-            let ready = self.links.iter().enumerate().all(|(i, l)| {
-                !l.barrier_link || (i == link && !to_host) || l.barrier_recv[b] >= round
-            });
+            let ready = self
+                .links
+                .iter()
+                .enumerate()
+                .all(|(i, l)| (i == link && !to_host) || l.barrier_recv[b] >= round);
             if ready {
                 self.links[link].barrier_sent[b] = round;
                 bits |= 1 << b;
@@ -721,13 +714,12 @@ impl TokenManager {
 }
 
 impl Link {
-    fn new(peer: Hop, port: u16, barrier_link: bool) -> Self {
+    fn new(peer: Hop, port: u16) -> Self {
         Self {
             peer,
             port,
             accepted: 0,
             last_two: LastTwo::default(),
-            barrier_link,
             barrier_recv: [0; BARRIERS],
             barrier_sent: [0; BARRIERS],
             held: VecDeque::new(),
