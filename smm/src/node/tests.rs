@@ -240,6 +240,26 @@ fn remote_write_then_read_from_the_nearest_copy() {
 }
 
 #[test]
+fn busy_with_names_what_keeps_a_node_from_idle() {
+    let mut c = Cluster::new(2, 1, map("0 1\n", 2));
+    assert!(c.nodes[0].is_idle());
+    assert!(c.nodes[0].busy_with().ends_with("to_siu 0 reads_waiting 0"));
+    let mut iso = c.nodes[0].isochron();
+    let r = iso.read(Addr::new(0, 3), Width::W64).unwrap();
+    iso.end().unwrap();
+    // In the hit buffer until its pulse, its start, read and end queued for the SIU, the read
+    // waiting for host 1's answer.
+    assert!(!c.nodes[0].is_idle());
+    assert_eq!(
+        c.nodes[0].busy_with(),
+        "hit 1 joins 0 buckets 0 (oldest pulse None, last drained 0) to_siu 3 reads_waiting 1"
+    );
+    c.quiesce();
+    assert_eq!(c.nodes[0].take_read(r), Ok(Some(0)));
+    assert!(c.nodes[0].busy_with().ends_with("to_siu 0 reads_waiting 0"));
+}
+
+#[test]
 fn purely_local_isochron_runs_at_once_when_nothing_is_outstanding() {
     let mut c = Cluster::new(2, 1, map("0 0\n1 1\n", 2));
     let a = Addr::new(0, 0);
