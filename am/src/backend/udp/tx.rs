@@ -23,8 +23,8 @@ pub(super) const GSO_MAX_BYTES: usize = 65_507;
 pub(super) const GSO_MAX_SEGMENTS: usize = 64;
 /// Most messages (single datagrams or GSO batches) the outbox holds before it sends.
 pub(super) const OUTBOX_MSGS_MAX: usize = 64;
-/// Bytes the outbox holds before it sends (its buffer never grows past this plus one
-/// datagram).
+/// Bytes the outbox holds before it sends (its buffer never grows past this plus one GSO
+/// batch, which may start just under it).
 pub(super) const OUTBOX_BYTES_MAX: usize = 256 * 1024;
 
 /// One message of the outbox: `n` datagrams of `seg` bytes (the last may be shorter) to `addr`,
@@ -125,11 +125,16 @@ impl Outbox {
         self.buf.clear();
     }
 
-    /// Message `i`, a batch of equal-size datagrams to one destination: one GSO `sendmsg`.
+    /// Message `i`, a batch of equal-size datagrams to one destination: one GSO `sendmsg`,
+    /// or a datagram per call once GSO failed on this path (batches already queued then).
     fn send_batch(&mut self, sock: &StdUdpSocket, stats: &mut UdpStats, i: usize) {
         let m = self.msgs[i];
-        debug_assert!(m.n > 1 && self.gso());
+        debug_assert!(m.n > 1);
         let to = SockaddrStorage::from(m.addr);
+        if !self.gso() {
+            self.send_split(sock, stats, m, &to);
+            return;
+        }
         let bytes = &self.buf[m.start..m.end];
         // `seg` ≤ the largest datagram (checked at bind), so it fits a u16.
         let seg = u16::try_from(m.seg).unwrap_or(u16::MAX);
@@ -149,17 +154,28 @@ impl Outbox {
                 // No GSO on this path (e.g. no checksum offload): one datagram per call from
                 // now on.
                 self.gso_max = 1;
-                // `seg` is 0 for a batch of empty datagrams; `chunks` needs at least 1.
-                for c in bytes.chunks(m.seg.max(1)) {
-                    stats.send_calls += 1;
-                    match sendto(sock.as_raw_fd(), c, &to, MsgFlags::MSG_DONTWAIT) {
-                        Ok(_) => stats.sent += 1,
-                        Err(Errno::EAGAIN) => stats.send_dropped += 1,
-                        Err(_) => stats.send_errors += 1,
-                    }
-                }
+                self.send_split(sock, stats, m, &to);
             }
             Err(_) => stats.send_errors += m.n as u64,
+        }
+    }
+
+    /// Batch `m` a datagram per `sendto` (no GSO on this path).
+    fn send_split(
+        &self,
+        sock: &StdUdpSocket,
+        stats: &mut UdpStats,
+        m: OutMsg,
+        to: &SockaddrStorage,
+    ) {
+        // `seg` is 0 for a batch of empty datagrams; `chunks` needs at least 1.
+        for c in self.buf[m.start..m.end].chunks(m.seg.max(1)) {
+            stats.send_calls += 1;
+            match sendto(sock.as_raw_fd(), c, to, MsgFlags::MSG_DONTWAIT) {
+                Ok(_) => stats.sent += 1,
+                Err(Errno::EAGAIN) => stats.send_dropped += 1,
+                Err(_) => stats.send_errors += 1,
+            }
         }
     }
 
@@ -207,6 +223,39 @@ impl Outbox {
             }
             Err(Errno::EAGAIN) => stats.send_dropped += n as u64,
             Err(_) => stats.send_errors += n as u64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// GSO failing on the path (`gso_max` drops to 1) with batches already queued: each is
+    /// sent a datagram per call, whole and in order.
+    #[test]
+    fn batches_queued_before_gso_fails_go_a_datagram_per_call() {
+        let tx_sock = StdUdpSocket::bind("127.0.0.1:0").expect("bind");
+        let rx_sock = StdUdpSocket::bind("127.0.0.1:0").expect("bind");
+        rx_sock
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let to = rx_sock.local_addr().expect("addr");
+        let mut out = Outbox::new(GSO_MAX_SEGMENTS);
+        let mut stats = UdpStats::default();
+        let sent: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i; 100]).collect();
+        for d in &sent {
+            out.push(&tx_sock, &mut stats, to, d);
+        }
+        assert_eq!(out.msgs.len(), 1, "one batch of three");
+        out.gso_max = 1;
+        out.send_all(&tx_sock, &mut stats);
+        assert_eq!((stats.sent, stats.send_calls), (3, 3), "{stats:?}");
+        for d in &sent {
+            let mut buf = [0u8; 200];
+            let n = rx_sock.recv(&mut buf).expect("a datagram");
+            assert_eq!(&buf[..n], d.as_slice());
         }
     }
 }
