@@ -197,9 +197,6 @@ pub struct Core {
     peers: Vec<Peer>,
     index: HashMap<NodeAddr, u32>,
     last_peer: Option<(NodeAddr, u32)>,
-    /// A lower bound on every waiting slot's next timer (retransmit or give-up): before it,
-    /// `handle_timeout` has nothing to do and returns without scanning.
-    timer_floor: Time,
     /// Every waiting slot's next timer (the earlier of retransmit and give-up) as (deadline,
     /// peer, slot): the next deadline and the peers with a due timer are found without
     /// scanning every peer's slots (a token manager has a peer per host on its switch). Kept
@@ -423,7 +420,6 @@ impl Core {
             peers: Vec::new(),
             index: HashMap::new(),
             last_peer: None,
-            timer_floor: Time(u64::MAX),
             timers: BTreeSet::new(),
             txq: VecDeque::new(),
             cur: None,

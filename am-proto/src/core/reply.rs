@@ -131,7 +131,6 @@ impl Core {
             s.rto = self.cfg.rto_initial;
             s.next_retx = now.plus(s.rto);
             s.give_up_at = now.plus(self.cfg.give_up);
-            self.timer_floor = self.timer_floor.min(s.next_retx.min(s.give_up_at));
             s.rearm(&mut self.timers, pi, si);
             let seq = s.seq;
             self.push_tx(Tx::ReplyNack {

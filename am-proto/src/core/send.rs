@@ -192,7 +192,6 @@ impl Core {
         s.retransmitted = false;
         s.next_retx = now.plus(s.rto);
         s.give_up_at = now.plus(self.cfg.give_up);
-        self.timer_floor = self.timer_floor.min(s.next_retx.min(s.give_up_at));
         s.rearm(&mut self.timers, pi, si);
         s.reasm.active = false;
         let seq = s.seq;

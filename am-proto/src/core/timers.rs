@@ -4,8 +4,8 @@
 //! doubles, up to `rto_max`; the first timeout of a request comes from the peer's smoothed
 //! round-trip time (Jacobson/Karn). Once a request is unanswered past `give_up`, everything
 //! outstanding towards that peer is returned as `Unreachable` and a new epoch starts, so a
-//! late answer to a returned request is never delivered. `timer_floor` lets a timeout that
-//! is not due return without scanning the slots.
+//! late answer to a returned request is never delivered. Every waiting slot's next timer is
+//! in one ordered set, so a timeout that is not due returns after one look at its first entry.
 
 use std::time::Duration;
 
@@ -24,17 +24,15 @@ impl Core {
     /// When the core next needs `handle_timeout`.
     pub fn poll_timeout(&self) -> Option<Time> {
         let next = self.timers.first().map(|&(t, _, _)| t);
-        debug_assert_eq!(next, self.scan_timeout(), "the timer set is out of step");
+        if cfg!(debug_assertions) && self.peers.len() <= TIMER_SCAN_PEERS_MAX {
+            assert_eq!(next, self.scan_timeout(), "the timer set is out of step");
+        }
         next
     }
 
     /// The earliest timer of a waiting slot, by scanning every peer's slots: what the timer
-    /// set must say (checked in debug builds; [`TIMER_SCAN_PEERS_MAX`] bounds the check's
-    /// cost).
+    /// set must say (checked in debug builds up to [`TIMER_SCAN_PEERS_MAX`] peers).
     fn scan_timeout(&self) -> Option<Time> {
-        if self.peers.len() > TIMER_SCAN_PEERS_MAX {
-            return self.timers.first().map(|&(t, _, _)| t);
-        }
         self.peers
             .iter()
             .filter(|p| p.busy > 0)
@@ -48,14 +46,14 @@ impl Core {
     /// core needs no clock reading: requests are handled without one, and a response can only
     /// be stale (its slot is not waiting), so `now` is not consulted.
     pub fn timers_armed(&self) -> bool {
-        self.timer_floor != Time(u64::MAX)
+        !self.timers.is_empty()
     }
 
     /// Retransmit what is due (doubling its timeout) and give up on peers past the deadline.
     /// Peers are visited in index order, as a scan of every peer would, but only those with
     /// a due timer.
     pub fn handle_timeout(&mut self, now: Time) {
-        if now < self.timer_floor {
+        if self.poll_timeout().is_none_or(|t| now < t) {
             return;
         }
         let mut due_peers: Vec<u32> = self
@@ -69,7 +67,6 @@ impl Core {
         for pi in due_peers {
             self.peer_timeout(now, pi as usize);
         }
-        self.timer_floor = self.poll_timeout().unwrap_or(Time(u64::MAX));
     }
 
     /// Peer `pi` has a due timer: give up on it, or retransmit its due requests.
