@@ -67,6 +67,18 @@ impl State {
             self.stats.oversize += 1;
             return;
         }
+        if !more && p.partial_frags == 0 {
+            // A packet in one fragment (the usual case: a token, a lone message) goes straight
+            // into a spare buffer; the assembly buffer keeps its capacity for the next.
+            let bytes = self.spare.copy_of(data);
+            self.admit(Arrived {
+                peer,
+                bytes,
+                fragments: 1,
+                stream,
+            });
+            return;
+        }
         p.partial.extend_from_slice(data);
         p.partial_frags += 1;
         if more {

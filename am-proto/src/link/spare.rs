@@ -1,6 +1,6 @@
-//! Spare packet buffers: a packet taken from a batch goes to the inbox in a buffer a driver
-//! handed back ([`crate::link::Links::recycle`]) instead of a fresh allocation, so a steady
-//! stream of batched packets allocates nothing per packet.
+//! Spare packet buffers: a packet taken from a batch, or sent alone in one fragment, goes to
+//! the inbox in a buffer a driver handed back ([`crate::link::Links::recycle`]) instead of a
+//! fresh allocation, so a steady stream of packets allocates nothing per packet.
 
 /// Most spare buffers kept.
 pub(super) const SPARE_PACKETS_MAX: usize = 256;

@@ -621,6 +621,25 @@ fn recycled_buffers_carry_the_next_batched_packets() {
 }
 
 #[test]
+fn a_packet_in_one_fragment_arrives_in_a_recycled_buffer_too() {
+    let mut t = Pair::new();
+    t.a.send(0, small(1, 20)).unwrap();
+    t.settle();
+    let got = t.drain_b();
+    assert_eq!(got, vec![small(1, 20)]);
+    let kept = got[0].as_ptr();
+    t.b.recycle(got.into_iter().next().unwrap());
+    assert_eq!(t.b.st.spare.len(), 1);
+    // A lone packet goes as one data fragment, not a batch.
+    t.a.send(0, small(2, 20)).unwrap();
+    t.settle();
+    let got = t.drain_b();
+    assert_eq!(got, vec![small(2, 20)]);
+    assert_eq!(got[0].as_ptr(), kept, "the recycled buffer carries it");
+    assert_eq!(t.b.st.spare.len(), 0);
+}
+
+#[test]
 fn the_spare_pool_is_bounded_and_frees_small_and_large_buffers() {
     let mut l = links(1);
     l.recycle(Vec::with_capacity(spare::SPARE_PACKET_BYTES_MAX + 1));
