@@ -273,7 +273,6 @@ impl WavesHost {
     }
 }
 
-/// A random sref: every operation, both widths, values of the full width, small payloads.
 /// When an isochron was issued: virtual time, and its SIU's receive clock then.
 #[derive(Debug, Clone, Copy)]
 struct Issued {
@@ -286,20 +285,25 @@ impl WavesHost {
     /// latency is measured, unless logical time restarted under them).
     fn eop(&mut self, now_us: u64, e: &EopMarker) {
         let t = e.ts.get();
-        while self.awaiting_eop.front().is_some_and(|&(ts, _)| ts <= t) {
-            let (ts, issued) = self.awaiting_eop.pop_front().expect("checked");
+        // Not in TS order: two isochrons of one sequence set may be stamped out of order (the
+        // SIU orders an isochron only after the other set's), so every entry is looked at.
+        let latency = &mut self.latency;
+        self.awaiting_eop.retain(|&(ts, issued)| {
+            if ts > t {
+                return true;
+            }
             if !e.reset {
                 // Pulse `ts` ends when the SIU's clock passes it: the pulses from the one it
                 // was in at issue to `ts`, both included.
                 let pulses = (ts + 1).saturating_sub(issued.recvclock);
-                self.latency.record(now_us - issued.at_us, pulses);
+                latency.record(now_us - issued.at_us, pulses);
             }
-        }
-        // Markers come back in TS order (TS never decreases per host), so the rest wait.
-        self.awaiting_eop.retain(|&(ts, _)| ts > t);
+            false
+        });
     }
 }
 
+/// A random sref: every operation, both widths, values of the full width, small payloads.
 fn random_sref(ctx: &mut HostCtx<'_>) -> Sref {
     let rng = ctx.rng();
     let op = match rng.below(5) {
@@ -396,15 +400,18 @@ impl Host for WavesHost {
 
     fn on_refused(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8], error: &SiuError) {
         let kind = bytes.get(1).map(|&b| Kind::from_byte(b));
-        if let (Some(Ok(Kind::StartOfIsochron)), Ok(soi)) = (&kind, StartOfIsochron::decode(bytes))
-        {
+        let refused_soi = match kind {
+            Some(Ok(Kind::StartOfIsochron)) => StartOfIsochron::decode(bytes).ok(),
+            _ => None,
+        };
+        if let Some(soi) = &refused_soi {
             // No marker will come back for it.
             self.issued.retain(|&(id, _)| id != soi.iso_id);
         }
         match (kind.clone(), error) {
             (Some(Ok(Kind::StartOfIsochron)), SiuError::NotStarted) => {
                 // Logical time has not reached this SIU yet: try again later.
-                self.refused_iso = StartOfIsochron::decode(bytes).ok().map(|s| s.iso_id);
+                self.refused_iso = refused_soi.map(|s| s.iso_id);
                 self.in_flight = self.in_flight.saturating_sub(1);
                 self.wake(ctx, RETRY_US);
             }
@@ -435,5 +442,34 @@ impl Host for WavesHost {
                 self.unexpected.one("host packets the SIU refused", line);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two isochrons of one sequence set may come back stamped out of issue order: the EOP of
+    /// the lower TS measures it, and the other waits for its own pulse.
+    #[test]
+    fn an_eop_measures_every_isochron_of_its_pulse_and_before_in_any_order() {
+        let opts = WavesOptions::new(2, 1, 10, 1).expect("options");
+        let mut h = WavesHost::new(0, 2, &opts);
+        let issued = |at_us| Issued {
+            at_us,
+            recvclock: 2,
+        };
+        h.awaiting_eop.push_back((5, issued(100)));
+        h.awaiting_eop.push_back((3, issued(110)));
+        let eop = |ts| EopMarker {
+            ts: Pulse::new(ts),
+            ..EopMarker::default()
+        };
+        h.eop(200, &eop(4));
+        assert_eq!(h.latency.len(), 1, "pulse 3's isochron, behind pulse 5's");
+        assert_eq!(h.awaiting_eop.len(), 1);
+        h.eop(300, &eop(5));
+        assert_eq!(h.latency.len(), 2);
+        assert!(h.awaiting_eop.is_empty());
     }
 }
