@@ -10,9 +10,10 @@
 
 use isotach_proto::topology::{HostId, Topology};
 use rustc_hash::FxHashMap;
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use thiserror::Error;
 
 /// A shared address: a page and a variable slot in it. Every slot holds up to 64 bits; a
@@ -173,24 +174,14 @@ impl MemoryMap {
 /// `Arc`); each copyset is ordered for this host the first time it is asked for and kept, so a
 /// host holds the orderings of the pages it uses, not of the whole map (the simulator runs
 /// thousands of hosts over a map with a page per host).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct LocalMap {
     host: HostId,
     map: Arc<MemoryMap>,
     topology: Arc<Topology>,
     /// Ordered copysets by the first page of their range.
-    ordered: Mutex<FxHashMap<u32, Arc<[HostId]>>>,
-}
-
-impl Clone for LocalMap {
-    fn clone(&self) -> Self {
-        Self {
-            host: self.host,
-            map: Arc::clone(&self.map),
-            topology: Arc::clone(&self.topology),
-            ordered: Mutex::new(self.cache().clone()),
-        }
-    }
+    /// (A node is used by one thread at a time: no lock.)
+    ordered: RefCell<FxHashMap<u32, Arc<[HostId]>>>,
 }
 
 impl LocalMap {
@@ -201,7 +192,7 @@ impl LocalMap {
             host,
             map,
             topology,
-            ordered: Mutex::new(FxHashMap::default()),
+            ordered: RefCell::new(FxHashMap::default()),
         }
     }
 
@@ -210,20 +201,13 @@ impl LocalMap {
         self.host
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, FxHashMap<u32, Arc<[HostId]>>> {
-        // A poisoned cache still holds correct orderings: each is inserted whole.
-        self.ordered
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// The nearest-first copyset of `page`, if mapped.
     pub fn copyset(&self, page: u32) -> Option<Arc<[HostId]>> {
         let (&first, (last, copyset)) = self.map.ranges.range(..=page).next_back()?;
         if page > *last {
             return None;
         }
-        let mut cache = self.cache();
+        let mut cache = self.ordered.borrow_mut();
         let ordered = cache.entry(first).or_insert_with(|| {
             let (host, topology) = (self.host, &self.topology);
             let mut ordered = copyset.clone();
@@ -231,6 +215,11 @@ impl LocalMap {
             ordered.into()
         });
         Some(Arc::clone(ordered))
+    }
+
+    /// Is `page` mapped? (No ordering made.)
+    pub fn is_mapped(&self, page: u32) -> bool {
+        self.map.copyset(page).is_some()
     }
 
     /// Pages this host holds a copy of.

@@ -7,7 +7,6 @@ use crate::map::Addr;
 use crate::{ReadHandle, SmmError, Table};
 use isotach_proto::packet::{MSG_PAYLOAD_MAX, RmwOp, RmwSref, Width};
 use isotach_proto::topology::HostId;
-use std::sync::Arc;
 
 /// An operation as the application asked for it.
 #[derive(Debug, Clone)]
@@ -41,14 +40,12 @@ impl SmmNode {
         }
     }
 
-    /// The copy set of `addr`'s page, if the address is mapped.
-    fn check_addr(&self, addr: Addr) -> Result<Arc<[HostId]>, SmmError> {
-        if addr.slot() >= self.cfg.limits.slots_per_page {
+    /// `addr` is a mapped variable.
+    fn check_addr(&self, addr: Addr) -> Result<(), SmmError> {
+        if addr.slot() >= self.cfg.limits.slots_per_page || !self.map.is_mapped(addr.page()) {
             return Err(SmmError::Unmapped(addr));
         }
-        self.map
-            .copyset(addr.page())
-            .ok_or(SmmError::Unmapped(addr))
+        Ok(())
     }
 }
 
