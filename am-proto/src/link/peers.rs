@@ -4,9 +4,11 @@
 //! An SIU's network peers are its token manager — which it needs at once, for logical time to
 //! start — and every other host's SIU, for non-isotach traffic that goes host to host directly.
 //! Saying hello to every other SIU at start costs a cluster of `n` hosts `n²` hellos and every
-//! SIU the AM state of `n` peers (64 request slots each), though a host talks to few of them.
-//! So those peers are linked on demand: a peer's state is made, and its hello sent, when the
-//! first packet is queued for it or anything arrives from it.
+//! SIU the AM state of `n` peers, though a host talks to few of them. So those peers are
+//! linked on demand: a peer's state is made, and its hello sent, when the first packet is
+//! queued for it or anything arrives from it. A node that may have restarted links them all
+//! at once instead (`Links::link_every_peer`): the SIU daemon at every start, the simulator
+//! for a restarted SIU.
 //!
 //! The on-demand addresses live in a [`Directory`] that many links in one process may share
 //! (the simulator runs thousands of SIUs; a list per SIU would be quadratic). Peer ids: the
@@ -107,7 +109,8 @@ impl PeerList {
 
     /// `eager` peers linked at once, then every entry of `dir` but `skip` (the node itself)
     /// linked on first use. An address listed twice (among the eager peers, or eager and in
-    /// the directory) is refused, as is more peers than a translation table holds.
+    /// the directory) is refused (more peers than a translation table holds is refused when
+    /// links are made on the list: `Links::with_peers`).
     pub fn with_on_demand(
         eager: &[NodeAddr],
         dir: Arc<Directory>,
