@@ -367,11 +367,11 @@ pub fn run_with_progress(
     // Let every EOP already queued reach its host, then check the pulses that ended.
     let recvclocks: Vec<u64> = sim.sius().map(|s| s.recvclock()).collect();
     let pulses = sim.min_recvclock();
+    // The period from the warm-up to now: pulses and time read at the same moment.
+    let period_us = pulse_period_us(period_from, (pulses, sim.now_us()));
     sim.run_for(opts.net.faults.host_latency_us + 1);
     sim.observer_mut().finish(&recvclocks);
-    let end_us = sim.now_us();
-    let mut r = report(opts, &sim, pulses, completed, wall.elapsed());
-    r.pulse_period_us = pulse_period_us(period_from, (pulses, end_us));
+    let mut r = report(opts, &sim, pulses, period_us, completed, wall.elapsed());
     r.problems.extend(stall);
     Ok(r)
 }
@@ -415,6 +415,7 @@ fn report(
     opts: &WavesOptions,
     sim: &Sim<WavesHost, PulseOracle>,
     pulses: u64,
+    pulse_period_us: f64,
     completed: bool,
     wall: std::time::Duration,
 ) -> WavesReport {
@@ -509,7 +510,7 @@ fn report(
         events: st.events,
         trace_hash: format!("{:016x}", sim.trace_hash()),
         virtual_time_us: sim.now_us(),
-        pulse_period_us: pulse_period_us((0, 0), (pulses, sim.now_us())),
+        pulse_period_us,
         messages_per_pulse: per_pulse(o.messages_stamped),
         datagrams_per_pulse: per_pulse(st.net.datagrams),
         latency: latency.summary(),
