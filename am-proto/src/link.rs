@@ -55,8 +55,8 @@ use crate::core::Dispatch;
 use crate::core::{Config, Core};
 use crate::error::AmError;
 use crate::types::{
-    DEFAULT_TRANSLATIONS, EndpointName, EpId, HandlerId, MAX_MEDIUM_BYTES, MAX_SLOTS,
-    MAX_TRANSLATIONS, NodeAddr, Status, Tag, Time, TransIdx,
+    DEFAULT_TRANSLATIONS, EndpointName, EpId, HandlerId, MAX_MEDIUM_BYTES, MAX_SLOTS, NodeAddr,
+    Status, Tag, Time, TransIdx,
 };
 
 pub mod batch;
@@ -431,10 +431,10 @@ impl Links {
         let ep = core.alloc_endpoint()?;
         debug_assert_eq!(ep, LINK_EP);
         core.set_tag(ep, tag)?;
+        // Room for every listed peer (and one spare) from the start: the table takes memory
+        // only for the entries mapped, so on-demand peers cost nothing until used.
+        core.set_num_translations(ep, (list.len() + 1).max(DEFAULT_TRANSLATIONS))?;
         let eager = list.eager_len();
-        if eager + 1 > DEFAULT_TRANSLATIONS {
-            core.set_num_translations(ep, eager + 1)?;
-        }
         let mut ps = Vec::with_capacity(eager);
         for i in 0..eager {
             let addr = list.addr(i).expect("an eager peer");
@@ -726,16 +726,10 @@ impl Links {
     }
 
     /// Maps the on-demand peers that came into use while the core ran a handler (it holds
-    /// the translation table the handlers cannot reach), growing the table as it fills.
+    /// the translation table the handlers cannot reach; the table was sized for every listed
+    /// peer).
     fn map_new_peers(&mut self) -> Result<(), AmError> {
         while let Some(&slot) = self.st.unmapped.last() {
-            let ep = LINK_EP;
-            let size = self.core.num_translations(ep)?;
-            if self.st.peers.len() + 1 > size {
-                // PeerList::check_size keeps every listed peer within MAX_TRANSLATIONS.
-                let grown = (size * 2).clamp(DEFAULT_TRANSLATIONS, MAX_TRANSLATIONS);
-                self.core.set_num_translations(ep, grown)?;
-            }
             let p = &mut self.st.peers[slot];
             p.idx = Some(map_peer(&mut self.core, p.addr, self.tag)?);
             self.st.unmapped.pop();

@@ -124,7 +124,7 @@ fn a_packet_to_an_on_demand_peer_links_it_and_both_sides_then_use_the_link() {
 }
 
 #[test]
-fn the_translation_table_grows_with_the_peers_in_use() {
+fn more_peers_than_a_default_table_holds_are_mapped_as_they_come_into_use() {
     // 300 hosts: more than a default table holds.
     let (mut hub, mut nodes) = cluster(300);
     settle(&mut hub, &mut nodes);
