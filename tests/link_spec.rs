@@ -13,8 +13,9 @@
 //!    recording sink). Each daemon is configured with the relay's sockets as its peers'
 //!    addresses — one relay socket per (node, peer), so every node still sees each peer at one
 //!    fixed source address. The relay records every datagram in both directions. After some
-//!    dozens of pulses the daemons stop and every recorded datagram must decode to a documented
-//!    link message; hellos, hello replies, data fragments and batches (reassembled and split
+//!    dozens of pulses the daemons stop and every recorded datagram must decode to documented
+//!    link messages (one AM frame or several back to back, and some datagrams must carry
+//!    several: a token and the acknowledgement it takes along); hellos, hello replies, data fragments and batches (reassembled and split
 //!    into known packet kinds, in FIFO order), credit and acks must all appear, and the credit
 //!    arithmetic of section 6.4 must hold (one window slot per data message).
 //!
@@ -123,9 +124,35 @@ fn class_name(c: u8) -> &'static str {
         .unwrap_or("?")
 }
 
-/// Decodes one datagram as an AM frame (docs/am.md section 5), checking what that section
-/// says a decoder rejects.
+/// Decodes a datagram of exactly one AM frame (docs/am.md section 5).
 fn decode_frame(b: &[u8]) -> Result<AmFrame, String> {
+    let (f, len) = decode_first_frame(b)?;
+    if len != b.len() {
+        return Err(format!(
+            "one frame of {len} bytes in a datagram of {}",
+            b.len()
+        ));
+    }
+    Ok(f)
+}
+
+/// Decodes every frame of a datagram: one or several back to back, each as long as its
+/// header says (docs/am.md section 5).
+fn decode_datagram(mut b: &[u8]) -> Result<Vec<AmFrame>, String> {
+    let mut frames = Vec::new();
+    loop {
+        let (f, len) = decode_first_frame(b)?;
+        frames.push(f);
+        b = &b[len..];
+        if b.is_empty() {
+            return Ok(frames);
+        }
+    }
+}
+
+/// Decodes the AM frame at the start of `b` (docs/am.md section 5), checking what that
+/// section says a decoder rejects; returns it and its length.
+fn decode_first_frame(b: &[u8]) -> Result<(AmFrame, usize), String> {
     if b.len() < AM_HEADER + 4 {
         return Err(format!("{} bytes: shorter than a frame", b.len()));
     }
@@ -145,10 +172,11 @@ fn decode_frame(b: &[u8]) -> Result<AmFrame, String> {
     let frag_len = le16(b, 68);
     let args_end = AM_HEADER + 8 * usize::from(nargs);
     let len = args_end + usize::from(frag_len) + 4;
-    if len != b.len() {
-        return Err(format!("header says {len} bytes, datagram has {}", b.len()));
+    if len > b.len() {
+        return Err(format!("header says {len} bytes, {} are left", b.len()));
     }
-    let body = b.len() - 4;
+    let b = &b[..len];
+    let body = len - 4;
     if crc32(&b[..body]) != le32(b, body) {
         return Err("bad CRC".into());
     }
@@ -188,7 +216,7 @@ fn decode_frame(b: &[u8]) -> Result<AmFrame, String> {
     {
         return Err("bad medium geometry".into());
     }
-    Ok(f)
+    Ok((f, len))
 }
 
 /// A link message (docs/wire.md section 6.2).
@@ -806,9 +834,21 @@ fn every_datagram_of_a_real_run_is_a_documented_link_message() {
     // Credit arithmetic (section 6.4), per sending direction of the data.
     let (mut sent, mut credited) = (HashMap::new(), HashMap::new());
     let window = link::WINDOW_MAX as u64;
-    for (i, r) in records.iter().enumerate() {
-        let f = decode_frame(&r.bytes)
+    let shared = records
+        .iter()
+        .filter(|r| decode_datagram(&r.bytes).is_ok_and(|f| f.len() > 1))
+        .count();
+    assert!(
+        shared > 0,
+        "no datagram of {} carried several frames",
+        records.len()
+    );
+    let frames = records.iter().enumerate().flat_map(|(i, r)| {
+        let frames = decode_datagram(&r.bytes)
             .unwrap_or_else(|e| panic!("datagram {i} {}->{}: {e}", r.from, r.to));
+        frames.into_iter().map(move |f| (i, r, f))
+    });
+    for (i, r, f) in frames {
         let link =
             link_message(&f).unwrap_or_else(|e| panic!("datagram {i} {}->{}: {e}", r.from, r.to));
         *by_link.entry((r.from, r.to, link.name())).or_default() += 1;

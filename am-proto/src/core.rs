@@ -12,6 +12,7 @@
 //! state a `Core` is made of (endpoints, per-peer request and reply-cache slots, reassembly
 //! bitmaps), so their fields stay private to the core. The protocol lives in one file per
 //! concept, each adding an `impl Core` block:
+//! - `acks`: automatic acknowledgements held back to leave with other traffic;
 //! - `endpoints`: the endpoint table (tag, segment, translations) and segment bounds;
 //! - `peers`: the peer table, FIFO choice and credits;
 //! - `send`: posting a request, the transmit queue, encoding and fragmenting frames;
@@ -67,6 +68,7 @@ macro_rules! handed {
     }};
 }
 
+mod acks;
 mod endpoints;
 mod peers;
 mod receive;
@@ -108,6 +110,11 @@ pub struct Config {
     /// Most frames waiting in the transmit queue; more are dropped (and recovered by
     /// retransmission).
     pub tx_queue: usize,
+    /// How long an automatic acknowledgement may wait for other traffic to its peer: it
+    /// leaves with the next frame queued for that peer, with the peer's next automatic
+    /// acknowledgement (at most one waits per peer), or when this runs out. Zero = at once.
+    /// Below `rto_min`, since the requester's round-trip sample includes the wait.
+    pub ack_delay: Duration,
 }
 
 impl Default for Config {
@@ -124,6 +131,7 @@ impl Default for Config {
             max_datagram: None,
             incarnation: None,
             tx_queue: 4096,
+            ack_delay: Duration::ZERO,
         }
     }
 }
@@ -141,6 +149,9 @@ impl Config {
         }
         if self.poll_batch == 0 || self.tx_queue == 0 {
             return Err(AmError::BadArg("poll_batch and tx_queue must be positive"));
+        }
+        if self.ack_delay >= self.rto_min {
+            return Err(AmError::BadArg("ack_delay must be below rto_min"));
         }
         Ok(())
     }
@@ -163,6 +174,12 @@ pub struct Stats {
     pub replies_handled: u64,
     /// Automatic acknowledgements produced.
     pub auto_acks: u64,
+    /// Automatic acknowledgements held back to leave with other traffic (`ack_delay`).
+    pub acks_held: u64,
+    /// Held acknowledgements that left alone, when `ack_delay` ran out.
+    pub acks_held_expired: u64,
+    /// Frames that left in a datagram behind another frame (for the same peer).
+    pub frames_coalesced: u64,
     /// Retransmissions (whole messages).
     pub retransmits: u64,
     /// Messages returned to handler 0.
@@ -202,6 +219,11 @@ pub struct Core {
     /// scanning every peer's slots (a token manager has a peer per host on its switch). Kept
     /// in step with the slots by [`SendSlot::rearm`] only.
     timers: BTreeSet<(Time, u32, u16)>,
+    /// The deadline of every held acknowledgement ([`Peer::ack_held`]) as (deadline, peer).
+    held_acks: BTreeSet<(Time, u32)>,
+    /// The time last passed in (`handle_datagram`, `handle_timeout`, `send_request`): when a
+    /// held acknowledgement is due.
+    now: Time,
     txq: VecDeque<Tx>,
     cur: Option<Tx>,
     returned: VecDeque<RetEntry>,
@@ -391,6 +413,17 @@ struct Peer {
     r_epoch: u32,
     fifo_rx: u32,
     rs: Vec<RecvSlot>,
+    /// An automatic acknowledgement waiting for other traffic to this peer.
+    ack_held: Option<HeldAck>,
+}
+
+/// An automatic acknowledgement held back ([`Config::ack_delay`]): of the request in reply
+/// cache slot `slot` with sequence number `seq`, due to leave alone at `due`.
+#[derive(Clone, Copy, Debug)]
+struct HeldAck {
+    due: Time,
+    slot: u16,
+    seq: u32,
 }
 
 impl Core {
@@ -421,6 +454,8 @@ impl Core {
             index: HashMap::new(),
             last_peer: None,
             timers: BTreeSet::new(),
+            held_acks: BTreeSet::new(),
+            now: Time(0),
             txq: VecDeque::new(),
             cur: None,
             returned: VecDeque::new(),
@@ -453,3 +488,6 @@ impl Core {
         self.max_datagram
     }
 }
+
+#[cfg(test)]
+mod tx_tests;

@@ -1,7 +1,11 @@
-//! The AM frame format: one frame per datagram, fixed 72-byte little-endian header,
-//! argument words, payload, CRC-32 trailer. See `docs/am.md` for the byte-by-byte layout.
+//! The AM frame format: a fixed 72-byte little-endian header, argument words, payload,
+//! CRC-32 trailer. See `docs/am.md` for the byte-by-byte layout. A datagram carries one
+//! frame or several back to back (frames queued together for one peer leave together); the
+//! header says how long its frame is, so the receiver takes them one after the other
+//! ([`decode_first`]).
 //!
-//! [`decode`] validates every field and returns [`FrameError`]; it never panics on any input.
+//! [`decode`] and [`decode_first`] validate every field and return [`FrameError`]; they
+//! never panic on any input.
 
 use crate::types::{Class, MAX_ARGS, MAX_LONG_BYTES, MAX_MEDIUM_BYTES, Status};
 
@@ -179,7 +183,7 @@ pub enum FrameError {
     /// Unknown flag bits.
     #[error("unknown flag bits {0:#x}")]
     BadFlags(u8),
-    /// The datagram length does not match the header.
+    /// The datagram is shorter than the header says (or, for [`decode`], longer).
     #[error("length mismatch: header says {expected} bytes, datagram has {actual}")]
     LengthMismatch {
         /// Length implied by the header.
@@ -225,6 +229,13 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 /// Encode a frame into `out` (cleared first). `args.len()` must equal `h.nargs` and
 /// `payload.len()` must equal `h.frag_len`; the caller (the protocol core) guarantees it.
 pub fn encode(h: &Header, args: &[u64], payload: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    append(h, args, payload, out);
+}
+
+/// Encode a frame at the end of `out`, behind the frames already there (one datagram of
+/// several frames). The same contract as [`encode`].
+pub fn append(h: &Header, args: &[u64], payload: &[u8], out: &mut Vec<u8>) {
     debug_assert_eq!(args.len(), usize::from(h.nargs));
     debug_assert_eq!(payload.len(), usize::from(h.frag_len));
     // The header is built in a fixed array (constant offsets, no per-field capacity checks)
@@ -253,20 +264,51 @@ pub fn encode(h: &Header, args: &[u64], payload: &[u8], out: &mut Vec<u8>) {
     put(&mut x, 64, h.frag_offset.to_le_bytes());
     put(&mut x, 68, h.frag_len.to_le_bytes());
     put(&mut x, 70, h.frag_chunk.to_le_bytes());
-    out.clear();
+    let start = out.len();
     out.reserve(HEADER_LEN + 8 * args.len() + payload.len() + TRAILER_LEN);
     out.extend_from_slice(&x);
-    debug_assert_eq!(out.len(), HEADER_LEN);
     for a in args {
         out.extend_from_slice(&a.to_le_bytes());
     }
     out.extend_from_slice(payload);
-    let crc = crc32fast::hash(out);
+    let crc = crc32fast::hash(&out[start..]);
     out.extend_from_slice(&crc.to_le_bytes());
 }
 
-/// Decode and validate one datagram.
+/// Decode and validate a datagram of exactly one frame.
 pub fn decode(b: &[u8]) -> Result<Frame<'_>, FrameError> {
+    let (f, len) = decode_first(b)?;
+    if len != b.len() {
+        return Err(FrameError::LengthMismatch {
+            expected: len,
+            actual: b.len(),
+        });
+    }
+    Ok(f)
+}
+
+/// The frames of datagram `b`, in order: each decoded with [`decode_first`], up to and
+/// including the first error, after which the iteration ends.
+pub fn frames(b: &[u8]) -> impl Iterator<Item = Result<Frame<'_>, FrameError>> {
+    let mut rest = Some(b);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        match decode_first(r) {
+            Ok((f, len)) => {
+                rest = Some(&r[len..]).filter(|r| !r.is_empty());
+                Some(Ok(f))
+            }
+            Err(e) => {
+                rest = None;
+                Some(Err(e))
+            }
+        }
+    })
+}
+
+/// Decode and validate the frame at the start of `b`, which may be followed by more
+/// frames; returns it and its length in bytes (where the next frame starts).
+pub fn decode_first(b: &[u8]) -> Result<(Frame<'_>, usize), FrameError> {
     if b.len() < HEADER_LEN + TRAILER_LEN {
         return Err(FrameError::TooShort(b.len()));
     }
@@ -319,13 +361,14 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, FrameError> {
     };
     let args_len = 8 * usize::from(nargs);
     let expected = HEADER_LEN + args_len + usize::from(h.frag_len) + TRAILER_LEN;
-    if expected != b.len() {
+    if expected > b.len() {
         return Err(FrameError::LengthMismatch {
             expected,
             actual: b.len(),
         });
     }
-    let body_end = b.len() - TRAILER_LEN;
+    let b = &b[..expected];
+    let body_end = expected - TRAILER_LEN;
     if crc32fast::hash(&b[..body_end]) != u32_at(b, body_end) {
         return Err(FrameError::BadCrc);
     }
@@ -334,11 +377,12 @@ pub fn decode(b: &[u8]) -> Result<Frame<'_>, FrameError> {
     for (i, a) in args.iter_mut().take(usize::from(nargs)).enumerate() {
         *a = u64_at(b, HEADER_LEN + 8 * i);
     }
-    Ok(Frame {
+    let f = Frame {
         h,
         args,
         payload: &b[HEADER_LEN + args_len..body_end],
-    })
+    };
+    Ok((f, expected))
 }
 
 fn check_geometry(h: &Header) -> Result<(), FrameError> {

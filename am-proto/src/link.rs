@@ -69,6 +69,12 @@ mod transmit;
 pub use batch::{BATCH_PACKET_MAX, BATCH_PACKETS_MAX, BATCH_VERSION};
 pub use peers::{Directory, PeerList};
 
+/// How long links hold an automatic acknowledgement for other traffic to its peer
+/// ([`Config::ack_delay`]). Longer than the daemons' default idle pace (2.5 ms), so the
+/// acknowledgements of an idle wave's tokens leave with the next wave instead of on their
+/// own; well below the default retransmission floor (10 ms).
+pub const LINK_ACK_DELAY: Duration = Duration::from_millis(3);
+
 /// Handler of a data fragment (request, medium; args: more follows, stream).
 pub const H_DATA: HandlerId = HandlerId(1);
 /// Handler of a hello (request, short; args: cluster tag, incarnation).
@@ -391,10 +397,12 @@ pub struct Links {
 }
 
 impl Links {
-    /// AM settings for links: full credits (every slot), otherwise the defaults.
+    /// AM settings for links: full credits (every slot), acknowledgements held for
+    /// [`LINK_ACK_DELAY`], otherwise the defaults.
     pub fn am_config() -> Config {
         Config {
             credits: MAX_SLOTS,
+            ack_delay: LINK_ACK_DELAY,
             ..Config::default()
         }
     }

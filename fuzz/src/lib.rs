@@ -10,6 +10,8 @@
 //!   raw bytes, well-formed packets built from fuzz bytes, timer ticks and output drains; they
 //!   never panic and every packet they emit decodes.
 //!
+//! * [`check_am_datagram`]: the AM datagram decoder (one frame or several back to back).
+//!
 //! A failing input is replayed with `cargo fuzz run <target> <file>`; inputs that found bugs
 //! are kept in `fuzz/regressions/`.
 
@@ -28,6 +30,9 @@ use isotach_proto::{Generation, Pulse, WaveSeq};
 use isotach_siu::{Mode, Route, Siu, SiuConfig};
 use isotach_tm::{TmConfig, TokenManager};
 use std::sync::Arc;
+
+mod am_datagram;
+pub use am_datagram::{check_am_datagram, with_frame_crcs};
 
 // ---------------------------------------------------------------------------------------------
 // Decoders

@@ -65,6 +65,9 @@ fn drain(net: &mut LinkNet, node: usize, got: &mut Vec<(usize, Vec<u8>)>) {
 
 #[test]
 fn packets_arrive_whole_in_order_exactly_once_under_faults() {
+    // Datagrams lost and duplicated over all seeds (few datagrams carry many frames, so one
+    // seed may see no duplicate).
+    let (mut lost, mut duplicated) = (0, 0);
     for seed in 0..SEEDS {
         let mut net = LinkNet::full_mesh(3, lossy(), seed, QUEUE_MAX_DEFAULT);
         let sent: Vec<Vec<u8>> = (0..300).map(packet).collect();
@@ -97,14 +100,15 @@ fn packets_arrive_whole_in_order_exactly_once_under_faults() {
             .collect();
         assert_eq!(from2, rev, "seed {seed}");
         let s = net.stats();
-        assert!(
-            s.lost > 0 && s.duplicated > 0,
-            "seed {seed}: the faults happened: {s:?}"
-        );
+        (lost, duplicated) = (lost + s.lost, duplicated + s.duplicated);
         for n in 0..3 {
             assert_eq!(net.links(n).stats().links_lost, 0, "seed {seed} node {n}");
         }
     }
+    assert!(
+        lost > 0 && duplicated > 0,
+        "the faults happened: {lost} lost, {duplicated} duplicated"
+    );
 }
 
 #[test]

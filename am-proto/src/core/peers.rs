@@ -52,6 +52,7 @@ impl Core {
             r_epoch: 0,
             fifo_rx: 0,
             rs: Vec::new(),
+            ack_held: None,
         });
         let i = (self.peers.len() - 1) as u32;
         self.index.insert(addr, i);

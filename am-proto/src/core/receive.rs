@@ -23,7 +23,9 @@ use crate::types::{
 };
 
 impl Core {
-    /// Process one received datagram, running handlers through `d`.
+    /// Process one received datagram, running handlers through `d`: its frames in order,
+    /// up to the first that does not decode (counted in `bad_frames`; it and the rest of the
+    /// datagram are dropped, and retransmission recovers them).
     pub fn handle_datagram(
         &mut self,
         now: Time,
@@ -31,15 +33,27 @@ impl Core {
         bytes: &[u8],
         d: &mut dyn Dispatch,
     ) {
-        let Ok(f) = frame::decode(bytes) else {
-            self.stats.bad_frames += 1;
-            return;
-        };
+        self.pass_time(now);
+        let mut rest = bytes;
+        loop {
+            let Ok((f, len)) = frame::decode_first(rest) else {
+                self.stats.bad_frames += 1;
+                return;
+            };
+            self.handle_frame(now, from, &f, d);
+            rest = &rest[len..];
+            if rest.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn handle_frame(&mut self, now: Time, from: NodeAddr, f: &Frame<'_>, d: &mut dyn Dispatch) {
         match f.h.kind {
-            Kind::Request => self.on_request(from, &f, d),
-            Kind::Reply | Kind::Ack | Kind::Nack => self.on_response(now, from, &f, d),
-            Kind::ReplyNack => self.on_reply_nack(from, &f),
-            Kind::ReplyNackAck => self.on_reply_nack_ack(from, &f),
+            Kind::Request => self.on_request(from, f, d),
+            Kind::Reply | Kind::Ack | Kind::Nack => self.on_response(now, from, f, d),
+            Kind::ReplyNack => self.on_reply_nack(from, f),
+            Kind::ReplyNackAck => self.on_reply_nack_ack(from, f),
         }
     }
 
@@ -267,12 +281,16 @@ impl Core {
         rs.resp = resp;
         rs.state = RecvState::Done;
         let seq = rs.seq;
-        self.push_tx(Tx::Resp {
-            peer: pi,
-            slot: si as u16,
-            seq,
-            frag: 0,
-        });
+        if resp == Resp::Ack {
+            self.hold_ack(pi, si as u16, seq);
+        } else {
+            self.push_tx(Tx::Resp {
+                peer: pi,
+                slot: si as u16,
+                seq,
+                frag: 0,
+            });
+        }
     }
 
     fn on_reply_nack(&mut self, from: NodeAddr, f: &Frame<'_>) {

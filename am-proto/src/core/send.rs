@@ -17,7 +17,7 @@ use crate::types::{
     Class, EpId, HandlerId, MAX_ARGS, MAX_LONG_BYTES, MAX_MEDIUM_BYTES, NodeAddr, Time, TransIdx,
 };
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Tx {
     Req {
         peer: u32,
@@ -112,6 +112,7 @@ impl Core {
     /// Post a request. Synchronous errors (bad arguments, unbound entry, no credit) come back
     /// here; everything found later comes back to handler 0.
     pub fn send_request(&mut self, now: Time, r: SendReq<'_>) -> Result<(), AmError> {
+        self.pass_time(now);
         if r.args.len() > MAX_ARGS {
             return Err(AmError::BadArg("more than MAX_ARGS argument words"));
         }
@@ -205,7 +206,19 @@ impl Core {
         Ok(())
     }
 
+    /// Queue `t`, after the acknowledgement held for its peer, if any (it rides along; when
+    /// `t` is that same acknowledgement, answering a duplicate, it goes once).
     pub(super) fn push_tx(&mut self, t: Tx) {
+        if let Tx::Req { peer, .. } | Tx::Resp { peer, .. } | Tx::ReplyNack { peer, .. } = t
+            && self.release_ack(peer) == Some(t)
+        {
+            return;
+        }
+        self.enqueue_tx(t);
+    }
+
+    /// Queue `t` as it is (a full queue drops it).
+    pub(super) fn enqueue_tx(&mut self, t: Tx) {
         if self.txq.len() >= self.cfg.tx_queue {
             self.stats.tx_dropped += 1;
             return;
@@ -217,24 +230,67 @@ impl Core {
         (self.max_datagram - frame::overhead(usize::from(nargs))).min(usize::from(u16::MAX)) & !7
     }
 
-    /// The next datagram to send, encoded into an internal buffer.
+    /// The next datagram to send, encoded into an internal buffer: the next frame and the
+    /// frames queued right behind it for the same peer, as many as fit one datagram (a
+    /// token and the acknowledgement it carries along, a batch and the credit beside it).
     pub fn poll_transmit(&mut self) -> Option<(NodeAddr, &[u8])> {
-        loop {
+        self.scratch.clear();
+        let to = loop {
             let t = match self.cur.take() {
                 Some(t) => t,
                 None => self.txq.pop_front()?,
             };
             if let Some(to) = self.encode_tx(t) {
-                return Some((to, &self.scratch));
+                break to;
+            }
+        };
+        self.coalesce(to);
+        Some((to, &self.scratch))
+    }
+
+    /// Appends to the datagram in `scratch` the frames at the head of the queue that go to
+    /// `to`, while they fit. Stops at a frame for another peer (the queue's order is kept)
+    /// and after a message's fragment (its next one fills a datagram of its own).
+    fn coalesce(&mut self, to: NodeAddr) {
+        while self.cur.is_none() {
+            let Some(&next) = self.txq.front() else {
+                return;
+            };
+            if self.tx_addr(next) != to {
+                return;
+            }
+            self.txq.pop_front();
+            let end = self.scratch.len();
+            if self.encode_tx(next).is_none() {
+                continue;
+            }
+            if self.scratch.len() > self.max_datagram {
+                // It did not fit: out again, to lead the next datagram.
+                self.scratch.truncate(end);
+                self.cur = None;
+                self.txq.push_front(next);
+                return;
+            }
+            self.stats.frames_coalesced += 1;
+        }
+    }
+
+    /// Where `t` goes.
+    fn tx_addr(&self, t: Tx) -> NodeAddr {
+        match t {
+            Tx::Ctl { to, .. } => to,
+            Tx::Req { peer, .. } | Tx::Resp { peer, .. } | Tx::ReplyNack { peer, .. } => {
+                self.peers[peer as usize].addr
             }
         }
     }
 
-    /// Encode `t` (or its next fragment) into `scratch`; `None` if it went stale.
+    /// Encode `t` (or its next fragment) at the end of `scratch`; `None` (and nothing
+    /// appended) if it went stale.
     fn encode_tx(&mut self, t: Tx) -> Option<NodeAddr> {
         match t {
             Tx::Ctl { to, h } => {
-                frame::encode(&h, &[], &[], &mut self.scratch);
+                frame::append(&h, &[], &[], &mut self.scratch);
                 Some(to)
             }
             Tx::Req {
@@ -285,7 +341,7 @@ impl Core {
                         self.cur = Some(t.next_fragment());
                     }
                 } else {
-                    frame::encode(&h, &[], &[], &mut self.scratch);
+                    frame::append(&h, &[], &[], &mut self.scratch);
                 }
                 Some(self.peers[peer as usize].addr)
             }
@@ -300,7 +356,7 @@ impl Core {
                 h.src_ep = s.msg.src_ep;
                 h.dst_ep = s.msg.dst_ep;
                 h.route(slot, seq, p.epoch, (self.inc, p.known_inc));
-                frame::encode(&h, &[], &[], &mut self.scratch);
+                frame::append(&h, &[], &[], &mut self.scratch);
                 Some(p.addr)
             }
         }
@@ -325,7 +381,7 @@ impl Core {
         let args = &m.args[..usize::from(m.nargs)];
         if m.class != Class::Xfer {
             h.frag_len = m.payload.len() as u16;
-            frame::encode(&h, args, &m.payload, &mut self.scratch);
+            frame::append(&h, args, &m.payload, &mut self.scratch);
             return false;
         }
         let total = m.payload.len();
@@ -334,7 +390,7 @@ impl Core {
         h.frag_chunk = chunk as u16;
         h.frag_offset = off as u32;
         h.frag_len = len as u16;
-        frame::encode(&h, args, &m.payload[off..off + len], &mut self.scratch);
+        frame::append(&h, args, &m.payload[off..off + len], &mut self.scratch);
         off + len < total
     }
 }

@@ -23,6 +23,14 @@ const TIMER_SCAN_PEERS_MAX: usize = 64;
 impl Core {
     /// When the core next needs `handle_timeout`.
     pub fn poll_timeout(&self) -> Option<Time> {
+        [self.next_slot_timer(), self.next_ack_due()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The earliest timer of a waiting request slot.
+    fn next_slot_timer(&self) -> Option<Time> {
         let next = self.timers.first().map(|&(t, _, _)| t);
         if cfg!(debug_assertions) && self.peers.len() <= TIMER_SCAN_PEERS_MAX {
             assert_eq!(next, self.scan_timeout(), "the timer set is out of step");
@@ -42,18 +50,22 @@ impl Core {
             .min()
     }
 
-    /// Whether any request (or reply-return notice) waits on a timer. When none does, the
-    /// core needs no clock reading: requests are handled without one, and a response can only
-    /// be stale (its slot is not waiting), so `now` is not consulted.
+    /// Whether any request (or reply-return notice) or held acknowledgement waits on a
+    /// timer. When none does, the core needs no clock reading: requests are handled without
+    /// one (an acknowledgement held from a stale reading only leaves sooner), and a response
+    /// can only be stale (its slot is not waiting), so `now` is not consulted.
     pub fn timers_armed(&self) -> bool {
-        !self.timers.is_empty()
+        !self.timers.is_empty() || !self.held_acks.is_empty()
     }
 
-    /// Retransmit what is due (doubling its timeout) and give up on peers past the deadline.
+    /// Send the held acknowledgements that are due, retransmit what is due (doubling its
+    /// timeout) and give up on peers past the deadline.
     /// Peers are visited in index order, as a scan of every peer would, but only those with
     /// a due timer.
     pub fn handle_timeout(&mut self, now: Time) {
-        if self.poll_timeout().is_none_or(|t| now < t) {
+        self.pass_time(now);
+        self.release_due_acks(now);
+        if self.next_slot_timer().is_none_or(|t| now < t) {
             return;
         }
         let mut due_peers: Vec<u32> = self

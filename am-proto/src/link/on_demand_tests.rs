@@ -50,9 +50,11 @@ fn settle(hub: &mut Links, nodes: &mut [Links]) -> Vec<(NodeAddr, NodeAddr, Hand
             return log;
         }
         for (from, to, bytes) in moved {
-            let f = crate::frame::decode(&bytes).unwrap();
-            if f.h.kind == crate::frame::Kind::Request {
-                log.push((from, to, HandlerId(f.h.handler)));
+            for f in crate::frame::frames(&bytes) {
+                let f = f.unwrap();
+                if f.h.kind == crate::frame::Kind::Request {
+                    log.push((from, to, HandlerId(f.h.handler)));
+                }
             }
             let dest = match to {
                 HUB => &mut *hub,

@@ -249,14 +249,17 @@ impl<R: Role + Inspect> Role for Watched<R> {
 }
 
 /// The AM settings of the simulated links: the daemons' (`Links::am_config`) with the
-/// retransmission timeout of the simulated network.
+/// retransmission timeout of the simulated network, and acknowledgements held for at most a
+/// quarter of it (as the daemons hold them for under a third of theirs).
 pub(super) fn am_config(rto_us: u64) -> AmConfig {
     let rto = Duration::from_micros(rto_us);
+    let links = Links::am_config();
     AmConfig {
         rto_initial: rto,
         rto_min: rto,
         rto_max: RTO_MAX.max(rto),
-        ..Links::am_config()
+        ack_delay: links.ack_delay.min(rto / 4),
+        ..links
     }
 }
 
