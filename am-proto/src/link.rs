@@ -70,10 +70,11 @@ pub use batch::{BATCH_PACKET_MAX, BATCH_PACKETS_MAX, BATCH_VERSION};
 pub use peers::{Directory, PeerList};
 
 /// How long links hold an automatic acknowledgement for other traffic to its peer
-/// ([`Config::ack_delay`]). Longer than the daemons' default idle pace (2.5 ms), so the
-/// acknowledgements of an idle wave's tokens leave with the next wave instead of on their
-/// own; well below the default retransmission floor (10 ms).
-pub const LINK_ACK_DELAY: Duration = Duration::from_millis(3);
+/// ([`Config::ack_delay`]). Longer than the daemons' default idle pace (2.5 ms, which a
+/// wait in whole milliseconds makes 3), so the acknowledgements of an idle wave's tokens
+/// leave with the next wave instead of on their own; well below the default retransmission
+/// floor (10 ms).
+pub const LINK_ACK_DELAY: Duration = Duration::from_millis(4);
 
 /// Handler of a data fragment (request, medium; args: more follows, stream).
 pub const H_DATA: HandlerId = HandlerId(1);

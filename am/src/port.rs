@@ -45,6 +45,10 @@ pub fn links_with<T: Transport>(
     )
 }
 
+/// Most datagrams one [`take_arrivals`] takes. A call that took fewer found the socket
+/// empty at its end.
+pub const ARRIVALS_MAX: usize = RECV_ROUNDS_MAX * RECV_BATCH;
+
 /// Takes what arrived on `transport` without blocking — up to [`RECV_ROUNDS_MAX`] rounds of
 /// [`RECV_BATCH`] datagrams, fewer when a round comes back short — handing each to `handle`.
 /// Reads no clock (the caller passes its pass's time along). Returns how many it took.

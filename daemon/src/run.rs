@@ -9,7 +9,7 @@ use crate::siu::{LANE_HOST, LANE_NET, OUT_HOST, OUT_NET, SiuGauges, SiuPlan, Siu
 use crate::telemetry::{PeriodMeter, RateMeter, Telemetry};
 use crate::tm::{TmPlan, TmRole};
 use isotach_am::link::{LinkStats, PeerList, PeerStatus};
-use isotach_am::port::{links_with, take_arrivals};
+use isotach_am::port::{ARRIVALS_MAX, links_with, take_arrivals};
 use isotach_am::{NodeAddr, Tag, Time, Transport};
 use isotach_siu::{Siu, SiuStats};
 use isotach_tm::{TmStats, TokenManager};
@@ -117,7 +117,11 @@ impl<R: Publish, T: Transport> Daemon<R, T> {
         self.pump.role().log_start(self.transport.local_addr());
         while !stop.load(Ordering::Relaxed) {
             let (now, taken) = self.pass()?;
-            if taken > 0 {
+            // A pass that took all it may can have left datagrams behind: go again at once.
+            // Any other found the socket empty at its end, and the wait comes back at once
+            // with whatever arrived since (one system call, where another pass would first
+            // probe the socket for nothing).
+            if taken >= ARRIVALS_MAX {
                 continue;
             }
             self.transport.wait_from(now, Some(self.deadline(now)))?;
