@@ -136,7 +136,7 @@ fn histogram(h: &HistSummary) -> Histogram {
     }
 }
 
-fn tm_counters(s: &TmStats) -> [(&'static str, u64); 13] {
+fn tm_counters(s: &TmStats) -> [(&'static str, u64); 14] {
     [
         ("waves", s.waves),
         ("tokens_accepted", s.tokens_accepted),
@@ -148,6 +148,7 @@ fn tm_counters(s: &TmStats) -> [(&'static str, u64); 13] {
         ("waves_released", s.waves_released),
         ("messages_forwarded", s.messages_forwarded),
         ("messages_held", s.messages_held),
+        ("riding_released_for_room", s.riding_released_for_room),
         ("barrier_rounds", s.barrier_rounds),
         ("resets", s.resets),
         ("errors", s.errors),

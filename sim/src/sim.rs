@@ -164,6 +164,9 @@ pub struct SimStats {
     pub net_errors: u64,
     /// Packets an application sent for later that reached its SIU after it left (dropped).
     pub departed_dropped: u64,
+    /// Packets between a host and its SIU on their way when the SIU process crashed: lost
+    /// with it (the application is told of the crash and starts over with the new process).
+    pub lost_with_siu: u64,
     /// Intact network input refused by a node that restarted or whose peer did (an old
     /// generation's packets; expected after a restart, counted apart).
     pub net_refused_after_restart: u64,
@@ -194,10 +197,12 @@ enum Event {
         from: NodeAddr,
         bytes: Vec<u8>,
     },
-    /// A host's packet reaches its SIU (in-process).
+    /// A host's packet reaches its SIU (in-process), sent to incarnation `incarnation` of the
+    /// SIU process.
     SiuHost {
         host: HostId,
         bytes: Vec<u8>,
+        incarnation: u64,
     },
     /// A new application replaced the one attached to SIU `host` (in the host→SIU order).
     SiuReattach {
@@ -207,10 +212,11 @@ enum Event {
     SiuDetach {
         host: HostId,
     },
-    /// A packet from the SIU reaches its host.
+    /// A packet from incarnation `incarnation` of the SIU process reaches its host.
     HostPacket {
         host: HostId,
         bytes: Vec<u8>,
+        incarnation: u64,
     },
     /// A packet the SIU dropped because no application was attached, in its place in the
     /// host-bound stream (for the observer only).
@@ -740,7 +746,17 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 }
                 self.run_node(to);
             }
-            Event::SiuHost { host, bytes } => {
+            Event::SiuHost {
+                host,
+                bytes,
+                incarnation,
+            } => {
+                if self.sius[usize::from(host)].rt.incarnation != incarnation {
+                    // Sent to an SIU process that crashed since: lost with it. Taken by the
+                    // new process, the old application's packets would reach a new session.
+                    self.stats.lost_with_siu += 1;
+                    return;
+                }
                 self.trace(NodeId::Siu(host), &bytes);
                 let node = &mut self.sius[usize::from(host)];
                 if !node.attached {
@@ -758,7 +774,19 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 }
                 self.run_node(NodeId::Siu(host));
             }
-            Event::HostPacket { host, bytes } => self.host_packet(host, bytes),
+            Event::HostPacket {
+                host,
+                bytes,
+                incarnation,
+            } => {
+                if self.sius[usize::from(host)].rt.incarnation != incarnation {
+                    // From an SIU process that crashed since: its application was told and
+                    // replaced; what the old process said is for the application it served.
+                    self.stats.lost_with_siu += 1;
+                    return;
+                }
+                self.host_packet(host, bytes);
+            }
             Event::SiuReattach { host } => {
                 let now = self.now();
                 let n = &mut self.sius[usize::from(host)];
@@ -866,7 +894,15 @@ impl<H: Host, O: Observer> Sim<H, O> {
             match action {
                 HostAction::Send { at_us, bytes } => {
                     let at = self.sius[h].from_host.fixed_transit(at_us);
-                    self.schedule(at, Event::SiuHost { host, bytes });
+                    let incarnation = self.sius[h].rt.incarnation;
+                    self.schedule(
+                        at,
+                        Event::SiuHost {
+                            host,
+                            bytes,
+                            incarnation,
+                        },
+                    );
                 }
                 HostAction::Wake { at_us, token } => {
                     self.schedule(at_us, Event::HostWake { host, token });

@@ -4,8 +4,12 @@
 //! switch and the TMs of neighbouring switches. It runs token waves (wave `k + 1` goes out
 //! only after token `k` arrived from every neighbour), barrier rounds, signal epochs, reset
 //! waves and the lost-token timer, and it **forwards isotach traffic**: a message goes onto its
-//! output link the moment it arrives, so it precedes every token the TM sends that link later
-//! (the FIFO guarantee the hardware switch gave for free).
+//! output link ahead of the first wave the TM sends after it arrived, so it precedes every
+//! token the TM sends that link later (the FIFO guarantee the hardware switch gave for free).
+//! It *rides with that wave* rather than leaving the moment it arrives: the order of messages
+//! and tokens on every link is the same either way (no wave goes out in between), and the
+//! messages share the wave's datagram instead of waking the neighbour once more each.
+//! Non-isotach traffic, which never waits on logical time, leaves at once.
 //!
 //! Like the SIU it owns no sockets, threads, clocks or randomness: input goes in through
 //! [`TokenManager::handle_input`] and [`TokenManager::handle_timeout`], output comes out of
@@ -117,9 +121,12 @@ pub struct TmStats {
     pub messages_forwarded: u64,
     /// Isotach messages held for a neighbour that had not started yet (released later).
     pub messages_held: u64,
+    /// Times the messages riding with the next wave left at once to make room in a queue
+    /// near its limit.
+    pub riding_released_for_room: u64,
     /// Isotach messages of another generation than this TM's dropped (stamped by their
-    /// source SIU): sent before a restart this TM took, or held here when one came.
-    /// Delivered, they would land in a pulse of another generation.
+    /// source SIU): sent before a restart this TM took, or held or riding here when one
+    /// came. Delivered, they would land in a pulse of another generation.
     pub messages_stale: u64,
     /// Barrier rounds sent to hosts (barrier waves).
     pub barrier_rounds: u64,
@@ -144,6 +151,9 @@ struct Link {
     /// lost. Released before any wave after wave 1, so they still precede the token that ends
     /// their pulse.
     held: VecDeque<Vec<u8>>,
+    /// Isotach messages for this neighbour that leave with the next wave, just ahead of its
+    /// token (see the crate documentation).
+    riding: Vec<Vec<u8>>,
     /// Busy news from this neighbour (a BUSY token, a message it sent through us): every wave
     /// up to this one goes out unpaced. 0: none in this generation.
     busy_until_wave: u64,
@@ -176,6 +186,8 @@ pub struct TokenManager {
     out: VecDeque<(LinkId, Vec<u8>)>,
     /// Messages held in all links (counted against the queue limit).
     held: usize,
+    /// Messages riding with the next wave in all links (counted against the queue limit).
+    riding: usize,
     stats: TmStats,
 }
 
@@ -225,6 +237,7 @@ impl TokenManager {
             pace_deadline_us: None,
             out: VecDeque::new(),
             held: 0,
+            riding: 0,
             stats: TmStats::default(),
             cfg,
         }
@@ -270,9 +283,31 @@ impl TokenManager {
         self.stats
     }
 
-    /// Packets waiting in the output queue.
+    /// Packets waiting in the output queue, with the messages riding with the next wave.
     pub fn queue_depth(&self) -> usize {
-        self.out.len()
+        self.out.len() + self.riding
+    }
+
+    /// Packets queued here in all (output queue, riding and held messages), against
+    /// `limits.queue_packets_max`.
+    fn queued(&self) -> usize {
+        self.out.len() + self.riding + self.held
+    }
+
+    /// Is the queue too full for one more input? A token can trigger a reset wave plus a
+    /// token wave: two packets per link. Riding messages never make it so: they leave at
+    /// once instead (forwarding on arrival is always correct), because only a wave frees
+    /// them, and a wave may need a token queued behind an input refused for room.
+    fn make_room(&mut self) -> bool {
+        let limit = self.cfg.limits.queue_packets_max;
+        if self.queued() + 2 * self.links.len() > limit && self.riding > 0 {
+            for link in 0..self.links.len() {
+                self.release_riding(link);
+            }
+            self.stats.riding_released_for_room += 1;
+        }
+        debug_assert!(self.riding == 0 || self.queued() + 2 * self.links.len() <= limit);
+        self.queued() + 2 * self.links.len() > limit
     }
 
     /// Next packet to send, with the link it goes on.
@@ -300,8 +335,7 @@ impl TokenManager {
     pub fn handle_timeout(&mut self, now_us: u64) {
         // With the output queue full (nobody drains it) tokens would only pile up: skip this
         // round; the timers re-arm.
-        let full =
-            self.out.len() + self.held + 2 * self.links.len() > self.cfg.limits.queue_packets_max;
+        let full = self.make_room();
         if let Some(pace) = self.pace_deadline_us
             && now_us >= pace
         {
@@ -340,10 +374,8 @@ impl TokenManager {
         if link >= self.links.len() {
             return Err(TmError::NoSuchLink(link));
         }
-        let limit = self.cfg.limits.queue_packets_max;
-        // A token can trigger a reset wave plus a token wave: two packets per link.
-        if self.out.len() + self.held + 2 * self.links.len() > limit {
-            return Err(TmError::Backpressure(limit));
+        if self.make_room() {
+            return Err(TmError::Backpressure(self.cfg.limits.queue_packets_max));
         }
         let decode = |error| TmError::Decode { link, error };
         match packet::peek_kind(bytes).map_err(decode)? {
@@ -384,9 +416,10 @@ impl TokenManager {
         }
     }
 
-    /// Forwards a message now: it leaves before any later token on its output link. An
-    /// isotach message for a neighbour that has not started this generation waits for its
-    /// first token (non-isotach traffic never waits on logical time).
+    /// Forwards a message: it leaves before any later token on its output link. An isotach
+    /// message rides with the next wave, or, for a neighbour that has not started this
+    /// generation, waits for its first token; non-isotach traffic never waits on logical time
+    /// and leaves at once.
     fn forward(&mut self, dest: u16, bytes: &[u8], isotach: bool) -> Result<(), TmError> {
         let Some(&link) = self.route.get(usize::from(dest)) else {
             return Err(TmError::NoSuchHost(dest));
@@ -400,8 +433,32 @@ impl TokenManager {
             debug_assert_eq!(self.held, self.held_in_links());
             return Ok(());
         }
-        self.out.push_back((link, bytes.to_vec()));
+        if isotach {
+            l.riding.push(bytes.to_vec());
+            self.riding += 1;
+        } else {
+            self.out.push_back((link, bytes.to_vec()));
+        }
         Ok(())
+    }
+
+    /// At a restart, messages riding with the next wave of the generation that ends are
+    /// dropped: no token of that generation follows them, so their pulses could never end
+    /// (a destination discards them at the reset), and a neighbour that restarted would get
+    /// a generation it never saw.
+    fn drop_riding(&mut self) {
+        for l in &mut self.links {
+            self.stats.messages_stale += l.riding.len() as u64;
+            l.riding.clear();
+        }
+        self.riding = 0;
+    }
+
+    /// The messages riding towards `link` go out now (ahead of a token about to follow them).
+    fn release_riding(&mut self, link: LinkId) {
+        let riding = &mut self.links[link].riding;
+        self.riding -= riding.len();
+        self.out.extend(riding.drain(..).map(|b| (link, b)));
     }
 
     /// The message was sent in this TM's generation. One of another was sent before a
@@ -531,6 +588,7 @@ impl TokenManager {
         if self.started {
             self.stats.resets += 1;
         }
+        self.drop_riding();
         self.started = true;
         self.generation = generation;
         self.drop_held_of_other_generations();
@@ -672,6 +730,7 @@ impl TokenManager {
                 source_port: self.port,
                 generation: self.generation,
             };
+            self.release_riding(link);
             self.push_token(link, t);
             self.links[link].last_two.remember(t);
         }
@@ -723,6 +782,7 @@ impl Link {
             barrier_recv: [0; BARRIERS],
             barrier_sent: [0; BARRIERS],
             held: VecDeque::new(),
+            riding: Vec::new(),
             busy_until_wave: 0,
         }
     }

@@ -1,6 +1,6 @@
 use super::*;
 use isotach_proto::Pulse;
-use isotach_proto::packet::{Packet, Sref, SrefOp, Width};
+use isotach_proto::packet::{Packet, PlainMessage, Sref, SrefOp, Width};
 use isotach_proto::{Generation, WaveSeq};
 
 /// A TM without idle pacing (waves at full speed): the protocol tests.
@@ -92,6 +92,47 @@ fn wave_waits_for_every_neighbour() {
             .all(|(_, t)| t.seq == WaveSeq::from_bits(2) && t.barrier == 0)
     );
     assert_eq!(t.waves(), 2);
+}
+
+#[test]
+fn an_isotach_message_rides_with_the_next_wave_and_a_plain_one_leaves_at_once() {
+    let mut t = started(2);
+    t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
+    t.handle_input(1, 0, &write_to(1)).unwrap();
+    let plain = Packet::Plain(PlainMessage {
+        dest: 1,
+        ..PlainMessage::default()
+    });
+    t.handle_input(1, 0, &plain.to_vec()).unwrap();
+    let out = drain(&mut t);
+    assert_eq!(
+        out.iter().map(|(l, p)| (*l, p.kind())).collect::<Vec<_>>(),
+        [(1, Kind::Plain)],
+        "the isotach message waits for wave 2 (host 0 has not answered wave 1)"
+    );
+    assert_eq!(t.queue_depth(), 1, "the riding message is queued");
+    t.handle_input(2, 0, &token(0, 1).to_bytes()).unwrap();
+    let to_host1: Vec<_> = drain(&mut t)
+        .into_iter()
+        .filter(|(l, _)| *l == 1)
+        .map(|(_, p)| p.kind())
+        .collect();
+    assert_eq!(to_host1, [Kind::IsotachMessage, Kind::Token]);
+    assert_eq!(t.queue_depth(), 0);
+    assert_eq!(t.stats().messages_forwarded, 2);
+}
+
+#[test]
+fn messages_riding_when_a_restart_comes_belong_to_the_old_generation() {
+    let mut t = started(2);
+    t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
+    t.handle_input(1, 0, &write_to(1)).unwrap();
+    assert_eq!(t.queue_depth(), 1, "riding with wave 2");
+    t.begin_restart(2);
+    let out = drain(&mut t);
+    assert!(out.iter().all(|(_, p)| p.kind() == Kind::Token));
+    assert_eq!(t.stats().messages_stale, 1);
+    assert_eq!(t.queue_depth(), 0);
 }
 
 #[test]
@@ -399,8 +440,17 @@ fn messages_of_an_older_generation_are_dropped_not_forwarded() {
         .unwrap();
     t.handle_input(4, 1, &in_generation_2(token(1, 1))).unwrap();
     t.handle_input(4, 0, &write_in(2, 1)).unwrap();
-    assert_eq!(messages_to(&drain(&mut t), 1), 1);
+    assert_eq!(messages_to(&next_wave_from_host_0(&mut t), 1), 1);
     assert_eq!(t.stats().messages_stale, 1);
+}
+
+/// Host 0's first token of generation 2 sends wave 2 (host 1 answered wave 1 already),
+/// which takes the messages riding with it along; returns what went out.
+fn next_wave_from_host_0(t: &mut TokenManager) -> Vec<(LinkId, Packet)> {
+    t.handle_input(5, 0, &in_generation_2(token(0, 1))).unwrap();
+    let out = drain(t);
+    assert_eq!(tokens(&out).len(), 2, "wave 2 went out");
+    out
 }
 
 #[test]
@@ -434,7 +484,11 @@ fn a_corrupted_token_does_not_hide_a_messages_generation() {
     echo[at] ^= 0xff;
     assert!(t.handle_input(4, 0, &echo).is_err());
     t.handle_input(4, 0, &write_in(2, 1)).unwrap();
-    assert_eq!(messages_to(&drain(&mut t), 1), 1, "stamped in generation 2");
+    assert_eq!(
+        messages_to(&next_wave_from_host_0(&mut t), 1),
+        1,
+        "stamped in generation 2"
+    );
     assert_eq!(t.stats().messages_stale, 1);
 }
 
@@ -690,4 +744,42 @@ fn a_wake_up_covers_the_wave_its_repeated_token_gates() {
         vec![(0, 3, true), (1, 3, false)]
     );
     assert_eq!(t.stats().waves_released, 1);
+}
+
+#[test]
+fn riding_messages_leave_at_once_rather_than_hold_up_a_token() {
+    // A queue of 16 packets: with 2 links, 4 are kept for a wave, so 12 messages fit and a
+    // 13th is taken while the count before it is within the limit.
+    let mut t = TokenManager::new(TmConfig {
+        limits: Limits {
+            queue_packets_max: 16,
+            ..Limits::default()
+        },
+        ..tm(2, 1, 0).config().clone()
+    });
+    t.handle_input(0, 0, &reset_token(0).to_bytes()).unwrap();
+    drain(&mut t);
+    t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
+    for _ in 0..13 {
+        t.handle_input(1, 0, &write_to(1)).unwrap();
+    }
+    assert_eq!(t.queue_depth(), 13, "riding with wave 2");
+    assert!(drain(&mut t).is_empty());
+    // One more would fill the queue: the riders leave now and the input is refused for room
+    // (back-pressure), so the token behind it gets in once the output drained.
+    assert_eq!(
+        t.handle_input(1, 0, &write_to(1)),
+        Err(TmError::Backpressure(16))
+    );
+    assert_eq!(t.stats().riding_released_for_room, 1);
+    let out = drain(&mut t);
+    assert_eq!(messages_to(&out, 1), 13);
+    t.handle_input(1, 0, &write_to(1)).unwrap();
+    t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
+    let to_host1: Vec<_> = drain(&mut t)
+        .into_iter()
+        .filter(|(l, _)| *l == 1)
+        .map(|(_, p)| p.kind())
+        .collect();
+    assert_eq!(to_host1, [Kind::IsotachMessage, Kind::Token]);
 }

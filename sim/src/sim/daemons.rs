@@ -190,7 +190,15 @@ impl<H: Host, O: Observer> Sim<H, O> {
         while let Some(bytes) = self.sius[h].pump.local_recv() {
             for bytes in self.tamper_host_bound(host, bytes) {
                 let at = self.sius[h].to_host.fixed_transit(self.now_us);
-                self.schedule(at, Event::HostPacket { host, bytes });
+                let incarnation = self.sius[h].rt.incarnation;
+                self.schedule(
+                    at,
+                    Event::HostPacket {
+                        host,
+                        bytes,
+                        incarnation,
+                    },
+                );
             }
         }
     }
