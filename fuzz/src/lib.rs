@@ -517,8 +517,8 @@ fn limits_timing(flags: u8, topology: &Topology, inp: &mut Input<'_>) -> (Limits
         token_timeout_us,
         // More than the largest logical distance.
         epoch_pulses: EPOCH_PULSES_MIN.max(reach + 1) + u32::from(inp.u8() % 8),
-        // Off, or below the token timeout.
-        idle_pace_us: u64::from(inp.u16()) % token_timeout_us,
+        // Off, or at most half the token timeout (`check_bounds`).
+        idle_pace_us: u64::from(inp.u16()) % (token_timeout_us / 2 + 1),
     };
     if let Err((key, why)) = check_bounds(&timing, &limits, topology) {
         panic!("the fuzz harness built {key} = {why}: {limits:?} {timing:?}");
@@ -528,7 +528,7 @@ fn limits_timing(flags: u8, topology: &Topology, inp: &mut Input<'_>) -> (Limits
 
 /// The cluster a state-machine run starts from, read from the head of the fuzz input: flags
 /// (bit 0 host mode, bit 1 small limits, bit 2 the SIU initiates the reset), a line topology
-/// of 1-8 hosts over 1-4 switches, the node's index byte (reduced by the caller), then limits
+/// of 1-8 hosts over 1-4 switches (no more switches than hosts), the node's index byte (reduced by the caller), then limits
 /// and timing.
 struct FuzzCluster {
     flags: u8,
@@ -544,7 +544,8 @@ impl FuzzCluster {
     fn read(inp: &mut Input<'_>) -> Self {
         let flags = inp.u8();
         let hosts = 1 + usize::from(inp.u8() % 8);
-        let switches = 1 + usize::from(inp.u8() % 4);
+        // Every switch of a line takes a host (`TopologyError::TooFewHosts`).
+        let switches = 1 + usize::from(inp.u8()) % hosts.min(4);
         let node = inp.u8();
         let topology = Arc::new(Topology::line(hosts, switches).expect("a line topology is valid"));
         let (limits, timing) = limits_timing(flags, &topology, inp);
