@@ -53,8 +53,17 @@ struct Node {
     to: TransIdx,
 }
 
-fn node(local: NodeAddr, other: NodeAddr, ack_delay: Duration) -> Node {
-    node_with(local, other, ack_delay, 65_507)
+/// Nodes A and B, each mapped to the other, holding acknowledgements `ack_delay`.
+fn pair(ack_delay: Duration) -> (Node, Node) {
+    pair_with(ack_delay, 65_507)
+}
+
+/// [`pair`] over datagrams of at most `datagram` bytes.
+fn pair_with(ack_delay: Duration, datagram: usize) -> (Node, Node) {
+    (
+        node_with(A, B, ack_delay, datagram),
+        node_with(B, A, ack_delay, datagram),
+    )
 }
 
 fn node_with(local: NodeAddr, other: NodeAddr, ack_delay: Duration, datagram: usize) -> Node {
@@ -81,6 +90,13 @@ impl Node {
         self.core
             .send_request(now, SendReq::short(EP, self.to, h, &[]))
             .unwrap();
+    }
+
+    /// Sends one request on `h` to `to`, which takes it.
+    fn request(&mut self, now: Time, h: HandlerId, to: &mut Self) {
+        self.send(now, h);
+        let datagrams = self.transmit();
+        to.deliver(now, self.core.local(), &datagrams);
     }
 
     fn send_medium(&mut self, now: Time, payload: &[u8]) {
@@ -118,10 +134,8 @@ fn ms(n: u64) -> Time {
 
 #[test]
 fn a_lone_acknowledgement_waits_its_delay_then_leaves_alone() {
-    let (mut a, mut b) = (node(A, B, DELAY), node(B, A, DELAY));
-    a.send(ms(0), H_QUIET);
-    let req = a.transmit();
-    b.deliver(ms(0), A, &req);
+    let (mut a, mut b) = pair(DELAY);
+    a.request(ms(0), H_QUIET, &mut b);
     assert_eq!(b.d.requests, 1);
     assert!(b.transmit().is_empty(), "the acknowledgement waits");
     assert!(
@@ -150,10 +164,8 @@ fn a_lone_acknowledgement_waits_its_delay_then_leaves_alone() {
 
 #[test]
 fn a_request_to_the_peer_takes_the_held_acknowledgement_along() {
-    let (mut a, mut b) = (node(A, B, DELAY), node(B, A, DELAY));
-    a.send(ms(0), H_QUIET);
-    let req = a.transmit();
-    b.deliver(ms(0), A, &req);
+    let (mut a, mut b) = pair(DELAY);
+    a.request(ms(0), H_QUIET, &mut b);
     b.send(ms(1), H_QUIET);
     let out = b.transmit();
     assert_eq!(
@@ -174,7 +186,7 @@ fn a_request_to_the_peer_takes_the_held_acknowledgement_along() {
 
 #[test]
 fn a_second_acknowledgement_to_the_same_peer_sends_both() {
-    let (mut a, mut b) = (node(A, B, DELAY), node(B, A, DELAY));
+    let (mut a, mut b) = pair(DELAY);
     a.send(ms(0), H_QUIET);
     a.send(ms(0), H_QUIET);
     let reqs = a.transmit();
@@ -189,20 +201,17 @@ fn a_second_acknowledgement_to_the_same_peer_sends_both() {
 
 #[test]
 fn replies_are_never_held_and_take_a_held_acknowledgement_along() {
-    let (mut a, mut b) = (node(A, B, DELAY), node(B, A, DELAY));
-    a.send(ms(0), H_QUIET);
-    b.deliver(ms(0), A, &a.transmit());
-    a.send(ms(0), H_ECHO);
-    b.deliver(ms(0), A, &a.transmit());
+    let (mut a, mut b) = pair(DELAY);
+    a.request(ms(0), H_QUIET, &mut b);
+    a.request(ms(0), H_ECHO, &mut b);
     assert_eq!(kinds(&b.transmit()), [[Kind::Ack, Kind::Reply]]);
     assert_eq!(b.core.stats().acks_held, 1);
 }
 
 #[test]
 fn without_a_delay_every_acknowledgement_leaves_at_once() {
-    let (mut a, mut b) = (node(A, B, Duration::ZERO), node(B, A, Duration::ZERO));
-    a.send(ms(0), H_QUIET);
-    b.deliver(ms(0), A, &a.transmit());
+    let (mut a, mut b) = pair(Duration::ZERO);
+    a.request(ms(0), H_QUIET, &mut b);
     assert_eq!(kinds(&b.transmit()), [[Kind::Ack]]);
     assert_eq!(b.core.stats().acks_held, 0);
     assert!(!b.core.timers_armed());
@@ -212,7 +221,7 @@ fn without_a_delay_every_acknowledgement_leaves_at_once() {
 fn a_duplicate_request_sends_its_held_acknowledgement_once() {
     // The requester retransmits before the held acknowledgement leaves: the duplicate is
     // answered from the reply cache, and the held acknowledgement goes with that answer.
-    let (mut a, mut b) = (node(A, B, DELAY), node(B, A, DELAY));
+    let (mut a, mut b) = pair(DELAY);
     a.send(ms(0), H_QUIET);
     let req = a.transmit();
     b.deliver(ms(0), A, &req);
@@ -237,10 +246,7 @@ fn an_ack_delay_at_or_above_the_retransmission_floor_is_refused() {
 #[test]
 fn frames_for_one_peer_share_datagrams_as_far_as_they_fit() {
     const DATAGRAM: usize = 1_472;
-    let (mut a, mut b) = (
-        node_with(A, B, Duration::ZERO, DATAGRAM),
-        node_with(B, A, Duration::ZERO, DATAGRAM),
-    );
+    let (mut a, mut b) = pair_with(Duration::ZERO, DATAGRAM);
     for _ in 0..6 {
         a.send(ms(0), H_QUIET);
     }
@@ -251,10 +257,7 @@ fn frames_for_one_peer_share_datagrams_as_far_as_they_fit() {
     assert_eq!(b.d.requests, 6);
     assert_eq!(kinds(&b.transmit()), [vec![Kind::Ack; 6]]);
     // A medium frame of 600 bytes is 676 bytes long: two fit 1 472, a third does not.
-    let (mut a, mut b) = (
-        node_with(A, B, Duration::ZERO, DATAGRAM),
-        node_with(B, A, Duration::ZERO, DATAGRAM),
-    );
+    let (mut a, mut b) = pair_with(Duration::ZERO, DATAGRAM);
     for _ in 0..5 {
         a.send_medium(ms(1), &[7; 600]);
     }
@@ -269,7 +272,7 @@ fn frames_for_one_peer_share_datagrams_as_far_as_they_fit() {
 #[test]
 fn frames_for_different_peers_never_share_a_datagram() {
     const C: NodeAddr = NodeAddr::Mem(3);
-    let mut a = node(A, B, Duration::ZERO);
+    let (mut a, _) = pair(Duration::ZERO);
     let to_c = a
         .core
         .map_any(EP, EndpointName { node: C, ep: EP }, DEFAULT_TAG)
@@ -288,7 +291,7 @@ fn frames_for_different_peers_never_share_a_datagram() {
 
 #[test]
 fn a_garbled_frame_drops_the_rest_of_its_datagram_and_retransmission_recovers_it() {
-    let (mut a, mut b) = (node(A, B, Duration::ZERO), node(B, A, Duration::ZERO));
+    let (mut a, mut b) = pair(Duration::ZERO);
     for _ in 0..3 {
         a.send(ms(0), H_QUIET);
     }
@@ -313,7 +316,7 @@ fn a_garbled_frame_drops_the_rest_of_its_datagram_and_retransmission_recovers_it
 
 #[test]
 fn a_datagram_cut_inside_its_last_frame_keeps_the_frames_before_it() {
-    let (mut a, mut b) = (node(A, B, Duration::ZERO), node(B, A, Duration::ZERO));
+    let (mut a, mut b) = pair(Duration::ZERO);
     a.send(ms(0), H_QUIET);
     a.send(ms(0), H_QUIET);
     let mut d = a.transmit().pop().unwrap();
