@@ -112,12 +112,10 @@ fn an_isotach_message_rides_with_the_next_wave_and_a_plain_one_leaves_at_once() 
     );
     assert_eq!(t.queue_depth(), 1, "the riding message is queued");
     t.handle_input(2, 0, &token(0, 1).to_bytes()).unwrap();
-    let to_host1: Vec<_> = drain(&mut t)
-        .into_iter()
-        .filter(|(l, _)| *l == 1)
-        .map(|(_, p)| p.kind())
-        .collect();
-    assert_eq!(to_host1, [Kind::IsotachMessage, Kind::Token]);
+    assert_eq!(
+        kinds_to(&drain(&mut t), 1),
+        [Kind::IsotachMessage, Kind::Token]
+    );
     assert_eq!(t.queue_depth(), 0);
     assert_eq!(t.stats().messages_forwarded, 2);
 }
@@ -142,13 +140,10 @@ fn messages_are_forwarded_before_the_next_token() {
     t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
     t.handle_input(1, 0, &mb).unwrap();
     t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
-    let out = drain(&mut t);
-    let to_host1: Vec<_> = out
-        .iter()
-        .filter(|(l, _)| *l == 1)
-        .map(|(_, p)| p.kind())
-        .collect();
-    assert_eq!(to_host1, vec![Kind::IsotachMessage, Kind::Token]);
+    assert_eq!(
+        kinds_to(&drain(&mut t), 1),
+        [Kind::IsotachMessage, Kind::Token]
+    );
 }
 
 #[test]
@@ -421,6 +416,14 @@ fn in_generation_2(t: Token) -> Vec<u8> {
     .to_vec()
 }
 
+/// The kinds of the packets in `out` towards `link`, in order.
+fn kinds_to(out: &[(LinkId, Packet)], link: LinkId) -> Vec<Kind> {
+    out.iter()
+        .filter(|(l, _)| *l == link)
+        .map(|(_, p)| p.kind())
+        .collect()
+}
+
 /// Isotach messages in `out` towards `link`.
 fn messages_to(out: &[(LinkId, Packet)], link: LinkId) -> usize {
     out.iter()
@@ -636,13 +639,10 @@ fn a_forwarded_message_releases_a_paced_wave_and_precedes_it() {
     t.handle_input(10, 1, &token(1, 1).to_bytes()).unwrap();
     assert!(t.pacing());
     t.handle_input(12, 0, &write_to(1)).unwrap();
-    let out = drain(&mut t);
-    let to_host1: Vec<_> = out
-        .iter()
-        .filter(|(l, _)| *l == 1)
-        .map(|(_, p)| p.kind())
-        .collect();
-    assert_eq!(to_host1, vec![Kind::IsotachMessage, Kind::Token]);
+    assert_eq!(
+        kinds_to(&drain(&mut t), 1),
+        [Kind::IsotachMessage, Kind::Token]
+    );
     assert_eq!(t.stats().waves_released, 1);
     assert!(!t.pacing());
 }
@@ -776,10 +776,8 @@ fn riding_messages_leave_at_once_rather_than_hold_up_a_token() {
     assert_eq!(messages_to(&out, 1), 13);
     t.handle_input(1, 0, &write_to(1)).unwrap();
     t.handle_input(1, 0, &token(0, 1).to_bytes()).unwrap();
-    let to_host1: Vec<_> = drain(&mut t)
-        .into_iter()
-        .filter(|(l, _)| *l == 1)
-        .map(|(_, p)| p.kind())
-        .collect();
-    assert_eq!(to_host1, [Kind::IsotachMessage, Kind::Token]);
+    assert_eq!(
+        kinds_to(&drain(&mut t), 1),
+        [Kind::IsotachMessage, Kind::Token]
+    );
 }
