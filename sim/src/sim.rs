@@ -751,10 +751,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 bytes,
                 incarnation,
             } => {
-                if self.sius[usize::from(host)].rt.incarnation != incarnation {
-                    // Sent to an SIU process that crashed since: lost with it. Taken by the
-                    // new process, the old application's packets would reach a new session.
-                    self.stats.lost_with_siu += 1;
+                if self.lost_with_siu(host, incarnation) {
                     return;
                 }
                 self.trace(NodeId::Siu(host), &bytes);
@@ -779,13 +776,9 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 bytes,
                 incarnation,
             } => {
-                if self.sius[usize::from(host)].rt.incarnation != incarnation {
-                    // From an SIU process that crashed since: its application was told and
-                    // replaced; what the old process said is for the application it served.
-                    self.stats.lost_with_siu += 1;
-                    return;
+                if !self.lost_with_siu(host, incarnation) {
+                    self.host_packet(host, bytes);
                 }
-                self.host_packet(host, bytes);
             }
             Event::SiuReattach { host } => {
                 let now = self.now();
@@ -818,6 +811,16 @@ impl<H: Host, O: Observer> Sim<H, O> {
             Event::Crash => self.crash(),
             Event::Revive { node } => self.revive(node),
         }
+    }
+
+    /// Was a packet on host `host`'s link sent to or from SIU process `incarnation`, which
+    /// has crashed since? Then it is lost with it (counted): the application was told of the
+    /// crash and replaced, and the old one's packets must not reach the new process, nor the
+    /// old process's reach the new application.
+    fn lost_with_siu(&mut self, host: HostId, incarnation: u64) -> bool {
+        let lost = self.sius[usize::from(host)].rt.incarnation != incarnation;
+        self.stats.lost_with_siu += u64::from(lost);
+        lost
     }
 
     fn now(&self) -> Time {
