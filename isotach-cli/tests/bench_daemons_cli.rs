@@ -2,14 +2,10 @@
 //! report their numbers with the baselines of the same run. Tiny durations; nothing
 //! here asserts on timings, only that the keys are there and positive.
 
-use std::process::{Command, Output};
+mod common;
 
-fn isotach(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_isotach"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use common::isotach;
+use std::process::Output;
 
 fn json_ok(out: &Output) -> serde_json::Value {
     assert!(

@@ -2,21 +2,17 @@
 //! used by the AM QUIC backend: two nodes of one cluster CA talk; a node whose certificate
 //! another CA signed is refused (issue 5, item 8).
 
+mod common;
+
+use common::isotach;
 use isotach_am::backend::quic::{QuicConfig, QuicIdentity, QuicTransport, identity_from_pem};
 use isotach_am::{Bundle, Config, EpId, HandlerId, Status, Tag, TransIdx};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn isotach(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_isotach"))
-        .args(args)
-        .output()
-        .expect("run the isotach binary")
-}
 
 /// A fresh directory under the system temp dir, removed on drop.
 struct TempDir(PathBuf);

@@ -1,16 +1,11 @@
 //! `isotach check-config` through the built binary: the example config passes, and every bad
 //! config or map exits 2 with one error line naming the file, the line and the key.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
+mod common;
 
-fn isotach(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_isotach"))
-        .args(args)
-        .output()
-        .expect("run the isotach binary")
-}
+use common::isotach;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/cluster.toml")

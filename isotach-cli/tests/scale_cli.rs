@@ -1,28 +1,10 @@
 //! `isotach sim scale` and `isotach tool plot-scale` through the built binary: the sweep's
 //! JSON, its points, and the SVG drawn from a sweep.
 
+mod common;
+
+use common::{isotach, ok_json, stderr};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn isotach(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_isotach"))
-        .args(args)
-        .env_remove("ISOTACH_SEED")
-        .output()
-        .expect("run the isotach binary")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// The one JSON object on stdout of a run that exited 0.
-fn ok_json(out: &Output) -> serde_json::Value {
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
-    let stdout = String::from_utf8(out.stdout.clone()).expect("utf-8 stdout");
-    assert_eq!(stdout.lines().count(), 1, "one JSON object: {stdout}");
-    serde_json::from_str(&stdout).expect("stdout is JSON")
-}
 
 const POINT_KEYS: &[&str] = &[
     "topology",

@@ -1,31 +1,8 @@
 //! `isotach sim waves` through the built binary: JSON keys, exit codes, flag validation.
 
-use std::process::{Command, Output};
+mod common;
 
-fn isotach(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_isotach"))
-        .args(args)
-        .env_remove("ISOTACH_SEED")
-        .output()
-        .expect("run the isotach binary")
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    let stdout = String::from_utf8(out.stdout.clone()).expect("utf-8 stdout");
-    assert_eq!(stdout.lines().count(), 1, "one JSON object: {stdout}");
-    serde_json::from_str(&stdout).expect("stdout is JSON")
-}
-
-/// The JSON report of a run that must exit 0 (its stderr says why when it did not).
-fn ok_json(out: &Output) -> serde_json::Value {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    json(out)
-}
+use common::{isotach, json, ok_json};
 
 /// Fails naming the first of `keys` that the report `v` lacks.
 fn assert_keys(v: &serde_json::Value, keys: &[&str]) {

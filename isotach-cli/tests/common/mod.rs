@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::net::{Ipv4Addr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_isotach");
@@ -25,6 +25,34 @@ impl Drop for Procs {
             let _ = c.wait();
         }
     }
+}
+
+/// Runs the built `isotach` with `args` to its end (`ISOTACH_SEED` unset, so a seed comes
+/// only from the flags).
+pub(crate) fn isotach(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("ISOTACH_SEED")
+        .output()
+        .expect("run the isotach binary")
+}
+
+/// A run's stderr, as text.
+pub(crate) fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The one JSON object on a run's stdout.
+pub(crate) fn json(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8(out.stdout.clone()).expect("utf-8 stdout");
+    assert_eq!(stdout.lines().count(), 1, "one JSON object: {stdout}");
+    serde_json::from_str(&stdout).expect("stdout is JSON")
+}
+
+/// The JSON report of a run that must exit 0 (its stderr says why when it did not).
+pub(crate) fn ok_json(out: &Output) -> serde_json::Value {
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+    json(out)
 }
 
 /// A fresh scratch directory for one test.
