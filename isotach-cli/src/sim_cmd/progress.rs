@@ -99,6 +99,15 @@ impl AnsiStderr {
     fn put(&self, s: &str) -> std::io::Result<()> {
         std::io::stderr().write_all(s.as_bytes())
     }
+
+    /// Moves the cursor `n` cells in ANSI direction `dir` (`A` up, `B` down, `C` right, `D`
+    /// left); nothing for 0 (the sequence would move it one).
+    fn cursor(&self, n: usize, dir: char) -> std::io::Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.put(&format!("\x1b[{n}{dir}"))
+    }
 }
 
 impl TermLike for AnsiStderr {
@@ -106,32 +115,16 @@ impl TermLike for AnsiStderr {
         FORCED_WIDTH
     }
     fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
-        if n == 0 {
-            Ok(())
-        } else {
-            self.put(&format!("\x1b[{n}A"))
-        }
+        self.cursor(n, 'A')
     }
     fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
-        if n == 0 {
-            Ok(())
-        } else {
-            self.put(&format!("\x1b[{n}B"))
-        }
+        self.cursor(n, 'B')
     }
     fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
-        if n == 0 {
-            Ok(())
-        } else {
-            self.put(&format!("\x1b[{n}C"))
-        }
+        self.cursor(n, 'C')
     }
     fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
-        if n == 0 {
-            Ok(())
-        } else {
-            self.put(&format!("\x1b[{n}D"))
-        }
+        self.cursor(n, 'D')
     }
     fn write_line(&self, s: &str) -> std::io::Result<()> {
         self.put(&format!("{s}\n"))
