@@ -2,7 +2,6 @@
 
 use crate::bouncer::TokenBits;
 use isotach_proto::Generation;
-use isotach_proto::Pulse;
 use isotach_proto::WaveSeq;
 use isotach_proto::packet::{
     BarrierSignalMarker, CRC_LEN, EndOfIsochron, IsotachMessage, PlainMessage, Sref, SrefOp,
@@ -81,14 +80,7 @@ impl ByteGenerator {
 
     /// An isotach message carrying any sref.
     pub fn message(&mut self, dest: HostId, sref: Sref) -> Vec<u8> {
-        let m = IsotachMessage {
-            ts: Pulse::new(0),
-            source: 0,
-            dest,
-            sequum: 0,
-            generation: Generation::new(0),
-            sref,
-        };
+        let m = IsotachMessage::unstamped(dest, sref);
         let mut v = Vec::with_capacity(m.encoded_len());
         m.encode(&mut v);
         self.keep(v)

@@ -233,6 +233,19 @@ const MSG_SEQUUM_AT: usize = 16;
 const MSG_GENERATION_AT: usize = 24;
 
 impl IsotachMessage {
+    /// A message to `dest` as a host hands it to its SIU: timestamp, source, sequence number
+    /// and generation zero, for the SIU to stamp (`stamp_in_place`).
+    pub fn unstamped(dest: u16, sref: Sref) -> Self {
+        Self {
+            ts: Pulse::new(0),
+            source: 0,
+            dest,
+            sequum: 0,
+            generation: Generation::new(0),
+            sref,
+        }
+    }
+
     /// Encoded length.
     pub fn encoded_len(&self) -> usize {
         match &self.sref {

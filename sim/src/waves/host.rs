@@ -7,8 +7,6 @@ use crate::latency::LatencySamples;
 use crate::net::RangeUs;
 use crate::sim::Tamper;
 use crate::unexpected::Unexpected;
-use isotach_proto::Generation;
-use isotach_proto::Pulse;
 use isotach_proto::packet::{
     BARRIERS, BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind,
     PlainMessage, Sref, SrefOp, StartOfIsochron, Width,
@@ -180,14 +178,7 @@ impl WavesHost {
         ctx.send_at(at, bytes);
         for dest in dests {
             at += ctx.rng().range_inclusive(0, PACKET_SPACING_US_MAX);
-            let m = IsotachMessage {
-                ts: Pulse::new(0),
-                source: 0,
-                dest,
-                sequum: 0,
-                generation: Generation::new(0),
-                sref: random_sref(ctx),
-            };
+            let m = IsotachMessage::unstamped(dest, random_sref(ctx));
             let mut bytes = Vec::with_capacity(m.encoded_len());
             m.encode(&mut bytes);
             ctx.send_at(at, bytes);
@@ -448,6 +439,7 @@ impl Host for WavesHost {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use isotach_proto::Pulse;
 
     /// Two isochrons of one sequence set may come back stamped out of issue order: the EOP of
     /// the lower TS measures it, and the other waits for its own pulse.
