@@ -20,7 +20,7 @@ use crate::pump::Pump;
 use crate::siu::{PEER_APP, SiuGauges, SiuPlan, SiuRole};
 use isotach_am::port::{links_on, take_arrivals};
 use isotach_am::{NodeAddr, Tag, Time, Transport};
-use isotach_siu::Siu;
+use isotach_siu::{Siu, SiuConfig};
 use std::sync::Arc;
 
 /// The host's SIU and its transport, driven by the application's thread.
@@ -36,7 +36,13 @@ impl<T: Transport> EmbeddedSiu<T> {
     /// The application counts as attached from the start.
     pub fn new(plan: SiuPlan, transport: T, tag: Tag) -> Result<Self, DaemonError> {
         let queue_max = plan.cfg.limits.queue_packets_max;
-        let role = SiuRole::new(Siu::new(plan.cfg));
+        // The application answers an EOP on this thread before the next pass: let the token
+        // its pulse allowed wait for that answer (`SiuConfig::host_turns`).
+        let cfg = SiuConfig {
+            host_turns: true,
+            ..plan.cfg
+        };
+        let role = SiuRole::new(Siu::new(cfg));
         // The links hold every peer but the in-process application, in peer-id order.
         let net_peers: Vec<NodeAddr> = plan
             .peers

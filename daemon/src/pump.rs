@@ -75,6 +75,11 @@ pub trait Role {
     fn undelivered(&mut self, now_us: u64, peer: usize, bytes: Vec<u8>) {
         let _ = (now_us, peer, bytes);
     }
+    /// The local peer's packets of this pass were offered (called once per
+    /// [`Pump::advance`] of a pump with a local peer, after them and before network input):
+    /// its turn ended. No default, so a wrapping role cannot forget to pass it on: a role that
+    /// holds output for the turn would otherwise hold it for good.
+    fn local_turn_ended(&mut self, now_us: u64);
     /// Should the on-demand links be broken and linked anew before the next output
     /// ([`Links::relink_on_demand`])? Asked before every output pass; true once per
     /// occasion. By default never.
@@ -400,8 +405,9 @@ impl<R: Role> Pump<R> {
         }
     }
 
-    /// Held input first, in order, then what arrived, lane by lane; a lane whose held queue
-    /// is full is not read (its peers wait in the links, whose credit stops them).
+    /// Held input first, in order, then the local peer's packets (its turn, which the role
+    /// hears has ended), then what arrived from the links; a lane whose held queue is full is
+    /// not read (its peers wait in the links, whose credit stops them).
     fn feed(&mut self, now_us: u64) -> Result<(), AmError> {
         for lane in 0..self.held.len() {
             while let Some((peer, bytes)) = self.held[lane].pop_front() {
@@ -410,40 +416,63 @@ impl<R: Role> Pump<R> {
                 }
             }
         }
-        loop {
-            let mut open = [false; LANES_MAX];
-            for (lane, q) in self.held.iter().enumerate() {
-                open[lane] = q.len() < self.held_max;
+        if self.local.is_some() {
+            while let Some((peer, bytes)) = self.take_local() {
+                self.take_input(now_us, peer, bytes)?;
             }
-            let local = self
-                .local
-                .as_mut()
-                .filter(|l| !l.inbox.is_empty() && open[self.role.lane(l.peer)]);
-            let (peer, bytes) = if let Some(l) = local {
-                (l.peer, l.inbox.pop_front().expect("checked"))
-            } else {
-                let local_peer = self.local.as_ref().map(|l| l.peer);
-                let to_peer = |link: usize| match local_peer {
-                    Some(lp) if link >= lp => link + 1,
-                    _ => link,
-                };
-                let role = &self.role;
-                let Some((link, bytes)) = self.links.recv_where(|l| open[role.lane(to_peer(l))])
-                else {
-                    return Ok(());
-                };
-                (to_peer(link), bytes)
-            };
-            let lane = self.role.lane(peer);
-            // Read only from a lane with room.
-            debug_assert!(self.held[lane].len() < self.held_max);
-            if self.held[lane].is_empty() {
-                self.offer_input(now_us, lane, peer, bytes)?;
-            } else {
-                self.held[lane].push_back((peer, bytes));
-            }
-            debug_assert!(self.held[lane].len() <= self.held_max);
+            self.role.local_turn_ended(now_us);
+            self.drain(now_us)?;
         }
+        while let Some((peer, bytes)) = self.take_arrived() {
+            self.take_input(now_us, peer, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Which input lanes have room to be read.
+    fn open_lanes(&self) -> [bool; LANES_MAX] {
+        let mut open = [false; LANES_MAX];
+        for (lane, q) in self.held.iter().enumerate() {
+            open[lane] = q.len() < self.held_max;
+        }
+        open
+    }
+
+    /// The local peer's next packet, if its lane has room.
+    fn take_local(&mut self) -> Option<(usize, Vec<u8>)> {
+        let open = self.open_lanes();
+        let l = self.local.as_mut()?;
+        if l.inbox.is_empty() || !open[self.role.lane(l.peer)] {
+            return None;
+        }
+        Some((l.peer, l.inbox.pop_front()?))
+    }
+
+    /// The next packet the links delivered on a lane with room.
+    fn take_arrived(&mut self) -> Option<(usize, Vec<u8>)> {
+        let open = self.open_lanes();
+        let local_peer = self.local.as_ref().map(|l| l.peer);
+        let to_peer = |link: usize| match local_peer {
+            Some(lp) if link >= lp => link + 1,
+            _ => link,
+        };
+        let role = &self.role;
+        let (link, bytes) = self.links.recv_where(|l| open[role.lane(to_peer(l))])?;
+        Some((to_peer(link), bytes))
+    }
+
+    /// Offers an input at once, or holds it behind its lane's held input.
+    fn take_input(&mut self, now_us: u64, peer: usize, bytes: Vec<u8>) -> Result<(), AmError> {
+        let lane = self.role.lane(peer);
+        // Read only from a lane with room.
+        debug_assert!(self.held[lane].len() < self.held_max);
+        if self.held[lane].is_empty() {
+            self.offer_input(now_us, lane, peer, bytes)?;
+        } else {
+            self.held[lane].push_back((peer, bytes));
+        }
+        debug_assert!(self.held[lane].len() <= self.held_max);
+        Ok(())
     }
 
     /// Offers one input to the role; false when it was held (back at the head of its lane).

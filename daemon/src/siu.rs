@@ -77,6 +77,7 @@ pub fn siu_plan(cluster: &ClusterConfig, host: HostId) -> Result<SiuPlan, Daemon
         timing: cluster.timing,
         limits: cluster.limits,
         initiates_reset: host == 0,
+        host_turns: false,
     };
     Ok(SiuPlan { cfg, listen, peers })
 }
@@ -378,6 +379,10 @@ impl Role for SiuRole {
 
     fn poll_timeout(&self) -> Option<u64> {
         self.siu.poll_timeout()
+    }
+
+    fn local_turn_ended(&mut self, now_us: u64) {
+        self.siu.end_host_turn(now_us);
     }
 
     fn poll_output(&mut self, now_us: u64, lane: usize) -> Option<(usize, Vec<u8>)> {

@@ -133,6 +133,9 @@ impl Role for TmRole {
         self.tm.poll_timeout()
     }
 
+    /// A token manager has no local peer.
+    fn local_turn_ended(&mut self, _now_us: u64) {}
+
     fn poll_output(&mut self, _now_us: u64, _lane: usize) -> Option<(usize, Vec<u8>)> {
         loop {
             let (link, bytes) = self.tm.poll_transmit()?;

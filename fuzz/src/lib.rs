@@ -560,7 +560,8 @@ impl FuzzCluster {
         }
     }
 
-    /// The SIU of the host the node byte picks (flags: mode, whether it initiates the reset).
+    /// The SIU of the host the node byte picks (flags: mode, whether it initiates the reset,
+    /// host turns).
     fn siu_config(self) -> SiuConfig {
         SiuConfig {
             host: (usize::from(self.node) % self.hosts) as u16,
@@ -573,6 +574,7 @@ impl FuzzCluster {
             timing: self.timing,
             limits: self.limits,
             initiates_reset: self.flags & 0x04 != 0,
+            host_turns: self.flags & 0x08 != 0,
         }
     }
 
@@ -963,6 +965,8 @@ pub fn run_siu(data: &[u8]) {
                 let _ = siu.host_absent(b);
             }
             17 => siu.host_attached(),
+            // The in-process host's turn ends (host turns).
+            18 => siu.end_host_turn(now),
             _ => drain_siu(&mut siu, hosts),
         }
         if mode == Mode::Siu && siu.started() {

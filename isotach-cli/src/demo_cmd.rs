@@ -604,3 +604,6 @@ fn print_summary(r: &PhiloDemoReport) {
     }
     println!("  result            {}", if r.ok { "ok" } else { "FAILED" });
 }
+
+#[cfg(test)]
+mod tests;

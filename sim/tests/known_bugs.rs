@@ -55,6 +55,7 @@ impl Mini {
                     timing,
                     limits: Limits::default(),
                     initiates_reset: h == 0,
+                    host_turns: false,
                 })
             })
             .collect();

@@ -51,6 +51,10 @@ pub struct SiuConfig {
     pub limits: Limits,
     /// This SIU starts logical time with a reset token (node 0 in a cluster).
     pub initiates_reset: bool,
+    /// The host runs on this SIU's thread and its driver calls [`Siu::end_host_turn`] after
+    /// each of the host's turns: a significant pulse's token waits for the host's answer to
+    /// its EOP (SIU mode only; `machine/host_turn.rs` says why).
+    pub host_turns: bool,
 }
 
 /// Which side of the SIU a packet came from.
@@ -228,6 +232,8 @@ pub struct SiuStats {
     /// Wake-ups: the last token, sent idle, resent as a BUSY repeat because the host sent
     /// isotach traffic (at most one per token sent).
     pub tokens_wake: u64,
+    /// Tokens that waited for the host's turn at an EOP (`SiuConfig::host_turns`).
+    pub tokens_held_for_host: u64,
     /// In-sequence tokens accepted from the network.
     pub tokens_accepted: u64,
     /// Tokens dropped as duplicates.

@@ -11,6 +11,8 @@
 //!   TS, and the EOP marker with its sort vector when the pulse ends.
 //! - `barriers.rs`: barrier rounds and signals the host raised, carried on tokens.
 //! - `absent.rs`: no application attached, and a (new) application attaching.
+//! - `host_turn.rs`: with an in-process host, the token a significant pulse allows waits for
+//!   the host's turn at its EOP, so the isochron it answers with is stamped a pulse sooner.
 //! - `pacing.rs`: idle pacing — whether this SIU's tokens say BUSY, and the wake-up repeat
 //!   that asks an idle token manager for speed.
 //!
@@ -20,6 +22,7 @@
 mod absent;
 mod barriers;
 mod eop;
+mod host_turn;
 mod input;
 mod isochrons;
 mod pacing;
@@ -78,6 +81,8 @@ pub struct Siu {
     host_session_ended: bool,
     /// Idle pacing: what makes this SIU's tokens BUSY, and its wake-ups.
     pacing: Pacing,
+    /// Host turns: since when the next token waits for the host's turn at an EOP.
+    token_awaits_host_us: Option<u64>,
     stats: SiuStats,
 }
 
@@ -121,6 +126,7 @@ impl Siu {
             host_ts_max: 0,
             host_session_ended: false,
             pacing: Pacing::default(),
+            token_awaits_host_us: None,
             stats: SiuStats::default(),
             cfg,
         }
@@ -197,11 +203,17 @@ impl Siu {
     // Timers
 
     /// When [`Siu::handle_timeout`] wants to run next.
+    /// A token waiting for the host's turn makes it due at once: the driver must run
+    /// again (and end the turn) before it sleeps.
     pub fn poll_timeout(&self) -> Option<u64> {
-        match (self.token_deadline_us, self.isochron_deadline_us()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.token_deadline_us,
+            self.isochron_deadline_us(),
+            self.token_awaits_host_us,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Runs timers: the open-isochron limit, then the token timer (resend the last two tokens,

@@ -17,6 +17,7 @@ fn siu() -> Siu {
         timing: Timing::default(),
         limits: Limits::default(),
         initiates_reset: false,
+        host_turns: false,
     })
 }
 

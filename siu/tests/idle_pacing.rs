@@ -26,6 +26,7 @@ fn siu(idle_pace_us: u64) -> Siu {
         },
         limits: Limits::default(),
         initiates_reset: false,
+        host_turns: false,
     })
 }
 

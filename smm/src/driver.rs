@@ -569,6 +569,7 @@ mod tests {
             timing,
             limits: Limits::default(),
             initiates_reset: true,
+            host_turns: false,
         });
         let link = tm.link_to(Hop::Host(0)).unwrap();
         let halt = stop.clone();

@@ -30,6 +30,7 @@ pub fn siu_config(host: HostId, mode: Mode) -> SiuConfig {
         },
         limits: Limits::default(),
         initiates_reset: false,
+        host_turns: false,
     }
 }
 

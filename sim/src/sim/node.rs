@@ -205,6 +205,9 @@ impl<R: Role + Inspect> Role for Watched<R> {
     fn poll_timeout(&self) -> Option<u64> {
         self.inner.poll_timeout()
     }
+    fn local_turn_ended(&mut self, now_us: u64) {
+        self.track(|r| r.local_turn_ended(now_us));
+    }
 
     fn poll_output(&mut self, now_us: u64, lane: usize) -> Option<(usize, Vec<u8>)> {
         let before = self.inner.net_queued();
@@ -339,6 +342,7 @@ pub(super) fn siu_pump(b: &Build<'_>, h: HostId, incarnation: u64) -> Pump<Watch
         timing: b.cluster.timing,
         limits: b.cluster.limits,
         initiates_reset: h == 0,
+        host_turns: true,
     });
     // The daemon's layout (TM, application, other SIUs) without the in-process application:
     // the TM linked at once, the other SIUs on demand, as the daemon links them.

@@ -77,12 +77,14 @@ impl Siu {
     /// The host's isotach packet was taken. If this SIU's last token went out idle, its token
     /// manager may be pacing the wave it waits for: resend that token marked repeat and BUSY
     /// (a duplicate there, whose flag releases the wave). Once per token sent; skipped when
-    /// the network queue is full (traffic is flowing anyway).
+    /// the network queue is full (traffic is flowing anyway) or when the next token waits
+    /// for the host's turn (it goes BUSY when the turn ends).
     pub(super) fn wake(&mut self) {
         if !self.paces()
             || !self.started
             || !self.pacing.last_idle
             || self.pacing.woken_at == Some(self.sendclock)
+            || self.host_turn_holds()
         {
             return;
         }

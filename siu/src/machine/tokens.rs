@@ -91,6 +91,7 @@ impl Siu {
         self.signals_raised = 0;
         self.reset_signal_raised = false;
         self.reset_pacing();
+        self.reset_host_turn();
         self.pulses = PulseLog::new(self.cfg.limits.pulses_ahead_max);
         assert_eq!(self.pulses.base(), self.recvclock);
         if self.cfg.mode == Mode::Siu {
@@ -195,6 +196,9 @@ impl Siu {
             slot.count() > 0 || completed != 0 || t.reset || (t.end_of_epoch && t.signals != 0);
         if significant {
             self.push_eop(ended, &t, bytes, slot, completed);
+            if self.await_host_turn(now_us) {
+                return;
+            }
         }
         self.try_send_token(now_us);
     }
@@ -218,8 +222,8 @@ impl Siu {
             return false;
         }
         let wave = self.sendclock + 1;
-        // Requirement 26: an open isochron may hold the token back.
-        if self.isochron_holds(wave) {
+        // Requirement 26: an open isochron may hold the token back; so may the host's turn.
+        if self.isochron_holds(wave) || self.host_turn_holds() {
             return false;
         }
         let token = Token {

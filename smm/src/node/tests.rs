@@ -60,6 +60,7 @@ impl Cluster {
                     timing,
                     limits: Limits::default(),
                     initiates_reset: h == 0,
+                    host_turns: false,
                 })
             })
             .collect();

@@ -1,0 +1,82 @@
+//! The embedded cluster on loopback: what only a real embedded SIU shows.
+
+use super::{SiuPlacement, start_loopback_cluster_with};
+use isotach_am::backend::udp::UdpTransport;
+use isotach_daemon::embedded::EmbeddedSiu;
+use isotach_proto::config::Timing;
+use isotach_proto::packet::{EndOfIsochron, Packet, StartOfIsochron};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long the test waits for logical time to start and for each isochron.
+const WAIT_MAX: Duration = Duration::from_secs(20);
+
+/// An isochron without messages (it still gets a marker, so its pulse is significant).
+fn offer_isochron(siu: &mut EmbeddedSiu<UdpTransport>, iso_id: u32) {
+    let soi = StartOfIsochron {
+        iso_id,
+        distance: 1,
+        ..StartOfIsochron::default()
+    };
+    siu.offer(Packet::StartOfIsochron(soi).to_vec()).unwrap();
+    siu.offer(Packet::EndOfIsochron(EndOfIsochron { iso_id }).to_vec())
+        .unwrap();
+}
+
+/// Runs passes until the host takes the EOP of the pulse the isochron's marker names;
+/// returns that pulse. Nothing runs between the pass that hands over the EOP and the return.
+fn until_executed(siu: &mut EmbeddedSiu<UdpTransport>, iso_id: u32) -> u64 {
+    let deadline = Instant::now() + WAIT_MAX;
+    let mut ts = None;
+    while Instant::now() < deadline {
+        siu.pass().unwrap();
+        while let Some(p) = siu.take_for_host() {
+            match (Packet::decode(&p).unwrap(), ts) {
+                (Packet::IsochronMarker(m), None) if m.iso_id == iso_id => ts = Some(m.ts.get()),
+                (Packet::EopMarker(e), Some(t)) if e.ts.get() == t => return t,
+                _ => {}
+            }
+        }
+        siu.wait(siu.now().plus(Duration::from_millis(1))).unwrap();
+    }
+    panic!("isochron {iso_id} did not execute within {WAIT_MAX:?} (marker pulse {ts:?})");
+}
+
+#[test]
+fn an_embedded_host_answering_an_eop_in_its_turn_runs_its_next_isochron_a_pulse_sooner() {
+    let timing = Timing {
+        idle_pace_us: 0,
+        ..Timing::default()
+    };
+    let mut lc = start_loopback_cluster_with(2, SiuPlacement::Embedded, timing).unwrap();
+    let mut other = lc.embedded.pop().expect("host 1's SIU");
+    let mut me = lc.embedded.pop().expect("host 0's SIU");
+    let stop = Arc::new(AtomicBool::new(false));
+    let other_stop = Arc::clone(&stop);
+    let other_thread = std::thread::spawn(move || {
+        while !other_stop.load(Ordering::Relaxed) {
+            other.pass().unwrap();
+            while other.take_for_host().is_some() {}
+            let _ = other.wait(other.now().plus(Duration::from_millis(1)));
+        }
+    });
+    let started = Instant::now();
+    while !me.pump().role().siu().started() {
+        assert!(started.elapsed() < WAIT_MAX, "logical time did not start");
+        me.pass().unwrap();
+        me.wait(me.now().plus(Duration::from_millis(1))).unwrap();
+    }
+    offer_isochron(&mut me, 1);
+    let first = until_executed(&mut me, 1);
+    // Answered within the turn: stamped against the sendclock of the pulse that just ended
+    // (first + 1), so TS = first + 2. Sent only after the token, it would be first + 3.
+    offer_isochron(&mut me, 2);
+    let second = until_executed(&mut me, 2);
+    stop.store(true, Ordering::Relaxed);
+    other_thread.join().unwrap();
+    let problems = lc.daemons.stop();
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(second, first + 2);
+    assert!(me.pump().role().siu().stats().tokens_held_for_host >= 1);
+}

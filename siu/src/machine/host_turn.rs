@@ -1,0 +1,50 @@
+//! Host turns (`SiuConfig::host_turns`): with the host on the SIU's own thread — an SIU
+//! embedded in the application, or the simulator's in-process host — the token that a
+//! significant pulse's end allows waits until the host has had its turn at that pulse's EOP
+//! marker. The driver ends the turn ([`Siu::end_host_turn`]) once the host's packets of the
+//! turn were handed in.
+//!
+//! Why: a host typically answers an EOP with its next isochron (the one the EOP executed was
+//! what it waited for). Stamped before the token goes out, that isochron gets
+//! `TS = sendclock + distance` one pulse lower than after it, so a host that keeps one
+//! isochron in flight sees it execute a pulse sooner.
+//!
+//! Safe: the wave rule says only when a token may go at the earliest, and the stamp rule
+//! reads the sendclock at the moment of stamping, so a later token changes no argument in
+//! `docs/design.md`. Requirement 3 (send every token the protocol allows) is relaxed by at
+//! most one host turn, only where the host answers in-process, and never on insignificant
+//! pulses (the host has nothing to answer).
+
+use super::Siu;
+use crate::Mode;
+
+impl Siu {
+    /// Does a pulse that just ended with an EOP for the host hold its token for the host's
+    /// turn? Remembers since when.
+    pub(super) fn await_host_turn(&mut self, now_us: u64) -> bool {
+        if !self.cfg.host_turns || self.cfg.mode != Mode::Siu {
+            return false;
+        }
+        self.token_awaits_host_us.get_or_insert(now_us);
+        self.stats.tokens_held_for_host += 1;
+        true
+    }
+
+    /// Is the next token waiting for the host's turn to end?
+    pub(super) fn host_turn_holds(&self) -> bool {
+        self.token_awaits_host_us.is_some()
+    }
+
+    /// The host had its turn: what it sent in answer to the EOP is stamped, so the token
+    /// its pulse's end allowed may go (with any the protocol allows after it).
+    pub fn end_host_turn(&mut self, now_us: u64) {
+        if self.token_awaits_host_us.take().is_some() {
+            self.try_send_token(now_us);
+        }
+    }
+
+    /// A restart: the new generation's first token goes at once.
+    pub(super) fn reset_host_turn(&mut self) {
+        self.token_awaits_host_us = None;
+    }
+}

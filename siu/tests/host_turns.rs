@@ -1,0 +1,217 @@
+//! Host turns (`SiuConfig::host_turns`): with the host on the SIU's thread, the token a
+//! significant pulse's end allows waits until the driver ends the host's turn, so an isochron
+//! the host issues in answer to the EOP is stamped against the sendclock before that token.
+
+use isotach_proto::config::{Limits, Timing};
+use isotach_proto::packet::{EndOfIsochron, IsotachMessage, Packet, Sref, StartOfIsochron, Token};
+use isotach_proto::topology::Topology;
+use isotach_proto::{Generation, Pulse, WaveSeq};
+use isotach_siu::{Mode, Siu, SiuConfig};
+use std::sync::Arc;
+
+/// The TM of the single switch.
+const TM: u16 = 0x8000;
+
+fn siu(mode: Mode, host_turns: bool) -> Siu {
+    Siu::new(SiuConfig {
+        host: 1,
+        mode,
+        topology: Arc::new(Topology::line(3, 1).unwrap()),
+        timing: Timing {
+            token_timeout_us: 5_000,
+            epoch_pulses: 64,
+            idle_pace_us: 0,
+        },
+        limits: Limits::default(),
+        initiates_reset: false,
+        host_turns,
+    })
+}
+
+fn restart_token(generation: u32) -> Vec<u8> {
+    Token {
+        restart: true,
+        source_port: TM,
+        generation: Generation::new(generation),
+        ..Token::default()
+    }
+    .to_bytes()
+    .to_vec()
+}
+
+fn tm_token(wave: u64) -> Vec<u8> {
+    Token {
+        seq: WaveSeq::of_wave(wave),
+        source_port: TM,
+        generation: Generation::new(1),
+        ..Token::default()
+    }
+    .to_bytes()
+    .to_vec()
+}
+
+/// What the SIU sent the network since the last call: `Ok(seq)` for a normal token,
+/// `Err(ts)` for a stamped message.
+fn sent(s: &mut Siu) -> Vec<Result<u8, u64>> {
+    std::iter::from_fn(|| s.poll_net())
+        .filter_map(|t| match Packet::decode(&t.bytes).unwrap() {
+            Packet::Token(t) if !t.repeat => Some(Ok(t.seq.bits())),
+            Packet::IsotachMessage(m) => Some(Err(m.ts.get())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Started by the TM's restart and its wave 1: tokens 1 and 2 went out.
+fn started(host_turns: bool) -> Siu {
+    let mut s = siu(Mode::Siu, host_turns);
+    s.handle_net(0, &restart_token(1)).unwrap();
+    s.handle_net(1, &tm_token(1)).unwrap();
+    assert_eq!(sent(&mut s), vec![Ok(1), Ok(2)]);
+    while s.poll_host().is_some() {}
+    s
+}
+
+/// One isochron of one message to host 2 (distance 1), opened and closed.
+fn isochron(s: &mut Siu, now_us: u64, iso_id: u32) {
+    open_isochron(s, now_us, iso_id);
+    let eoi = EndOfIsochron { iso_id };
+    s.handle_host(now_us, &Packet::EndOfIsochron(eoi).to_vec())
+        .unwrap();
+}
+
+fn open_isochron(s: &mut Siu, now_us: u64, iso_id: u32) {
+    let soi = StartOfIsochron {
+        iso_id,
+        distance: 1,
+        ..StartOfIsochron::default()
+    };
+    s.handle_host(now_us, &Packet::StartOfIsochron(soi).to_vec())
+        .unwrap();
+    let m = IsotachMessage {
+        ts: Pulse::new(0),
+        source: 1,
+        dest: 2,
+        sequum: 0,
+        generation: Generation::new(1),
+        sref: Sref::Msg {
+            handler: 0,
+            payload: vec![1],
+        },
+    };
+    s.handle_host(now_us, &Packet::IsotachMessage(m).to_vec())
+        .unwrap();
+}
+
+/// Runs isochron 7 (stamped 3) to the end of its pulse: tokens 2 and 3 end insignificant
+/// pulses and are answered at once; token 4 ends pulse 3, whose EOP goes to the host.
+/// Returns the tokens the SIU sent after token 4.
+fn to_the_end_of_the_isochrons_pulse(s: &mut Siu) -> Vec<Result<u8, u64>> {
+    isochron(s, 2, 7);
+    assert_eq!(sent(s), vec![Err(3)], "TS = sendclock 2 + distance 1");
+    s.handle_net(3, &tm_token(2)).unwrap();
+    s.handle_net(4, &tm_token(3)).unwrap();
+    assert_eq!(
+        sent(s),
+        vec![Ok(3), Ok(0)],
+        "insignificant pulses hold nothing"
+    );
+    assert_eq!(
+        s.poll_host().map(|p| Packet::decode(&p).unwrap().kind()),
+        Some(isotach_proto::packet::Kind::IsochronMarker)
+    );
+    s.handle_net(5, &tm_token(4)).unwrap();
+    let eop = s.poll_host().expect("pulse 3's EOP");
+    assert!(matches!(
+        Packet::decode(&eop).unwrap(),
+        Packet::EopMarker(_)
+    ));
+    sent(s)
+}
+
+#[test]
+fn the_isochron_a_host_answers_with_in_its_turn_is_stamped_a_pulse_sooner() {
+    let mut s = started(true);
+    assert_eq!(
+        to_the_end_of_the_isochrons_pulse(&mut s),
+        vec![],
+        "token 5 waits"
+    );
+    assert_eq!(s.sendclock(), 4);
+    assert!(
+        s.poll_timeout().is_some_and(|t| t <= 5),
+        "a held token makes the SIU due at once: the driver must end the turn before it sleeps"
+    );
+    // The host answers the EOP with its next isochron, stamped against sendclock 4.
+    isochron(&mut s, 6, 8);
+    assert_eq!(
+        sent(&mut s),
+        vec![Err(5)],
+        "closing it does not end the turn"
+    );
+    s.end_host_turn(6);
+    assert_eq!(sent(&mut s), vec![Ok(1)], "token 5 goes when the turn ends");
+    assert_eq!(s.stats().tokens_held_for_host, 1);
+    // A turn with nothing held does nothing.
+    s.end_host_turn(7);
+    assert_eq!(sent(&mut s), vec![]);
+}
+
+#[test]
+fn without_host_turns_the_token_goes_at_once_and_the_answer_is_stamped_a_pulse_later() {
+    let mut s = started(false);
+    assert_eq!(to_the_end_of_the_isochrons_pulse(&mut s), vec![Ok(1)]);
+    isochron(&mut s, 6, 8);
+    assert_eq!(sent(&mut s), vec![Err(6)]);
+    assert_eq!(s.stats().tokens_held_for_host, 0);
+}
+
+#[test]
+fn an_isochron_left_open_at_the_end_of_the_turn_still_holds_the_token_by_requirement_26() {
+    let mut s = started(true);
+    to_the_end_of_the_isochrons_pulse(&mut s);
+    open_isochron(&mut s, 6, 8);
+    assert_eq!(sent(&mut s), vec![Err(5)]);
+    s.end_host_turn(6);
+    assert_eq!(
+        sent(&mut s),
+        vec![],
+        "token 5 would pass TS 5 at distance 1"
+    );
+    s.handle_host(
+        7,
+        &Packet::EndOfIsochron(EndOfIsochron { iso_id: 8 }).to_vec(),
+    )
+    .unwrap();
+    assert_eq!(sent(&mut s), vec![Ok(1)]);
+}
+
+#[test]
+fn a_restart_while_a_token_waits_for_the_host_sends_the_new_first_token_at_once() {
+    let mut s = started(true);
+    to_the_end_of_the_isochrons_pulse(&mut s);
+    s.handle_net(6, &restart_token(2)).unwrap();
+    let first: Vec<_> = std::iter::from_fn(|| s.poll_net())
+        .filter_map(|t| match Packet::decode(&t.bytes).unwrap() {
+            Packet::Token(t) => Some((t.generation.get(), t.seq.bits())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(first, vec![(2, 1)]);
+    assert_eq!(
+        s.poll_timeout(),
+        Some(6 + 5_000),
+        "only the token timer is armed"
+    );
+}
+
+#[test]
+fn host_mode_ignores_host_turns() {
+    let mut s = siu(Mode::Host, true);
+    s.handle_net(0, &restart_token(1)).unwrap();
+    for wave in 1..4 {
+        s.handle_net(wave, &tm_token(wave)).unwrap();
+    }
+    assert_eq!(s.stats().tokens_held_for_host, 0);
+    assert!(s.poll_timeout().is_none_or(|t| t > 4));
+}
