@@ -16,7 +16,7 @@
 //! the simulator run.
 
 use crate::DaemonError;
-use crate::pump::Pump;
+use crate::pump::{LocalTurns, Pump};
 use crate::siu::{PEER_APP, SiuGauges, SiuPlan, SiuRole};
 use isotach_am::port::{links_on, take_arrivals};
 use isotach_am::{NodeAddr, Tag, Time, Transport};
@@ -52,7 +52,7 @@ impl<T: Transport> EmbeddedSiu<T> {
             .map(|(_, &a)| a)
             .collect();
         let links = links_on(&transport, &net_peers, tag)?;
-        let mut pump = Pump::with_local(role, links, queue_max, PEER_APP);
+        let mut pump = Pump::with_local(role, links, queue_max, PEER_APP, LocalTurns::EveryPass);
         pump.local_attach(transport.now());
         Ok(Self { pump, transport })
     }
@@ -97,8 +97,17 @@ impl<T: Transport> EmbeddedSiu<T> {
     }
 
     /// Blocks until a datagram arrives, the pump's next deadline, or `deadline`, whichever is
-    /// first. Returns whether a datagram is waiting.
+    /// first. Returns whether a datagram (or a packet for the application) is waiting.
+    ///
+    /// An application that waits has had its turn: a token held for it goes first (a pass),
+    /// so a wait never holds up logical time.
     pub fn wait(&mut self, deadline: Time) -> Result<bool, DaemonError> {
+        if self.pump.role().siu().host_turn_pending() {
+            self.pass()?;
+            if self.waiting_for_host() > 0 || self.transport.has_pending() {
+                return Ok(true);
+            }
+        }
         let now = self.transport.now();
         let until = self
             .pump

@@ -14,6 +14,11 @@ use isotach_siu::SiuError;
 use isotach_tm::TmError;
 use std::collections::VecDeque;
 
+mod local;
+
+use local::LocalPeer;
+pub use local::LocalTurns;
+
 /// Nanoseconds per microsecond (links keep AM time in ns, the state machines in µs).
 pub const NS_PER_US: u64 = 1_000;
 /// How soon held input or stalled output is retried when nothing else happens, µs.
@@ -101,19 +106,6 @@ pub struct PumpStats {
     pub redundant_dropped: u64,
 }
 
-/// A peer in the same process (an application embedding its SIU, or the simulator's host):
-/// its packets skip the links and wait in two bounded queues instead.
-#[derive(Debug)]
-struct LocalPeer {
-    /// Its role peer id (it has no link id: link ids skip it).
-    peer: usize,
-    attached: bool,
-    /// From it, not yet taken by the role.
-    inbox: VecDeque<Vec<u8>>,
-    /// To it, not yet taken by it.
-    outbox: VecDeque<Vec<u8>>,
-}
-
 /// A role, its links and the held/stalled queues between them. See the module documentation.
 #[derive(Debug)]
 pub struct Pump<R: Role> {
@@ -156,19 +148,6 @@ impl<R: Role> Pump<R> {
         }
     }
 
-    /// A pump whose role peer `local` lives in this process (see [`Pump::local_send`]): the
-    /// links hold the other peers, in role peer-id order with `local` left out.
-    pub fn with_local(role: R, links: Links, held_max: usize, local: usize) -> Self {
-        let mut pump = Self::new(role, links, held_max);
-        pump.local = Some(LocalPeer {
-            peer: local,
-            attached: false,
-            inbox: VecDeque::new(),
-            outbox: VecDeque::new(),
-        });
-        pump
-    }
-
     /// The role peer id of link `link`.
     fn peer_of_link(&self, link: usize) -> usize {
         match &self.local {
@@ -184,97 +163,6 @@ impl<R: Role> Pump<R> {
             Some(l) if peer > l.peer => Some(peer - 1),
             _ => Some(peer),
         }
-    }
-
-    /// The local peer attached (its first sign of life): the role sees it come up.
-    pub fn local_attach(&mut self, now: Time) {
-        let Some(l) = self.local.as_mut().filter(|l| !l.attached) else {
-            return;
-        };
-        l.attached = true;
-        let peer = l.peer;
-        self.role.link_up(now.0 / NS_PER_US, peer);
-    }
-
-    /// The local peer went away: the role sees it lost, and what waited for it goes back to
-    /// the role ([`Role::undelivered`]), in order.
-    pub fn local_detach(&mut self, now: Time) {
-        let Some(l) = self.local.as_mut().filter(|l| l.attached) else {
-            return;
-        };
-        l.attached = false;
-        l.inbox.clear();
-        let peer = l.peer;
-        let waiting: Vec<Vec<u8>> = l.outbox.drain(..).collect();
-        self.drop_held_from(peer);
-        let now_us = now.0 / NS_PER_US;
-        self.role
-            .link_lost(now_us, peer, LossReason::Detached, waiting.len());
-        for bytes in waiting {
-            self.role.undelivered(now_us, peer, bytes);
-        }
-        for lane in 0..self.stalled.len() {
-            if self.stalled[lane].as_ref().is_some_and(|(p, _)| *p == peer) {
-                let (_, bytes) = self.stalled[lane].take().expect("checked");
-                self.role.undelivered(now_us, peer, bytes);
-            }
-        }
-    }
-
-    /// A new application replaced the local peer while the in-process link stayed up (it
-    /// restarted after logical time's restart): what the previous one sent and the role has
-    /// not taken yet is dropped — it is gone, and its packets must not be taken for the new
-    /// one's — then the role sees the old one leave and the new one come. What waits for the
-    /// host stays: it was produced after the reset the previous one saw. Returns the packets
-    /// dropped.
-    pub fn local_replace(&mut self, now: Time) -> usize {
-        let Some(l) = self.local.as_mut().filter(|l| l.attached) else {
-            return 0;
-        };
-        let peer = l.peer;
-        let dropped = l.inbox.len() + self.drop_held_from(peer);
-        if let Some(l) = self.local.as_mut() {
-            l.inbox.clear();
-        }
-        let now_us = now.0 / NS_PER_US;
-        self.role.link_lost(now_us, peer, LossReason::Detached, 0);
-        self.role.link_up(now_us, peer);
-        dropped
-    }
-
-    /// Drops input held from `peer` (it is gone); returns how many.
-    fn drop_held_from(&mut self, peer: usize) -> usize {
-        let mut n = 0;
-        for lane in &mut self.held {
-            let before = lane.len();
-            lane.retain(|(p, _)| *p != peer);
-            n += before - lane.len();
-        }
-        n
-    }
-
-    /// A packet from the local peer; handed back when its queue is full (back-pressure: the
-    /// local peer waits and offers it again). Call [`Pump::advance`] after.
-    pub fn local_send(&mut self, bytes: Vec<u8>) -> Result<(), Vec<u8>> {
-        let held_max = self.held_max;
-        match self.local.as_mut() {
-            Some(l) if l.inbox.len() < held_max => {
-                l.inbox.push_back(bytes);
-                debug_assert!(l.inbox.len() <= held_max);
-                Ok(())
-            }
-            _ => Err(bytes),
-        }
-    }
-
-    /// The next packet for the local peer.
-    pub fn local_recv(&mut self) -> Option<Vec<u8>> {
-        self.local.as_mut()?.outbox.pop_front()
-    }
-
-    /// Packets waiting for the local peer to take them.
-    pub fn local_waiting(&self) -> usize {
-        self.local.as_ref().map_or(0, |l| l.outbox.len())
     }
 
     /// The role.
@@ -405,8 +293,8 @@ impl<R: Role> Pump<R> {
         }
     }
 
-    /// Held input first, in order, then the local peer's packets (its turn, which the role
-    /// hears has ended), then what arrived from the links; a lane whose held queue is full is
+    /// Held input first, in order, then the local peer's packets (then the role hears its
+    /// turn ended, as [`LocalTurns`] says), then what arrived from the links; a lane whose held queue is full is
     /// not read (its peers wait in the links, whose credit stops them).
     fn feed(&mut self, now_us: u64) -> Result<(), AmError> {
         for lane in 0..self.held.len() {
@@ -416,10 +304,10 @@ impl<R: Role> Pump<R> {
                 }
             }
         }
-        if self.local.is_some() {
-            while let Some((peer, bytes)) = self.take_local() {
-                self.take_input(now_us, peer, bytes)?;
-            }
+        while let Some((peer, bytes)) = self.take_local() {
+            self.take_input(now_us, peer, bytes)?;
+        }
+        if self.take_turn_over() {
             self.role.local_turn_ended(now_us);
             self.drain(now_us)?;
         }

@@ -134,6 +134,11 @@ struct NetArgs {
     /// Latency of the host↔SIU links, µs.
     #[arg(long, default_value_t = Faults::default().host_latency_us)]
     host_latency_us: u64,
+    /// The SIUs wait for their hosts' turns, as an SIU embedded in the application does: a
+    /// token after a pulse that brought the host packets waits until the host's answer came
+    /// back over the host link (docs/design.md, "Host turns").
+    #[arg(long)]
+    host_turns: bool,
     /// Token timer of TMs and SIUs, µs (default: the config's).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     token_timeout_us: Option<u64>,
@@ -175,6 +180,7 @@ impl NetArgs {
                 count: self.restarts,
                 down_us: self.restart_down_us,
             }),
+            host_turns: self.host_turns,
         }
     }
 

@@ -354,3 +354,35 @@ fn sim_waves_crashes_and_restarts_daemons_and_sc_refuses_restarts_with_app_resta
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("run them apart"), "{err}");
 }
+
+#[test]
+fn host_turns_are_off_by_default_and_counted_when_asked_for() {
+    let run = |turns: bool| {
+        let mut a = vec![
+            "sim",
+            "sc",
+            "--hosts",
+            "4",
+            "--switches",
+            "1",
+            "--seeds",
+            "2",
+            "--isochrons",
+            "100",
+            "--think-us",
+            "0..0",
+            "--json",
+        ];
+        if turns {
+            a.push("--host-turns");
+        }
+        ok_json(&isotach(&a))
+    };
+    let off = run(false);
+    assert_eq!(off["host_turns_ended"], 0);
+    assert_eq!(off["isochrons_in_turn"], 0);
+    let on = run(true);
+    assert!(on["host_turns_ended"].as_u64().unwrap() > 0, "{on}");
+    assert!(on["isochrons_in_turn"].as_u64().unwrap() > 0, "{on}");
+    assert_eq!(on["sc_violations"], 0);
+}

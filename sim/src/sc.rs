@@ -161,6 +161,10 @@ pub struct ScReport {
     /// Packets an application sent for later (a delayed resend) that reached its SIU after
     /// it left: dropped with it (allowed).
     pub departed_dropped: u64,
+    /// Host turns ended (`--host-turns`): tokens an SIU held for its host's answer.
+    pub host_turns_ended: u64,
+    /// Isochrons stamped while their SIU's token waited for the host's turn (a pulse sooner).
+    pub isochrons_in_turn: u64,
     /// Seeds of failing runs (first few).
     pub failed_seeds: Vec<u64>,
     /// First problems seen: a line per source of unexpected errors (`unexpected: N …`), then
@@ -594,6 +598,8 @@ fn tally(sim: &Sim<ScHost, PulseOracle>, end: RunEnd, map: &MemoryMap, report: &
         report.pages_started_empty += h.life.pages_started_empty;
     }
     report.departed_dropped += sim.stats().departed_dropped;
+    report.host_turns_ended += sim.stats().host_turns_ended;
+    report.isochrons_in_turn += sim.sius().map(|s| s.stats().isochrons_in_turn).sum::<u64>();
     problems.extend(sim.observer().violations().iter().cloned());
     report.unexpected.merge(&unexpected);
     report.unexpected_errors = report.unexpected.total();

@@ -82,7 +82,8 @@ pub enum Tamper {
     ShortDistance,
 }
 
-/// What goes wrong beneath the hosts: the network, and pauses and crashes of TMs and SIUs.
+/// What goes on beneath the hosts: the network, pauses and crashes of TMs and SIUs, and
+/// whether the SIUs wait for their hosts' turns.
 /// Every workload takes the same set and hands it to [`SimConfig`] as it is, so it is one
 /// struct rather than three fields repeated in each workload's options.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -93,6 +94,11 @@ pub struct NetFaults {
     pub pauses: Option<Pauses>,
     /// Crashes and restarts of TMs and SIUs (none when `None`).
     pub restarts: Option<Restarts>,
+    /// The hosts answer in their *turn* (`docs/design.md`, "Host turns"): an SIU's token
+    /// after a significant pulse waits until its host had that pulse's packets and its
+    /// answer came back over the host link, as an SIU embedded in the application waits
+    /// for the application's next pass.
+    pub host_turns: bool,
 }
 
 /// Everything that determines a run.
@@ -170,6 +176,9 @@ pub struct SimStats {
     /// Intact network input refused by a node that restarted or whose peer did (an old
     /// generation's packets; expected after a restart, counted apart).
     pub net_refused_after_restart: u64,
+    /// Host turns ended: an SIU waited for its host's answer to a significant pulse
+    /// ([`NetFaults::host_turns`]).
+    pub host_turns_ended: u64,
     /// Host packets the SIU refused.
     pub host_refusals: u64,
     /// Of those, refused because logical time had not started yet.
@@ -218,6 +227,20 @@ enum Event {
         bytes: Vec<u8>,
         incarnation: u64,
     },
+    /// SIU `host`'s incarnation `incarnation` holds a token for its host's turn: this reaches
+    /// the host behind the packets of the turn (host turns). It comes back once at the same
+    /// instant (`reacted`), so what the host does at that instant (its wakes, scheduled
+    /// while it took the packets) runs first and its answer is part of the turn.
+    HostTurn {
+        host: HostId,
+        incarnation: u64,
+        reacted: bool,
+    },
+    /// The host's answer is in: this reaches the SIU behind what the host sent in its turn.
+    HostTurnEnd {
+        host: HostId,
+        incarnation: u64,
+    },
     /// A packet the SIU dropped because no application was attached, in its place in the
     /// host-bound stream (for the observer only).
     HostAbsent {
@@ -251,9 +274,10 @@ impl Event {
     fn pausable_target(&self) -> Option<NodeId> {
         match self {
             Self::Datagram { to, .. } => Some(*to),
-            Self::SiuHost { host, .. } | Self::SiuReattach { host } | Self::SiuDetach { host } => {
-                Some(NodeId::Siu(*host))
-            }
+            Self::SiuHost { host, .. }
+            | Self::SiuReattach { host }
+            | Self::SiuDetach { host }
+            | Self::HostTurnEnd { host, .. } => Some(NodeId::Siu(*host)),
             _ => None,
         }
     }
@@ -321,6 +345,8 @@ struct SiuNode {
     detaching: bool,
     /// Host packets the SIU's in-process queue was full for, in order.
     backlog: VecDeque<Vec<u8>>,
+    /// A [`Event::HostTurn`] is on its way for the token this SIU holds for its host.
+    turn_asked: bool,
 }
 
 #[derive(Debug)]
@@ -452,6 +478,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 attached: false,
                 detaching: false,
                 backlog: VecDeque::new(),
+                turn_asked: false,
             })
             .collect();
         let host_rngs = (0..n_hosts)
@@ -778,6 +805,33 @@ impl<H: Host, O: Observer> Sim<H, O> {
             } => {
                 if !self.lost_with_siu(host, incarnation) {
                     self.host_packet(host, bytes);
+                }
+            }
+            Event::HostTurn {
+                host,
+                incarnation,
+                reacted,
+            } => {
+                if self.lost_with_siu(host, incarnation) {
+                    return;
+                }
+                if reacted {
+                    let at = self.sius[usize::from(host)]
+                        .from_host
+                        .fixed_transit(self.now_us);
+                    self.schedule(at, Event::HostTurnEnd { host, incarnation });
+                } else {
+                    let again = Event::HostTurn {
+                        host,
+                        incarnation,
+                        reacted: true,
+                    };
+                    self.schedule(self.now_us, again);
+                }
+            }
+            Event::HostTurnEnd { host, incarnation } => {
+                if !self.lost_with_siu(host, incarnation) {
+                    self.end_host_turn(host);
                 }
             }
             Event::SiuReattach { host } => {

@@ -166,3 +166,32 @@ fn application_restarts_under_pauses_stay_consistent() {
         assert!(r.app_restarts > 0, "seed {seed}: {r:?}");
     }
 }
+
+#[test]
+fn hosts_answering_in_their_turn_stay_consistent_under_faults_and_restarts() {
+    let mut o = options(4, 2, 31..=38, 300);
+    o.think_us = RangeUs::new(0, 0);
+    o.net.host_turns = true;
+    o.net.faults = Faults {
+        loss: 0.02,
+        dup: 0.02,
+        reorder: 0.05,
+        token_corrupt: 0.01,
+        ..Faults::default()
+    };
+    o.net.pauses = Some(Pauses {
+        every_us: 5_000,
+        duration_us: RangeUs::new(100, 3_000),
+    });
+    o.net.restarts = Some(isotach_sim::Restarts {
+        every_us: 4_000,
+        count: 3,
+        down_us: RangeUs::new(100, 3_000),
+    });
+    let r = sc::run(&o).unwrap();
+    assert_clean(&r);
+    assert!(r.logical_restarts > 0, "{r:?}");
+    assert!(r.host_turns_ended > 0, "{r:?}");
+    // The case the hold exists for: an answer stamped while the token waited.
+    assert!(r.isochrons_in_turn > 100, "{r:?}");
+}

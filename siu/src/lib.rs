@@ -234,6 +234,8 @@ pub struct SiuStats {
     pub tokens_wake: u64,
     /// Tokens that waited for the host's turn at an EOP (`SiuConfig::host_turns`).
     pub tokens_held_for_host: u64,
+    /// Isochrons the host started while a token waited for its turn: stamped a pulse sooner.
+    pub isochrons_in_turn: u64,
     /// In-sequence tokens accepted from the network.
     pub tokens_accepted: u64,
     /// Tokens dropped as duplicates.

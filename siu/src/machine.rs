@@ -203,17 +203,13 @@ impl Siu {
     // Timers
 
     /// When [`Siu::handle_timeout`] wants to run next.
-    /// A token waiting for the host's turn makes it due at once: the driver must run
-    /// again (and end the turn) before it sleeps.
+    /// A token waiting for the host's turn is not a timer: the driver ends the turn
+    /// ([`Siu::end_host_turn`]) before it sleeps.
     pub fn poll_timeout(&self) -> Option<u64> {
-        [
-            self.token_deadline_us,
-            self.isochron_deadline_us(),
-            self.token_awaits_host_us,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        match (self.token_deadline_us, self.isochron_deadline_us()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Runs timers: the open-isochron limit, then the token timer (resend the last two tokens,

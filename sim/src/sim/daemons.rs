@@ -201,6 +201,35 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 );
             }
         }
+        self.ask_host_turn(host);
+    }
+
+    /// Host turns: SIU `host` holds a token for its host's turn and has not asked yet — the
+    /// request follows the packets of the turn on the host link, and the host's answer to it
+    /// follows what the host sent ([`Event::HostTurn`], [`Event::HostTurnEnd`]).
+    fn ask_host_turn(&mut self, host: HostId) {
+        let n = &mut self.sius[usize::from(host)];
+        if n.turn_asked || !n.pump.role().inner.siu().host_turn_pending() {
+            return;
+        }
+        n.turn_asked = true;
+        let at = n.to_host.fixed_transit(self.now_us);
+        let incarnation = n.rt.incarnation;
+        let turn = Event::HostTurn {
+            host,
+            incarnation,
+            reacted: false,
+        };
+        self.schedule(at, turn);
+    }
+
+    /// The host's turn is over: the SIU hears it in its next pass, after what the host sent.
+    pub(super) fn end_host_turn(&mut self, host: HostId) {
+        let n = &mut self.sius[usize::from(host)];
+        n.turn_asked = false;
+        n.pump.end_local_turn();
+        self.stats.host_turns_ended += 1;
+        self.run_node(NodeId::Siu(host));
     }
 
     /// Tells the observer when SIU `host`'s generation changed (or it is a new process).

@@ -85,6 +85,7 @@ impl<H: Host, O: Observer> Sim<H, O> {
                 n.backlog.clear();
                 n.attached = false;
                 n.detaching = false;
+                n.turn_asked = false;
             }
             NodeId::Host(_) => unreachable!("only daemons restart"),
         }

@@ -6,7 +6,7 @@ use crate::rng::SimRng;
 use isotach_am_proto::link::LossReason;
 use isotach_am_proto::link::{DEFAULT_TAG, Directory, Links, PeerList};
 use isotach_am_proto::{Config as AmConfig, NodeAddr};
-use isotach_daemon::pump::{Pump, Role, Verdict};
+use isotach_daemon::pump::{LocalTurns, Pump, Role, Verdict};
 use isotach_daemon::siu::{PEER_APP, PEER_TM, SiuRole};
 use isotach_daemon::tm::TmRole;
 use isotach_proto::config::ClusterConfig;
@@ -273,6 +273,8 @@ pub(super) struct Build<'a> {
     topology: &'a Arc<Topology>,
     am: &'a AmConfig,
     token_corrupt: f64,
+    /// The SIUs wait for their hosts' turns ([`super::NetFaults::host_turns`]).
+    host_turns: bool,
     /// Every SIU's address, by host: the on-demand peers every SIU shares.
     sius: Arc<Directory>,
 }
@@ -291,6 +293,7 @@ impl<'a> Build<'a> {
             topology,
             am,
             token_corrupt: cfg.net.faults.token_corrupt,
+            host_turns: cfg.net.host_turns,
             sius: Arc::clone(sius),
         }
     }
@@ -342,7 +345,7 @@ pub(super) fn siu_pump(b: &Build<'_>, h: HostId, incarnation: u64) -> Pump<Watch
         timing: b.cluster.timing,
         limits: b.cluster.limits,
         initiates_reset: h == 0,
-        host_turns: true,
+        host_turns: b.host_turns,
     });
     // The daemon's layout (TM, application, other SIUs) without the in-process application:
     // the TM linked at once, the other SIUs on demand, as the daemon links them.
@@ -361,5 +364,11 @@ pub(super) fn siu_pump(b: &Build<'_>, h: HostId, incarnation: u64) -> Pump<Watch
     siu.observe_absent(true);
     let rng = node_rng(b.seed, NodeId::Siu(h), incarnation);
     let role = Watched::new(siu, b.token_corrupt, rng, true);
-    Pump::with_local(role, links, b.cluster.limits.queue_packets_max, PEER_APP)
+    Pump::with_local(
+        role,
+        links,
+        b.cluster.limits.queue_packets_max,
+        PEER_APP,
+        LocalTurns::Driver,
+    )
 }

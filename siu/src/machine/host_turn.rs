@@ -1,8 +1,8 @@
 //! Host turns (`SiuConfig::host_turns`): with the host on the SIU's own thread — an SIU
-//! embedded in the application, or the simulator's in-process host — the token that a
+//! embedded in the application (the simulator models it with `--host-turns`) — the token that a
 //! significant pulse's end allows waits until the host has had its turn at that pulse's EOP
 //! marker. The driver ends the turn ([`Siu::end_host_turn`]) once the host's packets of the
-//! turn were handed in.
+//! turn were handed in, and always before it sleeps ([`Siu::host_turn_pending`]).
 //!
 //! Why: a host typically answers an EOP with its next isochron (the one the EOP executed was
 //! what it waited for). Stamped before the token goes out, that isochron gets
@@ -30,8 +30,9 @@ impl Siu {
         true
     }
 
-    /// Is the next token waiting for the host's turn to end?
-    pub(super) fn host_turn_holds(&self) -> bool {
+    /// Is the next token waiting for the host's turn to end? A driver must end the turn
+    /// before it sleeps: the wait is not a timer.
+    pub fn host_turn_pending(&self) -> bool {
         self.token_awaits_host_us.is_some()
     }
 

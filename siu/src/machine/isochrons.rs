@@ -87,6 +87,7 @@ impl Siu {
             opened_us: now_us,
         });
         self.stats.isochrons += 1;
+        self.stats.isochrons_in_turn += u64::from(self.host_turn_pending());
         *self.outstanding.entry(ts).or_default() += 1;
         Ok(())
     }

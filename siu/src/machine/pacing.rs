@@ -84,7 +84,7 @@ impl Siu {
             || !self.started
             || !self.pacing.last_idle
             || self.pacing.woken_at == Some(self.sendclock)
-            || self.host_turn_holds()
+            || self.host_turn_pending()
         {
             return;
         }

@@ -223,7 +223,7 @@ impl Siu {
         }
         let wave = self.sendclock + 1;
         // Requirement 26: an open isochron may hold the token back; so may the host's turn.
-        if self.isochron_holds(wave) || self.host_turn_holds() {
+        if self.isochron_holds(wave) || self.host_turn_pending() {
             return false;
         }
         let token = Token {
