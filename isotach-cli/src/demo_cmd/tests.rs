@@ -73,10 +73,22 @@ fn an_embedded_host_answering_an_eop_in_its_turn_runs_its_next_isochron_a_pulse_
     // (first + 1), so TS = first + 2. Sent only after the token, it would be first + 3.
     offer_isochron(&mut me, 2);
     let second = until_executed(&mut me, 2);
+    // An application that waits instead has had its turn: the wait sends the token first,
+    // so logical time goes on and an isochron issued after the wait is a pulse later.
+    offer_isochron(&mut me, 3);
+    let third = until_executed(&mut me, 3);
+    assert!(me.pump().role().siu().host_turn_pending());
+    me.wait(me.now().plus(Duration::from_millis(1))).unwrap();
+    assert!(!me.pump().role().siu().host_turn_pending());
+    offer_isochron(&mut me, 4);
+    let fourth = until_executed(&mut me, 4);
     stop.store(true, Ordering::Relaxed);
     other_thread.join().unwrap();
     let problems = lc.daemons.stop();
     assert!(problems.is_empty(), "{problems:?}");
     assert_eq!(second, first + 2);
+    assert_eq!(third, second + 2);
+    // At least a pulse later (logical time may go on further while the application waits).
+    assert!(fourth >= third + 3, "{third} {fourth}");
     assert!(me.pump().role().siu().stats().tokens_held_for_host >= 1);
 }
