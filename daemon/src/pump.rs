@@ -294,8 +294,8 @@ impl<R: Role> Pump<R> {
     }
 
     /// Held input first, in order, then the local peer's packets (then the role hears its
-    /// turn ended, as [`LocalTurns`] says), then what arrived from the links; a lane whose held queue is full is
-    /// not read (its peers wait in the links, whose credit stops them).
+    /// turn ended, as [`LocalTurns`] says), then what arrived from the links; a lane whose
+    /// held queue is full is not read (its peers wait in the links, whose credit stops them).
     fn feed(&mut self, now_us: u64) -> Result<(), AmError> {
         for lane in 0..self.held.len() {
             while let Some((peer, bytes)) = self.held[lane].pop_front() {
