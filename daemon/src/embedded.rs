@@ -28,6 +28,9 @@ use std::sync::Arc;
 pub struct EmbeddedSiu<T: Transport> {
     pump: Pump<SiuRole>,
     transport: T,
+    /// The last pass found the socket empty, and nothing was offered or waited for since:
+    /// another pass now would only probe the socket again ([`EmbeddedSiu::pass_if_due`]).
+    drained: bool,
 }
 
 impl<T: Transport> EmbeddedSiu<T> {
@@ -54,14 +57,20 @@ impl<T: Transport> EmbeddedSiu<T> {
         let links = links_on(&transport, &net_peers, tag)?;
         let mut pump = Pump::with_local(role, links, queue_max, PEER_APP, LocalTurns::EveryPass);
         pump.local_attach(transport.now());
-        Ok(Self { pump, transport })
+        Ok(Self {
+            pump,
+            transport,
+            drained: false,
+        })
     }
 
     /// Queues a packet from the application; handed back when the SIU's host queue is full
     /// (run [`EmbeddedSiu::pass`] and offer it again). It leaves in the next pass, batched
     /// with whatever else the pass sends.
     pub fn offer(&mut self, packet: Vec<u8>) -> Result<(), Vec<u8>> {
-        self.pump.local_send(packet)
+        self.pump.local_send(packet)?;
+        self.drained = false;
+        Ok(())
     }
 
     /// The next packet for the application.
@@ -82,18 +91,44 @@ impl<T: Transport> EmbeddedSiu<T> {
 
     /// One pass without blocking: what arrived in, the pump (timers, input, output), and
     /// datagrams out. Returns the datagrams taken.
+    ///
+    /// A pass that ends the application's turn sends first: the application's answer and the
+    /// token held for it go out before the socket is read, since every host waits for that
+    /// token.
     pub fn pass(&mut self) -> Result<usize, DaemonError> {
         let now = self.transport.now();
+        if self.pump.role().siu().host_turn_pending() {
+            self.pump.advance(now)?;
+            self.transmit(now)?;
+        }
         let pump = &mut self.pump;
         let taken = take_arrivals(&mut self.transport, |from, bytes| {
             pump.handle_datagram(now, from, bytes);
         })?;
         self.pump.advance(now)?;
+        self.transmit(now)?;
+        self.drained = taken == 0;
+        Ok(taken)
+    }
+
+    /// A pass, unless the last one found the socket empty and nothing was offered or waited
+    /// for since (a caller about to wait: the wait finds what arrives, and returns at once
+    /// for a timer that came due). Saves the empty probe between a pass that sent and the
+    /// wait after it.
+    pub fn pass_if_due(&mut self) -> Result<usize, DaemonError> {
+        if self.drained {
+            return Ok(0);
+        }
+        self.pass()
+    }
+
+    /// Sends what the pump has for the network, in one batch.
+    fn transmit(&mut self, now: Time) -> Result<(), DaemonError> {
         while let Some((to, bytes)) = self.pump.poll_transmit(now) {
             self.transport.send(to, bytes)?;
         }
         self.transport.flush()?;
-        Ok(taken)
+        Ok(())
     }
 
     /// Blocks until a datagram arrives, the pump's next deadline, or `deadline`, whichever is
@@ -102,6 +137,7 @@ impl<T: Transport> EmbeddedSiu<T> {
     /// An application that waits has had its turn: a token held for it goes first (a pass),
     /// so a wait never holds up logical time.
     pub fn wait(&mut self, deadline: Time) -> Result<bool, DaemonError> {
+        self.drained = false;
         if self.pump.role().siu().host_turn_pending() {
             self.pass()?;
             if self.waiting_for_host() > 0 || self.transport.has_pending() {

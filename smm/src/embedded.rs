@@ -65,7 +65,7 @@ impl<T: Transport> SiuLink for EmbeddedSiu<T> {
         }
         let deadline = Instant::now() + timeout;
         loop {
-            self.pass().map_err(link_err)?;
+            self.pass_if_due().map_err(link_err)?;
             if let Some(p) = self.take_for_host() {
                 return Ok(Some(p));
             }

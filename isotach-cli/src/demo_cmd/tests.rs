@@ -43,52 +43,103 @@ fn until_executed(siu: &mut EmbeddedSiu<UdpTransport>, iso_id: u32) -> u64 {
     panic!("isochron {iso_id} did not execute within {WAIT_MAX:?} (marker pulse {ts:?})");
 }
 
+/// Two hosts with embedded SIUs on loopback, logical time started: host 0's SIU for the
+/// test to drive, host 1's running on a thread of its own until [`Pair::stop`].
+struct Pair {
+    lc: super::LoopbackCluster,
+    me: EmbeddedSiu<UdpTransport>,
+    stop: Arc<AtomicBool>,
+    other: std::thread::JoinHandle<()>,
+}
+
+impl Pair {
+    fn start() -> Self {
+        let timing = Timing {
+            idle_pace_us: 0,
+            ..Timing::default()
+        };
+        let mut lc = start_loopback_cluster_with(2, SiuPlacement::Embedded, timing).unwrap();
+        let mut other = lc.embedded.pop().expect("host 1's SIU");
+        let mut me = lc.embedded.pop().expect("host 0's SIU");
+        let stop = Arc::new(AtomicBool::new(false));
+        let other_stop = Arc::clone(&stop);
+        let other = std::thread::spawn(move || {
+            while !other_stop.load(Ordering::Relaxed) {
+                other.pass().unwrap();
+                while other.take_for_host().is_some() {}
+                let _ = other.wait(other.now().plus(Duration::from_millis(1)));
+            }
+        });
+        let started = Instant::now();
+        while !me.pump().role().siu().started() {
+            assert!(started.elapsed() < WAIT_MAX, "logical time did not start");
+            me.pass().unwrap();
+            me.wait(me.now().plus(Duration::from_millis(1))).unwrap();
+        }
+        Self {
+            lc,
+            me,
+            stop,
+            other,
+        }
+    }
+
+    fn stop(self) -> EmbeddedSiu<UdpTransport> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.other.join().unwrap();
+        let problems = self.lc.daemons.stop();
+        assert!(problems.is_empty(), "{problems:?}");
+        self.me
+    }
+}
+
 #[test]
 fn an_embedded_host_answering_an_eop_in_its_turn_runs_its_next_isochron_a_pulse_sooner() {
-    let timing = Timing {
-        idle_pace_us: 0,
-        ..Timing::default()
-    };
-    let mut lc = start_loopback_cluster_with(2, SiuPlacement::Embedded, timing).unwrap();
-    let mut other = lc.embedded.pop().expect("host 1's SIU");
-    let mut me = lc.embedded.pop().expect("host 0's SIU");
-    let stop = Arc::new(AtomicBool::new(false));
-    let other_stop = Arc::clone(&stop);
-    let other_thread = std::thread::spawn(move || {
-        while !other_stop.load(Ordering::Relaxed) {
-            other.pass().unwrap();
-            while other.take_for_host().is_some() {}
-            let _ = other.wait(other.now().plus(Duration::from_millis(1)));
-        }
-    });
-    let started = Instant::now();
-    while !me.pump().role().siu().started() {
-        assert!(started.elapsed() < WAIT_MAX, "logical time did not start");
-        me.pass().unwrap();
-        me.wait(me.now().plus(Duration::from_millis(1))).unwrap();
-    }
-    offer_isochron(&mut me, 1);
-    let first = until_executed(&mut me, 1);
+    let mut pair = Pair::start();
+    let me = &mut pair.me;
+    offer_isochron(me, 1);
+    let first = until_executed(me, 1);
     // Answered within the turn: stamped against the sendclock of the pulse that just ended
     // (first + 1), so TS = first + 2. Sent only after the token, it would be first + 3.
-    offer_isochron(&mut me, 2);
-    let second = until_executed(&mut me, 2);
+    offer_isochron(me, 2);
+    let second = until_executed(me, 2);
     // An application that waits instead has had its turn: the wait sends the token first,
     // so logical time goes on and an isochron issued after the wait is a pulse later.
-    offer_isochron(&mut me, 3);
-    let third = until_executed(&mut me, 3);
+    offer_isochron(me, 3);
+    let third = until_executed(me, 3);
     assert!(me.pump().role().siu().host_turn_pending());
     me.wait(me.now().plus(Duration::from_millis(1))).unwrap();
     assert!(!me.pump().role().siu().host_turn_pending());
-    offer_isochron(&mut me, 4);
-    let fourth = until_executed(&mut me, 4);
-    stop.store(true, Ordering::Relaxed);
-    other_thread.join().unwrap();
-    let problems = lc.daemons.stop();
-    assert!(problems.is_empty(), "{problems:?}");
+    offer_isochron(me, 4);
+    let fourth = until_executed(me, 4);
+    let me = pair.stop();
     assert_eq!(second, first + 2);
     assert_eq!(third, second + 2);
     // At least a pulse later (logical time may go on further while the application waits).
     assert!(fourth >= third + 3, "{third} {fourth}");
     assert!(me.pump().role().siu().stats().tokens_held_for_host >= 1);
+}
+
+#[test]
+fn a_pass_right_after_one_that_found_the_socket_empty_is_skipped_until_something_happens() {
+    let mut pair = Pair::start();
+    let me = &mut pair.me;
+    // A pass that finds nothing (retried: host 1 and the TM keep sending).
+    let deadline = Instant::now() + WAIT_MAX;
+    while me.pass().unwrap() > 0 {
+        assert!(Instant::now() < deadline, "the socket never went quiet");
+    }
+    let calls = me.transport().udp_stats().recv_calls;
+    assert_eq!(me.pass_if_due().unwrap(), 0);
+    assert_eq!(
+        me.transport().udp_stats().recv_calls,
+        calls,
+        "no second probe of a socket just found empty"
+    );
+    // Offering a packet makes a pass due again.
+    offer_isochron(me, 9);
+    me.pass_if_due().unwrap();
+    assert!(me.transport().udp_stats().recv_calls > calls);
+    until_executed(me, 9);
+    pair.stop();
 }
