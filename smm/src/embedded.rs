@@ -65,11 +65,18 @@ impl<T: Transport> SiuLink for EmbeddedSiu<T> {
         }
         let deadline = Instant::now() + timeout;
         loop {
-            self.pass_if_due().map_err(link_err)?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            // A pass just before a wait may be skipped when the last one found the socket
+            // empty (the wait finds what arrives); with no wait to follow it must run, or an
+            // application that only polls would never read the socket again.
+            if left.is_zero() {
+                self.pass().map_err(link_err)?;
+            } else {
+                self.pass_if_due().map_err(link_err)?;
+            }
             if let Some(p) = self.take_for_host() {
                 return Ok(Some(p));
             }
-            let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Ok(None);
             }

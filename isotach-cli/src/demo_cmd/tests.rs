@@ -5,6 +5,7 @@ use isotach_am::backend::udp::UdpTransport;
 use isotach_daemon::embedded::EmbeddedSiu;
 use isotach_proto::config::Timing;
 use isotach_proto::packet::{EndOfIsochron, Packet, StartOfIsochron};
+use isotach_smm::driver::SiuLink;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -136,6 +137,13 @@ fn a_pass_right_after_one_that_found_the_socket_empty_is_skipped_until_something
         calls,
         "no second probe of a socket just found empty"
     );
+    // An application that only polls (no wait to follow) still reads the socket.
+    SiuLink::recv(me, Duration::ZERO).unwrap();
+    assert!(
+        me.transport().udp_stats().recv_calls > calls,
+        "a poll must read the socket"
+    );
+    let calls = me.transport().udp_stats().recv_calls;
     // Offering a packet makes a pass due again.
     offer_isochron(me, 9);
     me.pass_if_due().unwrap();
