@@ -60,8 +60,10 @@ pub trait Role {
     /// Output lanes: streams that stall independently (tokens must not wait behind host
     /// output). At most [`LANES_MAX`].
     fn out_lanes(&self) -> usize;
-    /// A packet from `peer`.
-    fn handle_packet(&mut self, now_us: u64, peer: usize, bytes: &[u8]) -> Verdict;
+    /// A packet from `peer`, in a buffer the role may take (`std::mem::take`) when it
+    /// consumes the packet and sends it on as it came — no copy. On [`Verdict::Retry`] the
+    /// buffer must be left as it was (the pump holds it and offers it again).
+    fn handle_packet(&mut self, now_us: u64, peer: usize, bytes: &mut Vec<u8>) -> Verdict;
     /// Timers.
     fn handle_timeout(&mut self, now_us: u64);
     /// The state machine's next timer, µs.
@@ -369,13 +371,14 @@ impl<R: Role> Pump<R> {
         now_us: u64,
         lane: usize,
         peer: usize,
-        bytes: Vec<u8>,
+        mut bytes: Vec<u8>,
     ) -> Result<bool, AmError> {
-        match self.role.handle_packet(now_us, peer, &bytes) {
+        match self.role.handle_packet(now_us, peer, &mut bytes) {
             Verdict::Consumed => {}
             Verdict::Retry => {
                 // Back where it came from: the head of a lane it was taken from, or an empty
                 // lane.
+                debug_assert!(!bytes.is_empty(), "a role took an input it did not consume");
                 debug_assert!(self.held[lane].len() < self.held_max);
                 self.stats.held += 1;
                 self.held[lane].push_front((peer, bytes));

@@ -346,7 +346,8 @@ impl Role for SiuRole {
         2
     }
 
-    fn handle_packet(&mut self, now_us: u64, peer: usize, bytes: &[u8]) -> Verdict {
+    fn handle_packet(&mut self, now_us: u64, peer: usize, bytes: &mut Vec<u8>) -> Verdict {
+        let bytes: &[u8] = bytes;
         if peer == PEER_APP {
             self.app_attach();
             return match self.siu.handle_host(now_us, bytes) {

@@ -117,8 +117,9 @@ impl Role for TmRole {
         1
     }
 
-    fn handle_packet(&mut self, now_us: u64, peer: usize, bytes: &[u8]) -> Verdict {
-        match self.tm.handle_input(now_us, peer, bytes) {
+    fn handle_packet(&mut self, now_us: u64, peer: usize, bytes: &mut Vec<u8>) -> Verdict {
+        // A message forwarded as it came leaves in this very buffer.
+        match self.tm.handle_input_owned(now_us, peer, bytes) {
             Ok(()) => Verdict::Consumed,
             Err(TmError::Backpressure(_)) => Verdict::Retry,
             Err(e) => Verdict::Refused(e.into()),

@@ -988,6 +988,16 @@ fn hop_port(h: Hop) -> u16 {
     }
 }
 
+/// `TokenManager::handle_input_owned`, checked: consumed, the buffer is taken whole or left
+/// as it was; refused or not consumed, it is left as it was.
+fn tm_input_owned(tm: &mut TokenManager, now: u64, link: usize, bytes: Vec<u8>) {
+    let mut buf = bytes.clone();
+    match tm.handle_input_owned(now, link, &mut buf) {
+        Ok(()) => assert!(buf.is_empty() || buf == bytes, "a buffer taken in part"),
+        Err(e) => assert_eq!(buf, bytes, "refused ({e}) yet its buffer changed"),
+    }
+}
+
 fn drain_tm(tm: &mut TokenManager, links: usize, port: u16) {
     while let Some((link, b)) = tm.poll_transmit() {
         assert!(link < links, "TM sent on link {link} of {links}");
@@ -1021,7 +1031,11 @@ pub fn run_tm(data: &[u8]) {
             0 => {
                 let l = pick(&mut inp);
                 let b = inp.blob(packet::PACKET_LEN_MAX + 8);
-                let _ = tm.handle_input(now, l, b);
+                if corrupt {
+                    tm_input_owned(&mut tm, now, l, b.to_vec());
+                } else {
+                    let _ = tm.handle_input(now, l, b);
+                }
             }
             1 | 2 => pass_time(&mut tm, &mut inp, &mut now, op & 0x7f == 2),
             // A token from fuzz fields on some link.
@@ -1082,7 +1096,8 @@ pub fn run_tm(data: &[u8]) {
                         .wrapping_sub(u32::from(inp.u8() & 3 == 0)),
                 );
                 let b = encode_maybe_corrupt(&mut inp, corrupt, &Packet::IsotachMessage(m));
-                let _ = tm.handle_input(now, l, &b);
+                // The driver's path: the TM may take the buffer.
+                tm_input_owned(&mut tm, now, l, b);
             }
             8 => {
                 let l = pick(&mut inp);

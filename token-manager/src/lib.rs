@@ -32,6 +32,9 @@
 
 #![warn(missing_docs)]
 
+mod input;
+
+use input::Input;
 use isotach_proto::config::{EPOCH_PULSES_MIN, Limits, Timing};
 use isotach_proto::packet::{self, BARRIERS, DecodeError, IsotachMessage, Kind, Token};
 use isotach_proto::topology::{Hop, SwitchId, Topology};
@@ -363,14 +366,31 @@ impl TokenManager {
 
     /// Handles one packet that arrived on `link`.
     pub fn handle_input(&mut self, now_us: u64, link: LinkId, bytes: &[u8]) -> Result<(), TmError> {
-        let r = self.input(now_us, link, bytes);
+        self.counted(now_us, link, Input::Borrowed(bytes))
+    }
+
+    /// [`TokenManager::handle_input`] for a driver that owns the input's buffer: a message
+    /// forwarded as it came leaves in `buf` itself (taken, `buf` left empty), with no copy and
+    /// no allocation. An input refused or not consumed leaves `buf` as it was.
+    pub fn handle_input_owned(
+        &mut self,
+        now_us: u64,
+        link: LinkId,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), TmError> {
+        self.counted(now_us, link, Input::Owned(buf))
+    }
+
+    fn counted(&mut self, now_us: u64, link: LinkId, inp: Input<'_>) -> Result<(), TmError> {
+        let r = self.input(now_us, link, inp);
         if r.is_err() {
             self.stats.errors += 1;
         }
         r
     }
 
-    fn input(&mut self, now_us: u64, link: LinkId, bytes: &[u8]) -> Result<(), TmError> {
+    fn input(&mut self, now_us: u64, link: LinkId, inp: Input<'_>) -> Result<(), TmError> {
+        let bytes = inp.bytes();
         if link >= self.links.len() {
             return Err(TmError::NoSuchLink(link));
         }
@@ -393,19 +413,19 @@ impl TokenManager {
                     self.stats.messages_stale += 1;
                     return Ok(());
                 }
-                self.forward(dest, bytes, true)?;
                 // Its pulse must end at the destination: every wave up to the one that ends
                 // it (TS + 1) goes unpaced, bounded by the window an SIU accepts.
                 let ends = IsotachMessage::peek_stamp(bytes).map_or(0, |(ts, _, _)| {
                     let window = u64::from(self.cfg.limits.pulses_ahead_max);
                     ts.get().saturating_add(1).min(self.waves + window)
                 });
+                self.forward(dest, inp, true)?;
                 self.busy_news(now_us, link, ends);
                 Ok(())
             }
             Kind::Plain => {
                 let m = packet::PlainMessage::decode(bytes).map_err(decode)?;
-                self.forward(m.dest, bytes, false)?;
+                self.forward(m.dest, inp, false)?;
                 self.busy_news(now_us, link, 0);
                 Ok(())
             }
@@ -420,24 +440,25 @@ impl TokenManager {
     /// message rides with the next wave, or, for a neighbour that has not started this
     /// generation, waits for its first token; non-isotach traffic never waits on logical time
     /// and leaves at once.
-    fn forward(&mut self, dest: u16, bytes: &[u8], isotach: bool) -> Result<(), TmError> {
+    fn forward(&mut self, dest: u16, inp: Input<'_>, isotach: bool) -> Result<(), TmError> {
         let Some(&link) = self.route.get(usize::from(dest)) else {
             return Err(TmError::NoSuchHost(dest));
         };
         self.stats.messages_forwarded += 1;
+        let bytes = inp.into_vec();
         let l = &mut self.links[link];
         if isotach && (!self.started || l.accepted == 0) {
-            l.held.push_back(bytes.to_vec());
+            l.held.push_back(bytes);
             self.held += 1;
             self.stats.messages_held += 1;
             debug_assert_eq!(self.held, self.held_in_links());
             return Ok(());
         }
         if isotach {
-            l.riding.push(bytes.to_vec());
+            l.riding.push(bytes);
             self.riding += 1;
         } else {
-            self.out.push_back((link, bytes.to_vec()));
+            self.out.push_back((link, bytes));
         }
         Ok(())
     }

@@ -781,3 +781,31 @@ fn riding_messages_leave_at_once_rather_than_hold_up_a_token() {
         [Kind::IsotachMessage, Kind::Token]
     );
 }
+
+#[test]
+fn an_owned_input_forwarded_as_it_came_leaves_in_its_own_buffer() {
+    let mut t = started(2);
+    t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
+    let mut msg = write_to(1);
+    let (at, bytes) = (msg.as_ptr(), msg.clone());
+    t.handle_input_owned(1, 0, &mut msg).unwrap();
+    assert!(msg.is_empty(), "taken");
+    t.handle_input(2, 0, &token(0, 1).to_bytes()).unwrap();
+    let out: Vec<(LinkId, Vec<u8>)> = std::iter::from_fn(|| t.poll_transmit()).collect();
+    // Ahead of wave 2's token on link 1.
+    let (_, sent) = out.iter().find(|(l, _)| *l == 1).expect("output to link 1");
+    assert_eq!(sent, &bytes);
+    assert_eq!(sent.as_ptr(), at, "no copy: the input's own buffer");
+    // Refused or not consumed: the buffer stays the driver's, as it was.
+    let mut token_in = token(0, 2).to_bytes().to_vec();
+    let before = token_in.clone();
+    t.handle_input_owned(3, 0, &mut token_in).unwrap();
+    assert_eq!(token_in, before, "a token is read, not taken");
+    let mut nowhere = write_to(9);
+    let before = nowhere.clone();
+    assert_eq!(
+        t.handle_input_owned(3, 0, &mut nowhere),
+        Err(TmError::NoSuchHost(9))
+    );
+    assert_eq!(nowhere, before);
+}

@@ -657,3 +657,23 @@ fn the_spare_pool_is_bounded_and_frees_small_and_large_buffers() {
     }
     assert_eq!(l.st.spare.len(), spare::SPARE_PACKETS_MAX);
 }
+
+#[test]
+fn a_sent_packet_s_buffer_becomes_a_spare_for_the_packets_that_arrive_next() {
+    let mut t = Pair::new();
+    let in_spare_size = |p: Vec<u8>| {
+        let mut b = Vec::with_capacity(spare::SPARE_PACKET_BYTES_MIN);
+        b.extend_from_slice(&p);
+        b
+    };
+    for i in 0..4 {
+        t.a.send(0, in_spare_size(small(i, 20))).unwrap();
+    }
+    t.settle();
+    assert_eq!(t.drain_b().len(), 4);
+    assert_eq!(t.a.st.spare.len(), 4, "sent in one batch");
+    t.a.send(0, in_spare_size(small(9, 20))).unwrap();
+    t.settle();
+    assert_eq!(t.drain_b().len(), 1);
+    assert_eq!(t.a.st.spare.len(), 5, "sent alone in one fragment");
+}

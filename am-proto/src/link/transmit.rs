@@ -15,6 +15,7 @@
 use std::collections::VecDeque;
 
 use super::batch::{self, BATCH_PACKETS_MIN, BATCH_VERSION};
+use super::spare::Spare;
 use super::{CREDIT_BATCH, FRAGMENT_MAX, H_BATCH, H_CREDIT, H_DATA, H_HELLO, HELLO_RETRY};
 use super::{LINK_EP, LinkEvent, LinkStats, Links, Peer, State, WINDOW_MAX, fragments};
 use crate::core::{Core, SendReq};
@@ -145,15 +146,16 @@ impl Links {
             peers,
             batch: buf,
             stats,
+            spare,
             ..
         } = &mut self.st;
         let p = &mut peers[peer];
         while p.queued > 0 && p.in_flight < window {
             let n = batch_len(&p.out, p.head_sent);
             if n >= BATCH_PACKETS_MIN {
-                send_batch(&mut self.core, now, (p, idx), buf, n, stats)?;
+                send_batch(&mut self.core, now, (p, idx), (buf, spare), n, stats)?;
             } else {
-                send_fragment(&mut self.core, now, (p, idx))?;
+                send_fragment(&mut self.core, now, (p, idx), spare)?;
             }
             p.in_flight += 1;
         }
@@ -190,12 +192,13 @@ fn batch_len(out: &VecDeque<Vec<u8>>, head_sent: usize) -> usize {
 }
 
 /// Sends the `n` packets at the head of `p`'s queue as one batch, built in `buf`, and takes
-/// them off the queue once the core accepted it.
+/// them off the queue once the core accepted it; their buffers become spares for the packets
+/// that arrive next.
 fn send_batch(
     core: &mut Core,
     now: Time,
     (p, idx): (&mut Peer, TransIdx),
-    buf: &mut Vec<u8>,
+    (buf, spare): (&mut Vec<u8>, &mut Spare),
     n: usize,
     stats: &mut LinkStats,
 ) -> Result<(), AmError> {
@@ -213,7 +216,9 @@ fn send_batch(
     }
     let args = [BATCH_VERSION, p.links_lost];
     core.send_request(now, SendReq::medium(LINK_EP, idx, H_BATCH, buf, &args))?;
-    p.out.drain(..n);
+    for packet in p.out.drain(..n) {
+        spare.give(packet);
+    }
     p.queued -= n;
     stats.batches_sent += 1;
     stats.packets_in_batches += n as u64;
@@ -226,6 +231,7 @@ fn send_fragment(
     core: &mut Core,
     now: Time,
     (p, idx): (&mut Peer, TransIdx),
+    spare: &mut Spare,
 ) -> Result<(), AmError> {
     let head = &p.out[0];
     let end = (p.head_sent + FRAGMENT_MAX).min(head.len());
@@ -235,8 +241,8 @@ fn send_fragment(
     core.send_request(now, SendReq::medium(LINK_EP, idx, H_DATA, payload, &args))?;
     if more {
         p.head_sent = end;
-    } else {
-        p.out.pop_front();
+    } else if let Some(sent) = p.out.pop_front() {
+        spare.give(sent);
         p.head_sent = 0;
     }
     p.queued -= 1;

@@ -164,15 +164,14 @@ impl<R: Role + Inspect> Role for Watched<R> {
         self.inner.out_lanes()
     }
 
-    fn handle_packet(&mut self, now_us: u64, peer: usize, bytes: &[u8]) -> Verdict {
+    fn handle_packet(&mut self, now_us: u64, peer: usize, bytes: &mut Vec<u8>) -> Verdict {
         if self.inner.is_host(peer) {
+            // Copied first: the role may take the buffer.
+            let seen = self.watch_siu.then(|| bytes.clone());
             let verdict = self.track(|r| r.handle_packet(now_us, peer, bytes));
-            if self.watch_siu && verdict != Verdict::Retry {
+            if let Some(bytes) = seen.filter(|_| verdict != Verdict::Retry) {
                 let refused = self.inner.host_refusal();
-                self.seen.push(Seen::HostIn {
-                    bytes: bytes.to_vec(),
-                    refused,
-                });
+                self.seen.push(Seen::HostIn { bytes, refused });
             }
             return verdict;
         }
@@ -180,7 +179,7 @@ impl<R: Role + Inspect> Role for Watched<R> {
         if is_token && self.rng.chance(self.corrupt) {
             let mut bad = bytes.to_vec();
             crate::net::corrupt(&mut bad, &mut self.rng);
-            let verdict = self.track(|r| r.handle_packet(now_us, peer, &bad));
+            let verdict = self.track(|r| r.handle_packet(now_us, peer, &mut bad));
             if verdict != Verdict::Retry {
                 self.seen.push(Seen::NetIn {
                     corrupted: true,
