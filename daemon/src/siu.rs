@@ -346,11 +346,12 @@ impl Role for SiuRole {
         2
     }
 
+    /// A stamped message leaves, and a message for the host arrives there, in the buffer it
+    /// came in.
     fn handle_packet(&mut self, now_us: u64, peer: usize, bytes: &mut Vec<u8>) -> Verdict {
-        let bytes: &[u8] = bytes;
         if peer == PEER_APP {
             self.app_attach();
-            return match self.siu.handle_host(now_us, bytes) {
+            return match self.siu.handle_host_owned(now_us, bytes) {
                 Ok(()) => Verdict::Consumed,
                 Err(SiuError::NotStarted | SiuError::Backpressure { .. }) => Verdict::Retry,
                 Err(e) => {
@@ -363,7 +364,7 @@ impl Role for SiuRole {
         if peer == PEER_TM && peek_kind(bytes) == Ok(Kind::Token) {
             self.token_in_us.get_or_insert(now_us);
         }
-        match self.siu.handle_net(now_us, bytes) {
+        match self.siu.handle_net_owned(now_us, bytes) {
             Ok(()) => Verdict::Consumed,
             Err(SiuError::Backpressure { .. }) => Verdict::Retry,
             Err(e) => Verdict::Refused(e.into()),

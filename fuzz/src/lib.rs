@@ -27,7 +27,7 @@ use isotach_proto::packet::{
 };
 use isotach_proto::topology::{Hop, SwitchId, Topology};
 use isotach_proto::{Generation, Pulse, WaveSeq};
-use isotach_siu::{Mode, Route, Siu, SiuConfig};
+use isotach_siu::{Mode, Route, Side, Siu, SiuConfig};
 use isotach_tm::{TmConfig, TokenManager};
 use std::sync::Arc;
 
@@ -803,14 +803,22 @@ pub fn run_siu(data: &[u8]) {
     while let Some(op) = inp.byte() {
         let corrupt = op & 0x80 != 0;
         match op & 0x7f {
-            // Raw bytes from either side.
+            // Raw bytes from either side (the corrupt bit: in a buffer the SIU may take).
             0 => {
                 let b = inp.blob(packet::PACKET_LEN_MAX + 8);
-                let _ = siu.handle_host(now, b);
+                if corrupt {
+                    siu_input_owned(&mut siu, now, Side::Host, b.to_vec());
+                } else {
+                    let _ = siu.handle_host(now, b);
+                }
             }
             1 => {
                 let b = inp.blob(packet::PACKET_LEN_MAX + 8);
-                let _ = siu.handle_net(now, b);
+                if corrupt {
+                    siu_input_owned(&mut siu, now, Side::Net, b.to_vec());
+                } else {
+                    let _ = siu.handle_net(now, b);
+                }
             }
             // Time passes; timers run.
             2 | 3 => pass_time(&mut siu, &mut inp, &mut now, op & 0x7f == 3),
@@ -881,7 +889,7 @@ pub fn run_siu(data: &[u8]) {
             9 => {
                 let m = fuzz_message(&mut inp, hosts);
                 let b = encode_maybe_corrupt(&mut inp, corrupt, &Packet::IsotachMessage(m));
-                let _ = siu.handle_host(now, &b);
+                siu_input_owned(&mut siu, now, Side::Host, b);
             }
             10 => {
                 let eoi = EndOfIsochron {
@@ -918,7 +926,7 @@ pub fn run_siu(data: &[u8]) {
                 m.generation =
                     Generation::new(siu.generation().get().wrapping_sub(u32::from(f & 4 != 0)));
                 let b = encode_maybe_corrupt(&mut inp, corrupt, &Packet::IsotachMessage(m));
-                let _ = siu.handle_net(now, &b);
+                siu_input_owned(&mut siu, now, Side::Net, b);
             }
             // Non-isotach traffic, either way.
             13 => {
@@ -985,6 +993,20 @@ fn hop_port(h: Hop) -> u16 {
     match h {
         Hop::Host(h) => Topology::host_port(h),
         Hop::Switch(s) => Topology::switch_port(s),
+    }
+}
+
+/// `Siu::handle_host_owned` / `handle_net_owned`, checked: consumed, the buffer is taken
+/// whole or left as it was; refused or not consumed, it is left as it was.
+fn siu_input_owned(siu: &mut Siu, now: u64, side: Side, bytes: Vec<u8>) {
+    let mut buf = bytes.clone();
+    let r = match side {
+        Side::Host => siu.handle_host_owned(now, &mut buf),
+        Side::Net => siu.handle_net_owned(now, &mut buf),
+    };
+    match r {
+        Ok(()) => assert!(buf.is_empty() || buf == bytes, "a buffer taken in part"),
+        Err(e) => assert_eq!(buf, bytes, "refused ({e}) yet its buffer changed"),
     }
 }
 

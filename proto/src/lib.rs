@@ -11,12 +11,14 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod input;
 pub mod logical;
 pub mod packet;
 pub mod reply;
 pub mod topology;
 pub mod wave;
 
+pub use input::Input;
 pub use logical::{Generation, Pulse, WaveSeq};
 pub use packet::{
     BarrierSignalMarker, DecodeError, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage,

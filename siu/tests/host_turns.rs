@@ -217,3 +217,73 @@ fn host_mode_ignores_host_turns() {
     assert_eq!(s.stats().tokens_held_for_host, 0);
     assert!(!s.host_turn_pending());
 }
+
+// An in-process host lends its buffers: a stamped message leaves in the host's own buffer,
+// a message for the host arrives in the network's, and a refused packet's buffer is left as
+// it was.
+
+#[test]
+fn a_message_lent_by_the_host_is_stamped_in_its_own_buffer() {
+    let mut s = started(true);
+    let soi = StartOfIsochron {
+        iso_id: 1,
+        distance: 1,
+        ..StartOfIsochron::default()
+    };
+    s.handle_host(2, &Packet::StartOfIsochron(soi).to_vec())
+        .unwrap();
+    let m = IsotachMessage {
+        ts: Pulse::new(0),
+        source: 1,
+        dest: 2,
+        sequum: 0,
+        generation: Generation::new(1),
+        sref: Sref::Msg {
+            handler: 0,
+            payload: vec![1],
+        },
+    };
+    let mut buf = Packet::IsotachMessage(m.clone()).to_vec();
+    let at = buf.as_ptr();
+    s.handle_host_owned(2, &mut buf).unwrap();
+    assert!(buf.is_empty(), "taken");
+    let out = s.poll_net().expect("the stamped message");
+    assert_eq!(out.bytes.as_ptr(), at, "stamped in place, not copied");
+    let Packet::IsotachMessage(stamped) = Packet::decode(&out.bytes).unwrap() else {
+        panic!("not a message");
+    };
+    assert_eq!(stamped.ts.get(), 3);
+    // To a host that does not exist: refused, the buffer untouched.
+    let bad = IsotachMessage { dest: 9, ..m };
+    let mut buf = Packet::IsotachMessage(bad).to_vec();
+    let before = buf.clone();
+    assert!(s.handle_host_owned(2, &mut buf).is_err());
+    assert_eq!(buf, before);
+}
+
+#[test]
+fn a_message_for_the_host_is_handed_over_in_the_buffer_it_came_in() {
+    let mut s = started(true);
+    let m = IsotachMessage {
+        ts: Pulse::new(2),
+        source: 0,
+        dest: 1,
+        sequum: 5,
+        generation: Generation::new(1),
+        sref: Sref::Msg {
+            handler: 0,
+            payload: vec![7],
+        },
+    };
+    let mut buf = Packet::IsotachMessage(m.clone()).to_vec();
+    let (at, bytes) = (buf.as_ptr(), buf.clone());
+    s.handle_net_owned(2, &mut buf).unwrap();
+    assert!(buf.is_empty(), "taken");
+    let got = s.poll_host().expect("the message");
+    assert_eq!((got.as_ptr(), &got), (at, &bytes));
+    // Misrouted: refused, the buffer untouched.
+    let mut buf = Packet::IsotachMessage(IsotachMessage { dest: 2, ..m }).to_vec();
+    let before = buf.clone();
+    assert!(s.handle_net_owned(2, &mut buf).is_err());
+    assert_eq!(buf, before);
+}

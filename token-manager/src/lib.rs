@@ -32,9 +32,7 @@
 
 #![warn(missing_docs)]
 
-mod input;
-
-use input::Input;
+use isotach_proto::Input;
 use isotach_proto::config::{EPOCH_PULSES_MIN, Limits, Timing};
 use isotach_proto::packet::{self, BARRIERS, DecodeError, IsotachMessage, Kind, Token};
 use isotach_proto::topology::{Hop, SwitchId, Topology};

@@ -6,6 +6,7 @@
 use super::Siu;
 use crate::pulse::{Placement, PulseSlot};
 use crate::{Mode, Side, SiuError};
+use isotach_proto::Input;
 use isotach_proto::Pulse;
 use isotach_proto::packet::{self, EopMarker, IsotachMessage, Token};
 
@@ -56,7 +57,8 @@ impl Siu {
 
     /// An isotach message from the network for this host: counted in its pulse and handed to
     /// the host at once, or refused (misrouted, not started, beyond the window).
-    pub(super) fn message_from_net(&mut self, bytes: &[u8]) -> Result<(), SiuError> {
+    pub(super) fn message_from_net(&mut self, inp: Input<'_>) -> Result<(), SiuError> {
+        let bytes = inp.bytes();
         let dest = IsotachMessage::validate(bytes).map_err(|e| SiuError::Decode {
             side: Side::Net,
             error: e,
@@ -99,7 +101,7 @@ impl Siu {
         }
         // Requirement 21: FIFO, handed over as they arrive.
         self.host_ts_max = self.host_ts_max.max(ts);
-        self.to_host.push_back(bytes.to_vec());
+        self.to_host.push_back(inp.into_vec());
         self.stats.messages_delivered += 1;
         Ok(())
     }

@@ -6,6 +6,7 @@
 
 use super::Siu;
 use crate::{Mode, Route, Side, SiuError, Transmit};
+use isotach_proto::Input;
 use isotach_proto::packet::{
     self, BarrierSignalMarker, EndOfIsochron, Kind, PlainMessage, StartOfIsochron, Token,
 };
@@ -24,16 +25,33 @@ const NET_INPUT_HOST_PACKETS_MAX: usize = 2;
 impl Siu {
     /// Handles one packet from the host.
     pub fn handle_host(&mut self, now_us: u64, bytes: &[u8]) -> Result<(), SiuError> {
-        let r = self.host_input(now_us, bytes);
-        if r.is_err() {
-            self.stats.errors += 1;
-        }
-        r
+        let r = self.host_input(now_us, Input::Borrowed(bytes));
+        self.count_error(r)
+    }
+
+    /// [`Siu::handle_host`] for a driver that owns the packet's buffer: an isotach message is
+    /// stamped in place and sent on in `buf` itself (taken, `buf` left empty), with no copy
+    /// and no allocation. A packet refused or not consumed leaves `buf` as it was.
+    pub fn handle_host_owned(&mut self, now_us: u64, buf: &mut Vec<u8>) -> Result<(), SiuError> {
+        let r = self.host_input(now_us, Input::Owned(buf));
+        self.count_error(r)
     }
 
     /// Handles one packet from the network side.
     pub fn handle_net(&mut self, now_us: u64, bytes: &[u8]) -> Result<(), SiuError> {
-        let r = self.net_input(now_us, bytes);
+        let r = self.net_input(now_us, Input::Borrowed(bytes));
+        self.count_error(r)
+    }
+
+    /// [`Siu::handle_net`] for a driver that owns the packet's buffer: a message for the host
+    /// is handed over in `buf` itself (taken, `buf` left empty). A packet refused or not
+    /// consumed leaves `buf` as it was.
+    pub fn handle_net_owned(&mut self, now_us: u64, buf: &mut Vec<u8>) -> Result<(), SiuError> {
+        let r = self.net_input(now_us, Input::Owned(buf));
+        self.count_error(r)
+    }
+
+    fn count_error(&mut self, r: Result<(), SiuError>) -> Result<(), SiuError> {
         if r.is_err() {
             self.stats.errors += 1;
         }
@@ -53,7 +71,8 @@ impl Siu {
         Ok(())
     }
 
-    fn host_input(&mut self, now_us: u64, bytes: &[u8]) -> Result<(), SiuError> {
+    fn host_input(&mut self, now_us: u64, inp: Input<'_>) -> Result<(), SiuError> {
+        let bytes = inp.bytes();
         let decode = |e| SiuError::Decode {
             side: Side::Host,
             error: e,
@@ -95,7 +114,7 @@ impl Siu {
                 let soi = StartOfIsochron::decode(bytes).map_err(decode)?;
                 self.start_isochron(now_us, soi)
             }
-            Kind::IsotachMessage => self.message_from_host(bytes),
+            Kind::IsotachMessage => self.message_from_host(inp),
             Kind::EndOfIsochron => {
                 let eoi = EndOfIsochron::decode(bytes).map_err(decode)?;
                 self.end_isochron(now_us, eoi)
@@ -118,7 +137,8 @@ impl Siu {
         taken
     }
 
-    fn net_input(&mut self, now_us: u64, bytes: &[u8]) -> Result<(), SiuError> {
+    fn net_input(&mut self, now_us: u64, inp: Input<'_>) -> Result<(), SiuError> {
+        let bytes = inp.bytes();
         let decode = |e| SiuError::Decode {
             side: Side::Net,
             error: e,
@@ -132,7 +152,7 @@ impl Siu {
             self.room(Side::Host, 1)?;
             PlainMessage::decode(bytes).map_err(decode)?;
             self.stats.plain_to_host += 1;
-            self.to_host.push_back(bytes.to_vec());
+            self.to_host.push_back(inp.into_vec());
             return Ok(());
         }
         self.room(Side::Net, NET_INPUT_NET_PACKETS_MAX)?;
@@ -145,7 +165,7 @@ impl Siu {
                     Err(decode(e))
                 }
             },
-            Kind::IsotachMessage => self.message_from_net(bytes),
+            Kind::IsotachMessage => self.message_from_net(inp),
             _ => {
                 packet::Packet::decode(bytes).map_err(decode)?;
                 Err(SiuError::UnexpectedKind {

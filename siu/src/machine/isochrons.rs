@@ -7,6 +7,7 @@
 use super::Siu;
 use crate::pulse::Placement;
 use crate::{Mode, Route, Side, SiuError, Transmit};
+use isotach_proto::Input;
 use isotach_proto::Pulse;
 use isotach_proto::packet::{
     self, EndOfIsochron, IsochronMarker, IsotachMessage, Stamp, StartOfIsochron,
@@ -93,7 +94,8 @@ impl Siu {
     }
 
     /// Stamps one message of the open isochron and sends it to the token manager.
-    pub(super) fn message_from_host(&mut self, bytes: &[u8]) -> Result<(), SiuError> {
+    pub(super) fn message_from_host(&mut self, inp: Input<'_>) -> Result<(), SiuError> {
+        let bytes = inp.bytes();
         let Some(mut open) = self.open else {
             return Err(SiuError::NoIsochron);
         };
@@ -118,7 +120,8 @@ impl Siu {
         if open.messages >= max {
             return Err(SiuError::IsochronTooLong { max });
         }
-        let mut out = bytes.to_vec();
+        // Stamped in the host's own buffer when the driver lent it.
+        let mut out = inp.into_vec();
         let sequum = self.next_sequum;
         let stamp = Stamp {
             ts: Pulse::new(open.ts),
