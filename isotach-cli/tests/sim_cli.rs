@@ -358,21 +358,10 @@ fn sim_waves_crashes_and_restarts_daemons_and_sc_refuses_restarts_with_app_resta
 #[test]
 fn host_turns_are_off_by_default_and_counted_when_asked_for() {
     let run = |turns: bool| {
-        let mut a = vec![
-            "sim",
-            "sc",
-            "--hosts",
-            "4",
-            "--switches",
-            "1",
-            "--seeds",
-            "2",
-            "--isochrons",
-            "100",
-            "--think-us",
-            "0..0",
-            "--json",
-        ];
+        let mut a: Vec<&str> =
+            "sim sc --hosts 4 --switches 1 --seeds 2 --isochrons 100 --think-us 0..0 --json"
+                .split(' ')
+                .collect();
         if turns {
             a.push("--host-turns");
         }

@@ -65,6 +65,18 @@ fn same_seed_same_result() {
     );
 }
 
+/// The faults of the correctness sweeps (`docs/bench.md`): 2 % loss and duplication, 5 %
+/// reordering, 1 % token corruption.
+fn sweep_faults() -> Faults {
+    Faults {
+        loss: 0.02,
+        dup: 0.02,
+        reorder: 0.05,
+        token_corrupt: 0.01,
+        ..Faults::default()
+    }
+}
+
 fn restarts() -> sc::AppFaults {
     sc::AppFaults {
         restarts_per_host: 2,
@@ -145,13 +157,7 @@ fn tm_and_siu_restarts_are_refused_with_application_restarts() {
 fn application_restarts_under_pauses_stay_consistent() {
     for seed in [2, 3, 445, 1435] {
         let mut o = options(4, 2, seed..=seed, 400);
-        o.net.faults = Faults {
-            loss: 0.02,
-            dup: 0.02,
-            reorder: 0.05,
-            token_corrupt: 0.01,
-            ..Faults::default()
-        };
+        o.net.faults = sweep_faults();
         o.net.pauses = Some(Pauses {
             every_us: 5_000,
             duration_us: RangeUs::new(100, 20_000),
@@ -172,13 +178,7 @@ fn hosts_answering_in_their_turn_stay_consistent_under_faults_and_restarts() {
     let mut o = options(4, 2, 31..=38, 300);
     o.think_us = RangeUs::new(0, 0);
     o.net.host_turns = true;
-    o.net.faults = Faults {
-        loss: 0.02,
-        dup: 0.02,
-        reorder: 0.05,
-        token_corrupt: 0.01,
-        ..Faults::default()
-    };
+    o.net.faults = sweep_faults();
     o.net.pauses = Some(Pauses {
         every_us: 5_000,
         duration_us: RangeUs::new(100, 3_000),

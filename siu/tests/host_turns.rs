@@ -2,52 +2,18 @@
 //! significant pulse's end allows waits until the driver ends the host's turn, so an isochron
 //! the host issues in answer to the EOP is stamped against the sendclock before that token.
 
-use isotach_proto::config::{Limits, Timing};
-use isotach_proto::packet::{EndOfIsochron, IsotachMessage, Packet, Sref, StartOfIsochron, Token};
-use isotach_proto::topology::Topology;
-use isotach_proto::{Generation, Pulse, WaveSeq};
-use isotach_siu::{Mode, Siu, SiuConfig};
-use std::sync::Arc;
+mod common;
 
-/// The TM of the single switch.
-const TM: u16 = 0x8000;
+use common::{
+    end_of_isochron, isochron, message_to_host_2, open_isochron, restart_token, start_of_isochron,
+    tm_token,
+};
+use isotach_proto::packet::{IsotachMessage, Packet, Sref};
+use isotach_proto::{Generation, Pulse};
+use isotach_siu::{Mode, Siu};
 
 fn siu(mode: Mode, host_turns: bool) -> Siu {
-    Siu::new(SiuConfig {
-        host: 1,
-        mode,
-        topology: Arc::new(Topology::line(3, 1).unwrap()),
-        timing: Timing {
-            token_timeout_us: 5_000,
-            epoch_pulses: 64,
-            idle_pace_us: 0,
-        },
-        limits: Limits::default(),
-        initiates_reset: false,
-        host_turns,
-    })
-}
-
-fn restart_token(generation: u32) -> Vec<u8> {
-    Token {
-        restart: true,
-        source_port: TM,
-        generation: Generation::new(generation),
-        ..Token::default()
-    }
-    .to_bytes()
-    .to_vec()
-}
-
-fn tm_token(wave: u64) -> Vec<u8> {
-    Token {
-        seq: WaveSeq::of_wave(wave),
-        source_port: TM,
-        generation: Generation::new(1),
-        ..Token::default()
-    }
-    .to_bytes()
-    .to_vec()
+    common::siu(mode, 0, host_turns)
 }
 
 /// What the SIU sent the network since the last call: `Ok(seq)` for a normal token,
@@ -70,37 +36,6 @@ fn started(host_turns: bool) -> Siu {
     assert_eq!(sent(&mut s), vec![Ok(1), Ok(2)]);
     while s.poll_host().is_some() {}
     s
-}
-
-/// One isochron of one message to host 2 (distance 1), opened and closed.
-fn isochron(s: &mut Siu, now_us: u64, iso_id: u32) {
-    open_isochron(s, now_us, iso_id);
-    let eoi = EndOfIsochron { iso_id };
-    s.handle_host(now_us, &Packet::EndOfIsochron(eoi).to_vec())
-        .unwrap();
-}
-
-fn open_isochron(s: &mut Siu, now_us: u64, iso_id: u32) {
-    let soi = StartOfIsochron {
-        iso_id,
-        distance: 1,
-        ..StartOfIsochron::default()
-    };
-    s.handle_host(now_us, &Packet::StartOfIsochron(soi).to_vec())
-        .unwrap();
-    let m = IsotachMessage {
-        ts: Pulse::new(0),
-        source: 1,
-        dest: 2,
-        sequum: 0,
-        generation: Generation::new(1),
-        sref: Sref::Msg {
-            handler: 0,
-            payload: vec![1],
-        },
-    };
-    s.handle_host(now_us, &Packet::IsotachMessage(m).to_vec())
-        .unwrap();
 }
 
 /// Runs isochron 7 (stamped 3) to the end of its pulse: tokens 2 and 3 end insignificant
@@ -180,11 +115,7 @@ fn an_isochron_left_open_at_the_end_of_the_turn_still_holds_the_token_by_require
         vec![],
         "token 5 would pass TS 5 at distance 1"
     );
-    s.handle_host(
-        7,
-        &Packet::EndOfIsochron(EndOfIsochron { iso_id: 8 }).to_vec(),
-    )
-    .unwrap();
+    s.handle_host(7, &end_of_isochron(8)).unwrap();
     assert_eq!(sent(&mut s), vec![Ok(1)]);
 }
 
@@ -225,24 +156,8 @@ fn host_mode_ignores_host_turns() {
 #[test]
 fn a_message_lent_by_the_host_is_stamped_in_its_own_buffer() {
     let mut s = started(true);
-    let soi = StartOfIsochron {
-        iso_id: 1,
-        distance: 1,
-        ..StartOfIsochron::default()
-    };
-    s.handle_host(2, &Packet::StartOfIsochron(soi).to_vec())
-        .unwrap();
-    let m = IsotachMessage {
-        ts: Pulse::new(0),
-        source: 1,
-        dest: 2,
-        sequum: 0,
-        generation: Generation::new(1),
-        sref: Sref::Msg {
-            handler: 0,
-            payload: vec![1],
-        },
-    };
+    s.handle_host(2, &start_of_isochron(1)).unwrap();
+    let m = message_to_host_2();
     let mut buf = Packet::IsotachMessage(m.clone()).to_vec();
     let at = buf.as_ptr();
     s.handle_host_owned(2, &mut buf).unwrap();

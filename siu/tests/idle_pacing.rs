@@ -2,47 +2,19 @@
 //! an SIU whose last token went out idle sends one wake-up (that token again, repeat and BUSY)
 //! when its host sends isotach traffic.
 
-use isotach_proto::config::{Limits, Timing};
-use isotach_proto::packet::{
-    BarrierSignalMarker, EndOfIsochron, IsotachMessage, Packet, Sref, StartOfIsochron, Token,
-};
-use isotach_proto::topology::Topology;
-use isotach_proto::{Generation, Pulse, WaveSeq};
-use isotach_siu::{Mode, Siu, SiuConfig};
-use std::sync::Arc;
+mod common;
 
-/// The TM of the single switch.
-const TM: u16 = 0x8000;
+use common::{isochron, restart_token, tm_token};
+use isotach_proto::packet::{BarrierSignalMarker, IsotachMessage, Packet, Sref, Token};
+use isotach_proto::{Generation, Pulse};
+use isotach_siu::{Mode, Siu};
 
 fn siu(idle_pace_us: u64) -> Siu {
-    Siu::new(SiuConfig {
-        host: 1,
-        mode: Mode::Siu,
-        topology: Arc::new(Topology::line(3, 1).unwrap()),
-        timing: Timing {
-            token_timeout_us: 5_000,
-            epoch_pulses: 64,
-            idle_pace_us,
-        },
-        limits: Limits::default(),
-        initiates_reset: false,
-        host_turns: false,
-    })
+    common::siu(Mode::Siu, idle_pace_us, false)
 }
 
 fn bytes(p: Packet) -> Vec<u8> {
     p.to_vec()
-}
-
-fn tm_token(wave: u64) -> Vec<u8> {
-    Token {
-        seq: WaveSeq::of_wave(wave),
-        source_port: TM,
-        generation: Generation::new(1),
-        ..Token::default()
-    }
-    .to_bytes()
-    .to_vec()
 }
 
 /// The tokens the SIU sent since the last call: (seq, repeat, busy).
@@ -58,13 +30,7 @@ fn sent_tokens(s: &mut Siu) -> Vec<(u8, bool, bool)> {
 /// Started by the TM's restart and its wave 1; token 2 went out idle.
 fn started(idle_pace_us: u64) -> Siu {
     let mut s = siu(idle_pace_us);
-    let restart = Token {
-        restart: true,
-        source_port: TM,
-        generation: Generation::new(1),
-        ..Token::default()
-    };
-    s.handle_net(0, &restart.to_bytes()).unwrap();
+    s.handle_net(0, &restart_token(1)).unwrap();
     s.handle_net(1, &tm_token(1)).unwrap();
     assert_eq!(
         sent_tokens(&mut s),
@@ -74,36 +40,11 @@ fn started(idle_pace_us: u64) -> Siu {
     s
 }
 
-/// One isochron writing to host 2 (distance 1).
-fn isochron(s: &mut Siu, iso_id: u32) {
-    let soi = StartOfIsochron {
-        iso_id,
-        distance: 1,
-        ..StartOfIsochron::default()
-    };
-    s.handle_host(2, &bytes(Packet::StartOfIsochron(soi)))
-        .unwrap();
-    let m = IsotachMessage {
-        ts: Pulse::new(0),
-        source: 1,
-        dest: 2,
-        sequum: 0,
-        generation: Generation::new(1),
-        sref: Sref::Msg {
-            handler: 0,
-            payload: vec![1],
-        },
-    };
-    s.handle_host(2, &bytes(Packet::IsotachMessage(m))).unwrap();
-    s.handle_host(2, &bytes(Packet::EndOfIsochron(EndOfIsochron { iso_id })))
-        .unwrap();
-}
-
 #[test]
 fn tokens_say_busy_while_an_isochron_is_pending_and_one_wake_up_asks_for_speed() {
     let mut s = started(1_000);
     assert!(!s.busy());
-    isochron(&mut s, 7);
+    isochron(&mut s, 2, 7);
     // Stamped TS = sendclock 2 + distance 1 = 3: pending until token 4 ends pulse 3.
     assert_eq!(s.outstanding_isochrons(), 1);
     assert!(s.busy());
@@ -111,7 +52,7 @@ fn tokens_say_busy_while_an_isochron_is_pending_and_one_wake_up_asks_for_speed()
     // it is a duplicate at the TM).
     assert_eq!(sent_tokens(&mut s), vec![(2, true, true)]);
     // A second isochron in the same pulse asks for nothing more.
-    isochron(&mut s, 8);
+    isochron(&mut s, 2, 8);
     assert_eq!(sent_tokens(&mut s), vec![]);
     assert_eq!(s.stats().tokens_wake, 1);
     // Tokens 3 and 4 say BUSY (pulse 3 has not ended); after token 4 ended it, 5 is idle.
@@ -125,7 +66,7 @@ fn tokens_say_busy_while_an_isochron_is_pending_and_one_wake_up_asks_for_speed()
     assert_eq!(sent_tokens(&mut s), vec![(1, false, false)]);
     assert_eq!(s.stats().tokens_busy, 2);
     // Idle again: the next isochron wakes the TM again, once.
-    isochron(&mut s, 9);
+    isochron(&mut s, 2, 9);
     assert_eq!(sent_tokens(&mut s), vec![(1, true, true)]);
     assert_eq!(s.stats().tokens_wake, 2);
 }
@@ -184,7 +125,7 @@ fn a_message_bucketed_ahead_and_a_barrier_keep_tokens_busy() {
 #[test]
 fn without_pacing_no_token_says_busy_and_nothing_wakes() {
     let mut s = started(0);
-    isochron(&mut s, 1);
+    isochron(&mut s, 2, 1);
     assert_eq!(sent_tokens(&mut s), vec![]);
     s.handle_net(3, &tm_token(2)).unwrap();
     assert_eq!(sent_tokens(&mut s), vec![(3, false, false)]);
