@@ -97,18 +97,30 @@ impl<T: Transport> EmbeddedSiu<T> {
     /// token.
     pub fn pass(&mut self) -> Result<usize, DaemonError> {
         let now = self.transport.now();
-        if self.pump.role().siu().host_turn_pending() {
-            self.pump.advance(now)?;
-            self.transmit(now)?;
+        let turn_ends = self.pump.role().siu().host_turn_pending();
+        if turn_ends {
+            self.advance(now)?;
         }
         let pump = &mut self.pump;
         let taken = take_arrivals(&mut self.transport, |from, bytes| {
             pump.handle_datagram(now, from, bytes);
         })?;
-        self.pump.advance(now)?;
-        self.transmit(now)?;
+        // After a turn's end nothing is left to run at `now` unless datagrams came.
+        if taken > 0 || !turn_ends {
+            self.advance(now)?;
+        }
         self.drained = taken == 0;
         Ok(taken)
+    }
+
+    /// Runs the pump at `now` and sends what it has for the network, in one batch.
+    fn advance(&mut self, now: Time) -> Result<(), DaemonError> {
+        self.pump.advance(now)?;
+        while let Some((to, bytes)) = self.pump.poll_transmit(now) {
+            self.transport.send(to, bytes)?;
+        }
+        self.transport.flush()?;
+        Ok(())
     }
 
     /// A pass, unless the last one found the socket empty and nothing was offered or waited
@@ -120,15 +132,6 @@ impl<T: Transport> EmbeddedSiu<T> {
             return Ok(0);
         }
         self.pass()
-    }
-
-    /// Sends what the pump has for the network, in one batch.
-    fn transmit(&mut self, now: Time) -> Result<(), DaemonError> {
-        while let Some((to, bytes)) = self.pump.poll_transmit(now) {
-            self.transport.send(to, bytes)?;
-        }
-        self.transport.flush()?;
-        Ok(())
     }
 
     /// Blocks until a datagram arrives, the pump's next deadline, or `deadline`, whichever is

@@ -81,8 +81,8 @@ pub struct Siu {
     host_session_ended: bool,
     /// Idle pacing: what makes this SIU's tokens BUSY, and its wake-ups.
     pacing: Pacing,
-    /// Host turns: since when the next token waits for the host's turn at an EOP.
-    token_awaits_host_us: Option<u64>,
+    /// Host turns: the next token waits for the host's turn at an EOP.
+    token_awaits_host: bool,
     stats: SiuStats,
 }
 
@@ -126,7 +126,7 @@ impl Siu {
             host_ts_max: 0,
             host_session_ended: false,
             pacing: Pacing::default(),
-            token_awaits_host_us: None,
+            token_awaits_host: false,
             stats: SiuStats::default(),
             cfg,
         }

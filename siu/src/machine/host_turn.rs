@@ -20,12 +20,12 @@ use crate::Mode;
 
 impl Siu {
     /// Does a pulse that just ended with an EOP for the host hold its token for the host's
-    /// turn? Remembers since when.
-    pub(super) fn await_host_turn(&mut self, now_us: u64) -> bool {
+    /// turn?
+    pub(super) fn await_host_turn(&mut self) -> bool {
         if !self.cfg.host_turns || self.cfg.mode != Mode::Siu {
             return false;
         }
-        self.token_awaits_host_us.get_or_insert(now_us);
+        self.token_awaits_host = true;
         self.stats.tokens_held_for_host += 1;
         true
     }
@@ -33,19 +33,19 @@ impl Siu {
     /// Is the next token waiting for the host's turn to end? A driver must end the turn
     /// before it sleeps: the wait is not a timer.
     pub fn host_turn_pending(&self) -> bool {
-        self.token_awaits_host_us.is_some()
+        self.token_awaits_host
     }
 
     /// The host had its turn: what it sent in answer to the EOP is stamped, so the token
     /// its pulse's end allowed may go (with any the protocol allows after it).
     pub fn end_host_turn(&mut self, now_us: u64) {
-        if self.token_awaits_host_us.take().is_some() {
+        if std::mem::take(&mut self.token_awaits_host) {
             self.try_send_token(now_us);
         }
     }
 
     /// A restart: the new generation's first token goes at once.
     pub(super) fn reset_host_turn(&mut self) {
-        self.token_awaits_host_us = None;
+        self.token_awaits_host = false;
     }
 }

@@ -196,7 +196,7 @@ impl Siu {
             slot.count() > 0 || completed != 0 || t.reset || (t.end_of_epoch && t.signals != 0);
         if significant {
             self.push_eop(ended, &t, bytes, slot, completed);
-            if self.await_host_turn(now_us) {
+            if self.await_host_turn() {
                 return;
             }
         }
