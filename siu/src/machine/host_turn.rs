@@ -20,9 +20,11 @@ use crate::Mode;
 
 impl Siu {
     /// Does a pulse that just ended with an EOP for the host hold its token for the host's
-    /// turn?
+    /// turn? (SIU mode only: in host mode the host sends the tokens, and `accept_token`
+    /// returns before asking.)
     pub(super) fn await_host_turn(&mut self) -> bool {
-        if !self.cfg.host_turns || self.cfg.mode != Mode::Siu {
+        debug_assert_eq!(self.cfg.mode, Mode::Siu);
+        if !self.cfg.host_turns {
             return false;
         }
         self.token_awaits_host = true;
