@@ -6,16 +6,28 @@
 
 use isotach_smm::testkit::{SortKind, pulse, write_message};
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 
 struct Counting;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// Allocations made by this thread. Per thread, not per process: the test harness's own
+    /// threads allocate at any moment (reporting the other test's result, say), and a
+    /// process-wide count saw them (a CI run failed on 2 such allocations).
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
 
-// SAFETY: every call is forwarded unchanged to `System`, which upholds the contract.
+/// This thread's allocations so far.
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
+
+// SAFETY: every call is forwarded unchanged to `System`, which upholds the contract; the
+// counter is a const-initialised thread local, which allocates nothing.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // `try_with`: a thread being torn down has no counter left, and is not counted.
+        let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -26,15 +38,11 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// The counter is process-wide: `cargo test` runs this file's tests on parallel threads, so
-/// each holds this lock while it counts.
-static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn allocations_during_drain(srefs: usize, kind: SortKind) -> usize {
     let (mut node, eop) = pulse(srefs, kind);
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     node.handle_siu(&eop).unwrap();
-    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    let after = allocations();
     let s = node.stats();
     assert_eq!(s.srefs_executed, srefs as u64);
     after - before
@@ -42,7 +50,6 @@ fn allocations_during_drain(srefs: usize, kind: SortKind) -> usize {
 
 #[test]
 fn draining_does_not_allocate_per_sref() {
-    let _one_at_a_time = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     for kind in [SortKind::Hybrid, SortKind::Software] {
         let small = allocations_during_drain(1_000, kind);
         let large = allocations_during_drain(20_000, kind);
@@ -67,16 +74,15 @@ fn allocations_bucketing_the_next_pulse(srefs: usize) -> usize {
             b
         })
         .collect();
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     for b in &encoded {
         node.handle_siu(b).unwrap();
     }
-    ALLOCATIONS.load(Ordering::Relaxed) - before
+    allocations() - before
 }
 
 #[test]
 fn the_next_pulse_reuses_the_drained_bucket() {
-    let _one_at_a_time = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     // The drained bucket already has room for as many packets: no allocation at all.
     assert_eq!(allocations_bucketing_the_next_pulse(1_000), 0);
 }
