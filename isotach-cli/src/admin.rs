@@ -155,13 +155,14 @@ fn tm_counters(s: &TmStats) -> [(&'static str, u64); 14] {
     ]
 }
 
-fn siu_counters(s: &SiuStats) -> [(&'static str, u64); 26] {
+fn siu_counters(s: &SiuStats) -> [(&'static str, u64); 27] {
     [
         ("tokens_sent", s.tokens_sent),
         ("tokens_repeated", s.tokens_repeated),
         ("tokens_busy", s.tokens_busy),
         ("tokens_wake", s.tokens_wake),
         ("tokens_held_for_host", s.tokens_held_for_host),
+        ("tokens_held_for_reply", s.tokens_held_for_reply),
         ("isochrons_in_turn", s.isochrons_in_turn),
         ("tokens_accepted", s.tokens_accepted),
         ("tokens_duplicate", s.tokens_duplicate),

@@ -165,6 +165,8 @@ pub struct ScReport {
     pub host_turns_ended: u64,
     /// Isochrons stamped while their SIU's token waited for the host's turn (a pulse sooner).
     pub isochrons_in_turn: u64,
+    /// Tokens that waited for a host's turn at a reply alone (an insignificant pulse).
+    pub tokens_held_for_reply: u64,
     /// Seeds of failing runs (first few).
     pub failed_seeds: Vec<u64>,
     /// First problems seen: a line per source of unexpected errors (`unexpected: N …`), then
@@ -600,6 +602,10 @@ fn tally(sim: &Sim<ScHost, PulseOracle>, end: RunEnd, map: &MemoryMap, report: &
     report.departed_dropped += sim.stats().departed_dropped;
     report.host_turns_ended += sim.stats().host_turns_ended;
     report.isochrons_in_turn += sim.sius().map(|s| s.stats().isochrons_in_turn).sum::<u64>();
+    report.tokens_held_for_reply += sim
+        .sius()
+        .map(|s| s.stats().tokens_held_for_reply)
+        .sum::<u64>();
     problems.extend(sim.observer().violations().iter().cloned());
     report.unexpected.merge(&unexpected);
     report.unexpected_errors = report.unexpected.total();

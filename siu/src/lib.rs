@@ -232,8 +232,10 @@ pub struct SiuStats {
     /// Wake-ups: the last token, sent idle, resent as a BUSY repeat because the host sent
     /// isotach traffic (at most one per token sent).
     pub tokens_wake: u64,
-    /// Tokens that waited for the host's turn at an EOP (`SiuConfig::host_turns`).
+    /// Tokens that waited for the host's turn at an EOP or a reply (`SiuConfig::host_turns`).
     pub tokens_held_for_host: u64,
+    /// Of those, the tokens held for a reply alone (their pulse held nothing for the host).
+    pub tokens_held_for_reply: u64,
     /// Isochrons the host started while a token waited for its turn: stamped a pulse sooner.
     pub isochrons_in_turn: u64,
     /// In-sequence tokens accepted from the network.

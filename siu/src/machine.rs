@@ -83,6 +83,8 @@ pub struct Siu {
     pacing: Pacing,
     /// Host turns: the next token waits for the host's turn at an EOP.
     token_awaits_host: bool,
+    /// Host turns: a plain packet (a reply) reached the host since its last turn ended.
+    host_fed_plain: bool,
     stats: SiuStats,
 }
 
@@ -127,6 +129,7 @@ impl Siu {
             host_session_ended: false,
             pacing: Pacing::default(),
             token_awaits_host: false,
+            host_fed_plain: false,
             stats: SiuStats::default(),
             cfg,
         }

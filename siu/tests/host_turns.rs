@@ -88,6 +88,7 @@ fn the_isochron_a_host_answers_with_in_its_turn_is_stamped_a_pulse_sooner() {
     assert_eq!(sent(&mut s), vec![Ok(1)], "token 5 goes when the turn ends");
     assert!(!s.host_turn_pending());
     assert_eq!(s.stats().tokens_held_for_host, 1);
+    assert_eq!(s.stats().tokens_held_for_reply, 0, "held for the EOP");
     assert_eq!(s.stats().isochrons_in_turn, 1);
     // A turn with nothing held does nothing.
     s.end_host_turn(7);
@@ -201,4 +202,70 @@ fn a_message_for_the_host_is_handed_over_in_the_buffer_it_came_in() {
     let before = buf.clone();
     assert!(s.handle_net_owned(2, &mut buf).is_err());
     assert_eq!(buf, before);
+}
+
+/// A reply for host 0 (a plain packet from host 1), as the token manager forwards it.
+fn reply_to_host_0() -> Vec<u8> {
+    Packet::Plain(isotach_proto::packet::PlainMessage {
+        source: 1,
+        dest: 0,
+        payload: vec![7; 12],
+    })
+    .to_vec()
+}
+
+/// Started, with waves 2 and 3 answered at once: tokens 3 and 4 went out.
+fn two_insignificant_pulses_later(host_turns: bool) -> Siu {
+    let mut s = started(host_turns);
+    s.handle_net(2, &tm_token(2)).unwrap();
+    s.handle_net(3, &tm_token(3)).unwrap();
+    assert_eq!(sent(&mut s), vec![Ok(3), Ok(0)]);
+    s
+}
+
+#[test]
+fn a_reply_ahead_of_a_token_makes_the_host_s_turn_even_in_an_insignificant_pulse() {
+    let mut s = two_insignificant_pulses_later(true);
+    // The reply rides just ahead of token 4, whose pulse holds nothing for this host.
+    s.handle_net(4, &reply_to_host_0()).unwrap();
+    s.handle_net(4, &tm_token(4)).unwrap();
+    assert_eq!(sent(&mut s), vec![], "token 5 waits for the host's answer");
+    assert!(s.host_turn_pending());
+    assert!(matches!(
+        Packet::decode(&s.poll_host().expect("the reply")).unwrap(),
+        Packet::Plain(_)
+    ));
+    assert!(
+        s.poll_host().is_none(),
+        "no EOP: the pulse was insignificant"
+    );
+    // The host answers the reply with its next isochron: stamped against sendclock 4.
+    isochron(&mut s, 5, 8);
+    assert_eq!(sent(&mut s), vec![Err(5)]);
+    s.end_host_turn(6);
+    assert_eq!(sent(&mut s), vec![Ok(1)]);
+    assert_eq!(s.stats().tokens_held_for_host, 1);
+    assert_eq!(s.stats().tokens_held_for_reply, 1);
+    assert_eq!(s.stats().isochrons_in_turn, 1);
+}
+
+#[test]
+fn a_reply_the_host_had_its_turn_at_holds_no_later_token() {
+    let mut s = two_insignificant_pulses_later(true);
+    s.handle_net(4, &reply_to_host_0()).unwrap();
+    // The driver ended the host's turn after the reply, before the next token came.
+    s.end_host_turn(5);
+    s.handle_net(6, &tm_token(4)).unwrap();
+    assert_eq!(sent(&mut s), vec![Ok(1)], "token 5 goes at once");
+    assert!(!s.host_turn_pending());
+    assert_eq!(s.stats().tokens_held_for_host, 0);
+}
+
+#[test]
+fn without_host_turns_a_reply_holds_no_token() {
+    let mut s = two_insignificant_pulses_later(false);
+    s.handle_net(4, &reply_to_host_0()).unwrap();
+    s.handle_net(4, &tm_token(4)).unwrap();
+    assert_eq!(sent(&mut s), vec![Ok(1)]);
+    assert!(!s.host_turn_pending());
 }

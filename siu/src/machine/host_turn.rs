@@ -9,19 +9,25 @@
 //! `TS = sendclock + distance` one pulse lower than after it, so a host that keeps one
 //! isochron in flight sees it execute a pulse sooner.
 //!
+//! A reply counts too: a plain packet handed to the host since its last turn (the old value
+//! a read or read-modify-write on another host's copy answered) is what a host waits for as
+//! often as an EOP, and it rides just ahead of a token, usually one whose pulse is
+//! insignificant here. That token waits for the host's turn as well, so the isochron the
+//! reply lets the host issue is stamped a pulse sooner.
+//!
 //! Safe: the wave rule says only when a token may go at the earliest, and the stamp rule
 //! reads the sendclock at the moment of stamping, so a later token changes no argument in
 //! `docs/design.md`. Requirement 3 (send every token the protocol allows) is relaxed by at
-//! most one host turn, only where the host answers in-process, and never on insignificant
-//! pulses (the host has nothing to answer).
+//! most one host turn, only where the host answers in-process, and only when the host has
+//! something to answer (an EOP of a significant pulse, or a reply).
 
 use super::Siu;
 use crate::Mode;
 
 impl Siu {
-    /// Does a pulse that just ended with an EOP for the host hold its token for the host's
-    /// turn? (SIU mode only: in host mode the host sends the tokens, and `accept_token`
-    /// returns before asking.)
+    /// Does a pulse that just ended with an EOP for the host (or after a reply reached it)
+    /// hold its token for the host's turn? (SIU mode only: in host mode the host sends the
+    /// tokens, and `accept_token` returns before asking.)
     pub(super) fn await_host_turn(&mut self) -> bool {
         debug_assert_eq!(self.cfg.mode, Mode::Siu);
         if !self.cfg.host_turns {
@@ -41,6 +47,8 @@ impl Siu {
     /// The host had its turn: what it sent in answer to the EOP is stamped, so the token
     /// its pulse's end allowed may go (with any the protocol allows after it).
     pub fn end_host_turn(&mut self, now_us: u64) {
+        // Whatever reached the host before its turn ended was seen in that turn.
+        self.host_fed_plain = false;
         if std::mem::take(&mut self.token_awaits_host) {
             self.try_send_token(now_us);
         }
@@ -49,5 +57,6 @@ impl Siu {
     /// A restart: the new generation's first token goes at once.
     pub(super) fn reset_host_turn(&mut self) {
         self.token_awaits_host = false;
+        self.host_fed_plain = false;
     }
 }

@@ -153,6 +153,7 @@ impl Siu {
             PlainMessage::decode(bytes).map_err(decode)?;
             self.stats.plain_to_host += 1;
             self.to_host.push_back(inp.into_vec());
+            self.host_fed_plain |= self.cfg.host_turns;
             return Ok(());
         }
         self.room(Side::Net, NET_INPUT_NET_PACKETS_MAX)?;

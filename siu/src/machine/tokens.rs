@@ -196,9 +196,10 @@ impl Siu {
             slot.count() > 0 || completed != 0 || t.reset || (t.end_of_epoch && t.signals != 0);
         if significant {
             self.push_eop(ended, &t, bytes, slot, completed);
-            if self.await_host_turn() {
-                return;
-            }
+        }
+        if (significant || self.host_fed_plain) && self.await_host_turn() {
+            self.stats.tokens_held_for_reply += u64::from(!significant);
+            return;
         }
         self.try_send_token(now_us);
     }
