@@ -28,8 +28,9 @@ use std::sync::Arc;
 pub struct EmbeddedSiu<T: Transport> {
     pump: Pump<SiuRole>,
     transport: T,
-    /// The last pass found the socket empty, and nothing was offered or waited for since:
-    /// another pass now would only probe the socket again ([`EmbeddedSiu::pass_if_due`]).
+    /// The last pass found the socket empty (or ended the application's turn without
+    /// reading it), and nothing was offered or waited for since: before a wait, another pass
+    /// would only probe the socket ([`EmbeddedSiu::pass_if_due`]).
     drained: bool,
 }
 
@@ -92,23 +93,25 @@ impl<T: Transport> EmbeddedSiu<T> {
     /// One pass without blocking: what arrived in, the pump (timers, input, output), and
     /// datagrams out. Returns the datagrams taken.
     ///
-    /// A pass that ends the application's turn sends first: the application's answer and the
-    /// token held for it go out before the socket is read, since every host waits for that
-    /// token.
+    /// A pass that ends the application's turn only sends: the application's answer and the
+    /// token held for it go out at once, since every host waits for that token, and the
+    /// socket is left for the next pass or wait (nothing can answer that token yet; what came
+    /// before it is found there, a wait returning at once). This saves a receive that finds
+    /// nothing on every significant pulse.
     pub fn pass(&mut self) -> Result<usize, DaemonError> {
         let now = self.transport.now();
-        let turn_ends = self.pump.role().siu().host_turn_pending();
-        if turn_ends {
+        if self.pump.role().siu().host_turn_pending() {
             self.advance(now)?;
+            debug_assert!(!self.pump.role().siu().host_turn_pending());
+            // Nothing for a wait to miss: it finds whatever is in the socket.
+            self.drained = true;
+            return Ok(0);
         }
         let pump = &mut self.pump;
         let taken = take_arrivals(&mut self.transport, |from, bytes| {
             pump.handle_datagram(now, from, bytes);
         })?;
-        // After a turn's end nothing is left to run at `now` unless datagrams came.
-        if taken > 0 || !turn_ends {
-            self.advance(now)?;
-        }
+        self.advance(now)?;
         self.drained = taken == 0;
         Ok(taken)
     }
@@ -123,10 +126,10 @@ impl<T: Transport> EmbeddedSiu<T> {
         Ok(())
     }
 
-    /// A pass, unless the last one found the socket empty and nothing was offered or waited
-    /// for since (a caller about to wait: the wait finds what arrives, and returns at once
-    /// for a timer that came due). Saves the empty probe between a pass that sent and the
-    /// wait after it.
+    /// A pass, unless the last one found the socket empty (or ended the turn) and nothing was
+    /// offered or waited for since (a caller about to wait: the wait finds what arrives, and
+    /// returns at once for a timer that came due). Saves the empty probe between a pass that
+    /// sent and the wait after it.
     pub fn pass_if_due(&mut self) -> Result<usize, DaemonError> {
         if self.drained {
             return Ok(0);

@@ -151,3 +151,32 @@ fn a_pass_right_after_one_that_found_the_socket_empty_is_skipped_until_something
     until_executed(me, 9);
     pair.stop();
 }
+
+#[test]
+fn the_pass_that_ends_a_turn_sends_the_answer_and_the_token_without_reading_the_socket() {
+    let mut pair = Pair::start();
+    let me = &mut pair.me;
+    offer_isochron(me, 1);
+    let first = until_executed(me, 1);
+    assert!(me.pump().role().siu().host_turn_pending());
+    let before = me.transport().udp_stats();
+    offer_isochron(me, 2);
+    assert_eq!(
+        me.pass().unwrap(),
+        0,
+        "nothing taken: the socket is not read"
+    );
+    let after = me.transport().udp_stats();
+    assert!(!me.pump().role().siu().host_turn_pending());
+    assert!(
+        after.send_calls > before.send_calls,
+        "the answer and the token went out"
+    );
+    assert_eq!(after.recv_calls, before.recv_calls, "{before:?} {after:?}");
+    // A wait comes next: the pass before it is not due (the wait reads the socket).
+    assert_eq!(me.pass_if_due().unwrap(), 0);
+    assert_eq!(me.transport().udp_stats().recv_calls, before.recv_calls);
+    let second = until_executed(me, 2);
+    pair.stop();
+    assert_eq!(second, first + 2, "answered in the turn");
+}
