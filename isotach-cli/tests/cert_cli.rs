@@ -4,44 +4,19 @@
 
 mod common;
 
-use common::isotach;
+use common::{Scratch, isotach, scratch};
 use isotach_am::backend::quic::{QuicConfig, QuicIdentity, QuicTransport, identity_from_pem};
 use isotach_am::{Bundle, Config, EpId, HandlerId, Status, Tag, TransIdx};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "isotach-cert-{what}-{}-{}-{nanos}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        Self(dir)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-    fn arg(&self) -> &str {
-        self.0.to_str().expect("utf-8 temp path")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A scratch directory as a command-line argument.
+fn arg(dir: &Scratch) -> &str {
+    dir.to_str().expect("utf-8 temp path")
 }
 
 fn ok(out: &Output) {
@@ -66,11 +41,11 @@ fn mode(p: &Path) -> u32 {
 
 #[test]
 fn init_issue_show_and_refuse_to_overwrite() {
-    let dir = TempDir::new("files");
-    let d = dir.arg();
+    let dir = scratch("cert-files");
+    let d = arg(&dir);
     ok(&isotach(&["cert", "init", "--dir", d, "--name", "testing"]));
-    assert_eq!(mode(&dir.path().join("ca.key")), 0o600);
-    let ca = show_json(&dir.path().join("ca.pem"));
+    assert_eq!(mode(&dir.join("ca.key")), 0o600);
+    let ca = show_json(&dir.join("ca.pem"));
     assert_eq!(ca["is_ca"], true);
     assert!(ca["subject"].as_str().unwrap().contains("testing"), "{ca}");
 
@@ -86,8 +61,8 @@ fn init_issue_show_and_refuse_to_overwrite() {
         "--san",
         "alpha.example",
     ]));
-    assert_eq!(mode(&dir.path().join("alpha.key")), 0o600);
-    let node = show_json(&dir.path().join("alpha.pem"));
+    assert_eq!(mode(&dir.join("alpha.key")), 0o600);
+    let node = show_json(&dir.join("alpha.pem"));
     assert_eq!(node["is_ca"], false);
     assert_eq!(node["valid_now"], true);
     assert_eq!(node["issuer"], ca["subject"]);
@@ -108,11 +83,7 @@ fn init_issue_show_and_refuse_to_overwrite() {
         ]
     );
     // The readable form names the same things.
-    let out = isotach(&[
-        "cert",
-        "show",
-        dir.path().join("alpha.pem").to_str().unwrap(),
-    ]);
+    let out = isotach(&["cert", "show", dir.join("alpha.pem").to_str().unwrap()]);
     ok(&out);
     let text = String::from_utf8(out.stdout).unwrap();
     for want in [
@@ -126,24 +97,24 @@ fn init_issue_show_and_refuse_to_overwrite() {
     }
 
     // Existing files are kept unless --force.
-    let before = std::fs::read(dir.path().join("alpha.pem")).unwrap();
+    let before = std::fs::read(dir.join("alpha.pem")).unwrap();
     let out = isotach(&["cert", "issue", "--dir", d, "--node", "alpha"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(stderr(&out).contains("--force"), "{}", stderr(&out));
-    assert_eq!(std::fs::read(dir.path().join("alpha.pem")).unwrap(), before);
+    assert_eq!(std::fs::read(dir.join("alpha.pem")).unwrap(), before);
     let out = isotach(&["cert", "init", "--dir", d]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     ok(&isotach(&[
         "cert", "issue", "--dir", d, "--node", "alpha", "--force",
     ]));
-    assert_ne!(std::fs::read(dir.path().join("alpha.pem")).unwrap(), before);
-    assert_eq!(mode(&dir.path().join("alpha.key")), 0o600);
+    assert_ne!(std::fs::read(dir.join("alpha.pem")).unwrap(), before);
+    assert_eq!(mode(&dir.join("alpha.key")), 0o600);
 }
 
 #[test]
 fn bad_input_exits_2() {
-    let dir = TempDir::new("bad");
-    let d = dir.arg();
+    let dir = scratch("cert-bad");
+    let d = arg(&dir);
     // No CA yet.
     let out = isotach(&["cert", "issue", "--dir", d, "--node", "alpha"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
@@ -154,13 +125,9 @@ fn bad_input_exits_2() {
         assert_eq!(out.status.code(), Some(2), "node {node:?}: {out:?}");
     }
     // A key is not a certificate; a missing file is named.
-    let out = isotach(&["cert", "show", dir.path().join("ca.key").to_str().unwrap()]);
+    let out = isotach(&["cert", "show", dir.join("ca.key").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
-    let out = isotach(&[
-        "cert",
-        "show",
-        dir.path().join("nope.pem").to_str().unwrap(),
-    ]);
+    let out = isotach(&["cert", "show", dir.join("nope.pem").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(stderr(&out).contains("nope.pem"), "{}", stderr(&out));
 }
@@ -212,14 +179,14 @@ fn run(nodes: &mut [&mut Am], what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn quic_nodes_of_one_ca_talk_and_a_foreign_ca_is_refused() {
-    let cluster = TempDir::new("cluster");
-    let rogue_dir = TempDir::new("rogue");
-    ok(&isotach(&["cert", "init", "--dir", cluster.arg()]));
+    let cluster = scratch("cert-cluster");
+    let rogue_dir = scratch("cert-rogue");
+    ok(&isotach(&["cert", "init", "--dir", arg(&cluster)]));
     ok(&isotach(&[
         "cert",
         "init",
         "--dir",
-        rogue_dir.arg(),
+        arg(&rogue_dir),
         "--name",
         "rogue",
     ]));
@@ -228,7 +195,7 @@ fn quic_nodes_of_one_ca_talk_and_a_foreign_ca_is_refused() {
             "cert",
             "issue",
             "--dir",
-            cluster.arg(),
+            arg(&cluster),
             "--node",
             n,
         ]));
@@ -237,12 +204,12 @@ fn quic_nodes_of_one_ca_talk_and_a_foreign_ca_is_refused() {
         "cert",
         "issue",
         "--dir",
-        rogue_dir.arg(),
+        arg(&rogue_dir),
         "--node",
         "mallory",
     ]));
     // A certificate from one CA does not load against another CA.
-    let read = |d: &TempDir, f: &str| std::fs::read(d.path().join(f)).unwrap();
+    let read = |d: &Scratch, f: &str| std::fs::read(d.join(f)).unwrap();
     let e = identity_from_pem(
         &read(&cluster, "ca.pem"),
         &read(&rogue_dir, "mallory.pem"),
@@ -251,9 +218,9 @@ fn quic_nodes_of_one_ca_talk_and_a_foreign_ca_is_refused() {
     .unwrap_err();
     assert!(e.to_string().contains("node certificate"), "{e}");
 
-    let mut alpha = node(load(cluster.path(), "alpha"));
-    let mut beta = node(load(cluster.path(), "beta"));
-    let mut mallory = node(load(rogue_dir.path(), "mallory"));
+    let mut alpha = node(load(&cluster, "alpha"));
+    let mut beta = node(load(&cluster, "beta"));
+    let mut mallory = node(load(&rogue_dir, "mallory"));
     let served = Arc::new(AtomicUsize::new(0));
     let s = served.clone();
     beta.set_request_handler(EP, ECHO, move |req| {

@@ -3,42 +3,18 @@
 
 mod common;
 
-use common::isotach;
+use common::{isotach, scratch};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/cluster.toml")
 }
 
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!(
-            "isotach-config-{}-{}-{nanos}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-    fn write(&self, name: &str, text: &str) -> String {
-        let p = self.0.join(name);
-        std::fs::write(&p, text).unwrap();
-        p.to_str().unwrap().to_string()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// Writes `text` to `name` in `dir`; returns its path as an argument.
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
 }
 
 const GOOD: &str = r#"[timing]
@@ -94,8 +70,12 @@ fn refused(args: &[&str], file: &str, line: usize) -> String {
 fn the_example_config_passes() {
     // The example is a QUIC config: it passes once its certificates exist (made here, in a
     // copy's directory, the way its header says).
-    let dir = TempDir::new();
-    let f = dir.write("cluster.toml", &std::fs::read_to_string(example()).unwrap());
+    let dir = scratch("config");
+    let f = write(
+        &dir,
+        "cluster.toml",
+        &std::fs::read_to_string(example()).unwrap(),
+    );
     let out = isotach(&["check-config", &f]);
     assert_eq!(out.status.code(), Some(2), "no certificates yet: {out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -103,7 +83,7 @@ fn the_example_config_passes() {
         stderr.contains("transport.ca") && stderr.contains("cert init"),
         "{stderr}"
     );
-    make_pki(&dir.0, "example", &EXAMPLE_NODES);
+    make_pki(&dir, "example", &EXAMPLE_NODES);
     let f = f.as_str();
     let out = isotach(&["check-config", f]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -155,13 +135,13 @@ switch = "tm0"
 
 #[test]
 fn quic_certificates_are_checked_naming_the_key() {
-    let dir = TempDir::new();
-    let c = dir.write("c.toml", QUIC);
+    let dir = scratch("config");
+    let c = write(&dir, "c.toml", QUIC);
     // No CA file: the `ca` line.
     let e = refused(&["check-config", &c], &c, 3);
     assert!(e.contains("transport.ca") && e.contains("ca.pem"), "{e}");
     // The CA but no certificate for alpha: the `certs` line.
-    make_pki(&dir.0, "one", &["tm0"]);
+    make_pki(&dir, "one", &["tm0"]);
     let e = refused(&["check-config", &c], &c, 4);
     assert!(
         e.contains("transport.certs") && e.contains("alpha.pem"),
@@ -169,10 +149,10 @@ fn quic_certificates_are_checked_naming_the_key() {
     );
     assert!(e.contains("--node alpha"), "{e}");
     // alpha's certificate from another CA: refused as not chaining to the cluster CA.
-    let other = TempDir::new();
-    make_pki(&other.0, "two", &["alpha"]);
+    let other = scratch("config");
+    make_pki(&other, "two", &["alpha"]);
     for f in ["alpha.pem", "alpha.key"] {
-        std::fs::copy(other.0.join("pki").join(f), dir.0.join("pki").join(f)).unwrap();
+        std::fs::copy(other.join("pki").join(f), dir.join("pki").join(f)).unwrap();
     }
     let e = refused(&["check-config", &c], &c, 4);
     assert!(
@@ -180,30 +160,30 @@ fn quic_certificates_are_checked_naming_the_key() {
         "{e}"
     );
     // Issued by the right CA: ok.
-    make_pki(&dir.0, "one", &["tm0", "alpha"]);
+    make_pki(&dir, "one", &["tm0", "alpha"]);
     let out = isotach(&["check-config", &c, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["certificates_checked"], 2);
     // Without `ca` at all, the error points at the [transport] table.
-    let c = dir.write("d.toml", &QUIC.replace("ca = \"pki/ca.pem\"\n", ""));
+    let c = write(&dir, "d.toml", &QUIC.replace("ca = \"pki/ca.pem\"\n", ""));
     let e = refused(&["check-config", &c], &c, 1);
     assert!(e.contains("transport.ca") && e.contains("udp"), "{e}");
 }
 
 #[test]
 fn a_bad_tag_names_its_line() {
-    let dir = TempDir::new();
-    let c = dir.write("c.toml", &format!("{GOOD}tag = \"0xnope\"\n"));
+    let dir = scratch("config");
+    let c = write(&dir, "c.toml", &format!("{GOOD}tag = \"0xnope\"\n"));
     let e = refused(&["check-config", &c], &c, 21);
     assert!(e.contains("transport.tag"), "{e}");
 }
 
 #[test]
 fn a_config_with_a_map_passes() {
-    let dir = TempDir::new();
-    let c = dir.write("c.toml", GOOD);
-    let m = dir.write("c.map", "# forks\n0-3 alpha beta\n4 1\n");
+    let dir = scratch("config");
+    let c = write(&dir, "c.toml", GOOD);
+    let m = write(&dir, "c.map", "# forks\n0-3 alpha beta\n4 1\n");
     let out = isotach(&["check-config", &c, "--map", &m, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -213,8 +193,9 @@ fn a_config_with_a_map_passes() {
 
 #[test]
 fn unknown_key_names_file_line_and_key() {
-    let dir = TempDir::new();
-    let c = dir.write(
+    let dir = scratch("config");
+    let c = write(
+        &dir,
         "c.toml",
         &GOOD.replace("token-timeout-us", "token-timeout-ms"),
     );
@@ -224,7 +205,7 @@ fn unknown_key_names_file_line_and_key() {
 
 #[test]
 fn unknown_keys_name_their_dotted_path() {
-    let dir = TempDir::new();
+    let dir = scratch("config");
     for (text, line, key) in [
         // In the second [[switch]] table.
         (
@@ -243,7 +224,7 @@ fn unknown_keys_name_their_dotted_path() {
             "limits.chanels",
         ),
     ] {
-        let c = dir.write("c.toml", &text);
+        let c = write(&dir, "c.toml", &text);
         let e = refused(&["check-config", &c], &c, line);
         let want = format!("error: {c}:{line}:1: {key}: unknown field");
         assert!(e.starts_with(&want), "want {want}…, got {e}");
@@ -252,7 +233,7 @@ fn unknown_keys_name_their_dotted_path() {
 
 #[test]
 fn unspecified_addresses_are_warned_about_and_still_pass() {
-    let dir = TempDir::new();
+    let dir = scratch("config");
     let text = GOOD
         .replace(
             "name = \"tm0\"",
@@ -262,7 +243,7 @@ fn unspecified_addresses_are_warned_about_and_still_pass() {
             "switch = \"tm1\"",
             "switch = \"tm1\"\nsiu = \"127.0.0.1:7411\"\napp = \"[::]:7421\"\nadmin = \"0.0.0.0:7071\"",
         );
-    let c = dir.write("c.toml", &text);
+    let c = write(&dir, "c.toml", &text);
     let out = isotach(&["check-config", &c]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let stderr = String::from_utf8(out.stderr).unwrap();
@@ -308,7 +289,7 @@ fn unspecified_addresses_are_warned_about_and_still_pass() {
     assert_eq!(String::from_utf8(out.stderr).unwrap().lines().count(), 3);
 
     // Without such addresses: no warning, an empty array.
-    let c = dir.write("d.toml", GOOD);
+    let c = write(&dir, "d.toml", GOOD);
     let out = isotach(&["check-config", &c, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(out.stderr.is_empty(), "{out:?}");
@@ -320,33 +301,34 @@ fn unspecified_addresses_are_warned_about_and_still_pass() {
 fn certificates_in_an_absolute_directory_elsewhere_pass() {
     // The certificates live outside the config's directory (as the operations walkthrough
     // keeps them out of the repository): by absolute path, or relative to the config file.
-    let certs = TempDir::new();
-    make_pki(&certs.0, "elsewhere", &["tm0", "alpha"]);
-    let pki = certs.0.join("pki");
+    let certs = scratch("config");
+    make_pki(&certs, "elsewhere", &["tm0", "alpha"]);
+    let pki = certs.join("pki");
     assert!(pki.is_absolute());
-    let config = TempDir::new();
+    let config = scratch("config");
     let absolute = QUIC
         .replace(
             "\"pki/ca.pem\"",
             &format!("\"{}\"", pki.join("ca.pem").display()),
         )
         .replace("\"pki\"", &format!("\"{}\"", pki.display()));
-    let c = config.write("abs.toml", &absolute);
+    let c = write(&config, "abs.toml", &absolute);
     let out = isotach(&["check-config", &c, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["certificates_checked"], 2);
     // The same files by a path relative to the config file (not to the working directory:
     // this runs from the crate's directory).
-    let up = format!("../{}/pki", certs.0.file_name().unwrap().to_str().unwrap());
+    let up = format!("../{}/pki", certs.file_name().unwrap().to_str().unwrap());
     let relative = QUIC
         .replace("\"pki/ca.pem\"", &format!("\"{up}/ca.pem\""))
         .replace("\"pki\"", &format!("\"{up}\""));
-    let c = config.write("rel.toml", &relative);
+    let c = write(&config, "rel.toml", &relative);
     let out = isotach(&["check-config", &c, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     // `~` is not expanded: said so at the key's line.
-    let c = config.write(
+    let c = write(
+        &config,
         "tilde.toml",
         &QUIC.replace("\"pki/ca.pem\"", "\"~/.isotach/pki/ca.pem\""),
     );
@@ -359,8 +341,9 @@ fn certificates_in_an_absolute_directory_elsewhere_pass() {
 
 #[test]
 fn bad_switch_name_names_the_host_line() {
-    let dir = TempDir::new();
-    let c = dir.write(
+    let dir = scratch("config");
+    let c = write(
+        &dir,
         "c.toml",
         &GOOD.replace("switch = \"tm1\"", "switch = \"tm9\""),
     );
@@ -370,7 +353,7 @@ fn bad_switch_name_names_the_host_line() {
 
 #[test]
 fn bad_switch_graphs_exit_2_naming_the_line_and_key() {
-    let dir = TempDir::new();
+    let dir = scratch("config");
     let three = GOOD.replace(
         "[[trunk]]",
         "[[switch]]\nname = \"tm2\"\n[[host]]\nname = \"gamma\"\nswitch = \"tm2\"\n[[trunk]]",
@@ -379,7 +362,7 @@ fn bad_switch_graphs_exit_2_naming_the_line_and_key() {
     let ring = format!(
         "{three}[[trunk]]\nbetween = [\"tm1\", \"tm2\"]\n[[trunk]]\nbetween = [\"tm2\", \"tm0\"]\n"
     );
-    let c = dir.write("ring.toml", &ring);
+    let c = write(&dir, "ring.toml", &ring);
     let line = ring.lines().count();
     let e = refused(&["check-config", &c], &c, line);
     assert!(
@@ -387,7 +370,7 @@ fn bad_switch_graphs_exit_2_naming_the_line_and_key() {
         "{e}"
     );
     // tm2 and its host joined to nothing.
-    let c = dir.write("island.toml", &three);
+    let c = write(&dir, "island.toml", &three);
     let line = three.lines().position(|l| l == "name = \"tm2\"").unwrap() + 1;
     let e = refused(&["check-config", &c, "--json"], &c, line);
     assert!(
@@ -395,7 +378,8 @@ fn bad_switch_graphs_exit_2_naming_the_line_and_key() {
         "{e}"
     );
     // A host named like a switch.
-    let c = dir.write(
+    let c = write(
+        &dir,
         "same.toml",
         &GOOD.replace("name = \"beta\"", "name = \"tm1\""),
     );
@@ -411,7 +395,7 @@ fn bad_switch_graphs_exit_2_naming_the_line_and_key() {
             "switch = \"tm0\"",
             "switch = \"tm0\"\nsiu = \"127.0.0.1:7000\"",
         );
-    let c = dir.write("addr.toml", &addrs);
+    let c = write(&dir, "addr.toml", &addrs);
     let e = refused(&["check-config", &c], &c, 13);
     assert!(
         e.contains("host.siu: address 127.0.0.1:7000 is used twice"),
@@ -421,7 +405,7 @@ fn bad_switch_graphs_exit_2_naming_the_line_and_key() {
 
 #[test]
 fn a_long_line_gets_its_epoch_and_window_sized_and_a_short_epoch_is_refused() {
-    let dir = TempDir::new();
+    let dir = scratch("config");
     let mut text = String::from("[transport]\nkind = \"udp\"\n");
     for s in 0..40 {
         text +=
@@ -430,14 +414,15 @@ fn a_long_line_gets_its_epoch_and_window_sized_and_a_short_epoch_is_refused() {
     for s in 1..40 {
         text += &format!("[[trunk]]\nbetween = [\"s{}\", \"s{s}\"]\n", s - 1);
     }
-    let c = dir.write("long.toml", &text);
+    let c = write(&dir, "long.toml", &text);
     let out = isotach(&["check-config", &c, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["max_logical_distance"], 40);
     assert_eq!(v["epoch_pulses"], 80);
     assert_eq!(v["pulses_ahead_max"], 96);
-    let c = dir.write(
+    let c = write(
+        &dir,
         "short.toml",
         &format!("[timing]\nepoch-pulses = 40\n{text}"),
     );
@@ -450,17 +435,18 @@ fn a_long_line_gets_its_epoch_and_window_sized_and_a_short_epoch_is_refused() {
 
 #[test]
 fn zero_timeout_names_the_key_line() {
-    let dir = TempDir::new();
-    let c = dir.write("c.toml", &GOOD.replace("2000", "0"));
+    let dir = scratch("config");
+    let c = write(&dir, "c.toml", &GOOD.replace("2000", "0"));
     let e = refused(&["check-config", &c], &c, 2);
     assert!(e.contains("timing.token-timeout-us"), "{e}");
 }
 
 #[test]
 fn out_of_bounds_values_exit_2_naming_key_value_and_range() {
-    let dir = TempDir::new();
+    let dir = scratch("config");
     // Too large: refused, not clamped; the error points at the value.
-    let c = dir.write(
+    let c = write(
+        &dir,
         "c.toml",
         &format!("{GOOD}\n[limits]\npulses-ahead-max = 1000000\n"),
     );
@@ -479,7 +465,7 @@ fn out_of_bounds_values_exit_2_naming_key_value_and_range() {
         "{e}"
     );
     // Timing too: a timeout of an hour.
-    let c = dir.write("t.toml", &GOOD.replace("2000", "3600000000"));
+    let c = write(&dir, "t.toml", &GOOD.replace("2000", "3600000000"));
     let e = refused(&["check-config", &c], &c, 2);
     assert!(
         e.contains("timing.token-timeout-us: 3600000000 is out of range: allowed 100..=10000000"),
@@ -489,33 +475,33 @@ fn out_of_bounds_values_exit_2_naming_key_value_and_range() {
 
 #[test]
 fn bad_map_line_names_the_map_file_and_line() {
-    let dir = TempDir::new();
-    let c = dir.write("c.toml", GOOD);
-    let m = dir.write("c.map", "0-3 alpha beta\n4 zeta\n");
+    let dir = scratch("config");
+    let c = write(&dir, "c.toml", GOOD);
+    let m = write(&dir, "c.map", "0-3 alpha beta\n4 zeta\n");
     let e = refused(&["check-config", &c, "--map", &m], &m, 2);
     assert!(e.contains("zeta"), "{e}");
-    let m = dir.write("overlap.map", "0-3 alpha\n\n2 beta\n");
+    let m = write(&dir, "overlap.map", "0-3 alpha\n\n2 beta\n");
     refused(&["check-config", &c, "--map", &m], &m, 3);
 }
 
 #[test]
 fn missing_files_exit_2() {
-    let dir = TempDir::new();
-    let c = dir.0.join("nope.toml");
+    let dir = scratch("config");
+    let c = dir.join("nope.toml");
     let c = c.to_str().unwrap();
     let e = refused(&["check-config", c], c, 0);
     assert!(e.contains("cannot read"), "{e}");
-    let good = dir.write("c.toml", GOOD);
-    let m = dir.0.join("nope.map");
+    let good = write(&dir, "c.toml", GOOD);
+    let m = dir.join("nope.map");
     let m = m.to_str().unwrap();
     refused(&["check-config", &good, "--map", m], m, 0);
 }
 
 #[test]
 fn the_config_map_key_is_checked_relative_to_the_config() {
-    let dir = TempDir::new();
-    let c = dir.write("c.toml", &format!("map = \"c.map\"\n{GOOD}"));
-    let m = dir.write("c.map", "0-3 alpha beta\n");
+    let dir = scratch("config");
+    let c = write(&dir, "c.toml", &format!("map = \"c.map\"\n{GOOD}"));
+    let m = write(&dir, "c.map", "0-3 alpha beta\n");
     let out = isotach(&["check-config", &c, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -526,7 +512,7 @@ fn the_config_map_key_is_checked_relative_to_the_config() {
     let e = refused(&["check-config", &c], &m, 3);
     assert!(e.contains("zeta"), "{e}");
     // --map wins over the config's key.
-    let other = dir.write("other.map", "7 beta\n");
+    let other = write(&dir, "other.map", "7 beta\n");
     let out = isotach(&["check-config", &c, "--map", &other, "--json"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 /// The daemons of a one-switch, two-host cluster plus their admin addresses.
 struct Cluster {
-    dir: std::path::PathBuf,
     cfg: String,
     admin_tm: String,
     admin_alpha: String,
@@ -29,6 +28,8 @@ struct Cluster {
     procs: Procs,
     /// Watches the TM and both SIUs.
     watch: Watchdog,
+    /// Last: fields drop in order, so the processes are stopped before it goes.
+    dir: common::Scratch,
 }
 
 /// Where `Cluster::procs` keeps each process.

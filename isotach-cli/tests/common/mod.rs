@@ -55,12 +55,45 @@ pub(crate) fn ok_json(out: &Output) -> serde_json::Value {
     json(out)
 }
 
-/// A fresh scratch directory for one test.
-pub(crate) fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("isotach-{name}-{}", std::process::id()));
+/// A fresh scratch directory for one test: removed when the test passes, kept when it fails
+/// (its logs say why). Declare it before the processes that write into it, so they are
+/// stopped first (locals drop in reverse order).
+pub(crate) fn scratch(name: &str) -> Scratch {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Unique within the process too: tests of one binary run in parallel.
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("isotach-{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
+}
+
+/// A test's scratch directory ([`scratch`]).
+#[derive(Debug)]
+pub(crate) struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept for the failure: {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// Loopback addresses on distinct free ports (see [`free_port`]).
