@@ -3,29 +3,33 @@
 //! daemons' [`Pump`](isotach_daemon::Pump) (state machine, daemon rules, links with hello,
 //! credit and back-pressure) exchanging AM datagrams over a faulty simulated network.
 
+mod config;
 mod daemons;
+mod event;
 mod faults;
+mod hosts;
 mod node;
 mod tamper;
 #[cfg(test)]
 mod tests;
 
 use crate::hash::Fnv1a64;
-use crate::host::{Host, HostAction, HostCtx, Observer};
-use crate::net::{Channel, Faults, NetStats, RangeUs};
+use crate::host::{Host, HostAction, Observer};
+use crate::net::{Channel, NetStats};
 use crate::rng::SimRng;
 use crate::unexpected::Unexpected;
+pub use config::{NetFaults, Pauses, Restarts, SimConfig, Tamper};
+use event::{Event, Scheduled};
 use isotach_am_proto::link::Directory;
 use isotach_am_proto::{NodeAddr, Time};
-use isotach_daemon::pump::{Pump, Role};
-use isotach_daemon::siu::{PEER_APP, SiuRole};
+use isotach_daemon::pump::Pump;
+use isotach_daemon::siu::SiuRole;
 use isotach_daemon::tm::TmRole;
-use isotach_proto::config::{ClusterConfig, check_bounds};
+use isotach_proto::config::check_bounds;
 use isotach_proto::topology::{HostId, SwitchId, Topology};
 use isotach_siu::Siu;
 use isotach_tm::TokenManager;
 use node::{Build, Watched};
-use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -42,89 +46,6 @@ mod stream {
 const NS_PER_US: u64 = 1_000;
 /// The incarnation of every TM's and SIU's first process; each restart counts up from it.
 const FIRST_INCARNATION: u64 = 1;
-
-/// Every `every_us` (up to `count` times), one TM or SIU chosen at random crashes: it is gone
-/// (datagrams to it are lost) for a while, then a fresh process with a new incarnation takes
-/// its place, as `docs/operations.md` ("Peer loss and restarts") describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Restarts {
-    /// Time between two crashes.
-    pub every_us: u64,
-    /// Most crashes in a run.
-    pub count: u32,
-    /// How long a crashed node stays down.
-    pub down_us: RangeUs,
-}
-
-/// Every `every_us`, one TM or SIU chosen at random stops for a while: its inputs wait until it
-/// resumes and its timers do not fire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pauses {
-    /// Time between two pauses.
-    pub every_us: u64,
-    /// How long a pause lasts.
-    pub duration_us: RangeUs,
-}
-
-/// Deliberate damage to the SIU→host stream, used only by tests to prove the oracles can fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Tamper {
-    /// No damage.
-    #[default]
-    None,
-    /// Hold one host-bound isotach message back until after the EOP marker of its pulse.
-    HoldBackMessage,
-    /// Swap the first and last entries of one sort vector (of at least 3 entries).
-    SwapSortVector,
-    /// Every waves host declares one isochron's distance one short of its farthest
-    /// destination, as a broken application could: the SIU refuses the message that is too far, an
-    /// unexpected error the report must name (the SIU→host stream is left alone).
-    ShortDistance,
-}
-
-/// What goes on beneath the hosts: the network, pauses and crashes of TMs and SIUs, and
-/// whether the SIUs wait for their hosts' turns.
-/// Every workload takes the same set and hands it to [`SimConfig`] as it is, so it is one
-/// struct rather than three fields repeated in each workload's options.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct NetFaults {
-    /// The network beneath the links.
-    pub faults: Faults,
-    /// Pauses of TMs and SIUs (none when `None`).
-    pub pauses: Option<Pauses>,
-    /// Crashes and restarts of TMs and SIUs (none when `None`).
-    pub restarts: Option<Restarts>,
-    /// The hosts answer in their *turn* (`docs/design.md`, "Host turns"): an SIU's token
-    /// after a significant pulse waits until its host had that pulse's packets and its
-    /// answer came back over the host link, as an SIU embedded in the application waits
-    /// for the application's next pass.
-    pub host_turns: bool,
-}
-
-/// Everything that determines a run.
-#[derive(Debug, Clone)]
-pub struct SimConfig {
-    /// The seed every random choice derives from.
-    pub seed: u64,
-    /// Topology, timing and limits: the same type the daemons load.
-    pub cluster: ClusterConfig,
-    /// The network, pauses and crashes.
-    pub net: NetFaults,
-    /// Test-only damage.
-    pub tamper: Tamper,
-}
-
-impl SimConfig {
-    /// A run of `seed` on `cluster` under `net`, with no test damage.
-    pub fn new(seed: u64, cluster: ClusterConfig, net: NetFaults) -> Self {
-        Self {
-            seed,
-            cluster,
-            net,
-            tamper: Tamper::None,
-        }
-    }
-}
 
 /// A node of the simulated cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -196,116 +117,6 @@ pub enum RunEnd {
     Stalled,
     /// Nothing left to do.
     Exhausted,
-}
-
-#[derive(Debug)]
-enum Event {
-    /// A datagram reaches a TM or an SIU.
-    Datagram {
-        to: NodeId,
-        from: NodeAddr,
-        bytes: Vec<u8>,
-    },
-    /// A host's packet reaches its SIU (in-process), sent to incarnation `incarnation` of the
-    /// SIU process.
-    SiuHost {
-        host: HostId,
-        bytes: Vec<u8>,
-        incarnation: u64,
-    },
-    /// A new application replaced the one attached to SIU `host` (in the host→SIU order).
-    SiuReattach {
-        host: HostId,
-    },
-    /// The application of SIU `host` left (in the host→SIU order: after what it sent).
-    SiuDetach {
-        host: HostId,
-    },
-    /// A packet from incarnation `incarnation` of the SIU process reaches its host.
-    HostPacket {
-        host: HostId,
-        bytes: Vec<u8>,
-        incarnation: u64,
-    },
-    /// SIU `host`'s incarnation `incarnation` holds a token for its host's turn: this reaches
-    /// the host behind the packets of the turn (host turns). It comes back once at the same
-    /// instant (`reacted`), so what the host does at that instant (its wakes, scheduled
-    /// while it took the packets) runs first and its answer is part of the turn.
-    HostTurn {
-        host: HostId,
-        incarnation: u64,
-        reacted: bool,
-    },
-    /// The host's answer is in: this reaches the SIU behind what the host sent in its turn.
-    HostTurnEnd {
-        host: HostId,
-        incarnation: u64,
-    },
-    /// A packet the SIU dropped because no application was attached, in its place in the
-    /// host-bound stream (for the observer only).
-    HostAbsent {
-        host: HostId,
-        bytes: Vec<u8>,
-    },
-    HostWake {
-        host: HostId,
-        token: u64,
-    },
-    Timer {
-        node: NodeId,
-        deadline_us: u64,
-    },
-    Pause,
-    Resume {
-        node: NodeId,
-    },
-    Crash,
-    Revive {
-        node: NodeId,
-    },
-}
-
-impl Event {
-    /// The TM or SIU whose input this is (pauses delay it). An application's attach and
-    /// detach travel the host→SIU link like its packets, so a pause delays them too: otherwise
-    /// a new application's hello would overtake the previous one's packets waiting behind the
-    /// pause (e.g. two restarts in a row: both hellos, then both start-barrier markers, and
-    /// the SIU refuses the second marker as a barrier already in progress).
-    fn pausable_target(&self) -> Option<NodeId> {
-        match self {
-            Self::Datagram { to, .. } => Some(*to),
-            Self::SiuHost { host, .. }
-            | Self::SiuReattach { host }
-            | Self::SiuDetach { host }
-            | Self::HostTurnEnd { host, .. } => Some(NodeId::Siu(*host)),
-            _ => None,
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Scheduled {
-    at_us: u64,
-    seq: u64,
-    event: Event,
-}
-
-impl PartialEq for Scheduled {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at_us, self.seq) == (other.at_us, other.seq)
-    }
-}
-impl Eq for Scheduled {}
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Scheduled {
-    /// Reversed: the heap pops the earliest (time, sequence) first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.at_us, other.seq).cmp(&(self.at_us, self.seq))
-    }
 }
 
 /// Pause, crash and timer state of a TM or SIU.
@@ -696,21 +507,6 @@ impl<H: Host, O: Observer> Sim<H, O> {
         None
     }
 
-    /// Host `h` or its SIU ran (see [`Sim::run_until_hosts`]).
-    fn touch(&mut self, h: HostId) {
-        let flag = &mut self.touched_flag[usize::from(h)];
-        if !*flag {
-            *flag = true;
-            self.touched.push(h);
-        }
-    }
-
-    fn clear_touched(&mut self) {
-        for h in std::mem::take(&mut self.touched) {
-            self.touched_flag[usize::from(h)] = false;
-        }
-    }
-
     /// Runs every event up to `now + duration_us`, then sets the clock there.
     pub fn run_for(&mut self, duration_us: u64) {
         let end = self.now_us.saturating_add(duration_us);
@@ -895,26 +691,6 @@ impl<H: Host, O: Observer> Sim<H, O> {
         self.unexpected.one(source, line);
     }
 
-    fn host_packet(&mut self, host: HostId, bytes: Vec<u8>) {
-        self.trace(NodeId::Host(host), &bytes);
-        self.observer.on_host_packet(self.now_us, host, &bytes);
-        let h = usize::from(host);
-        if !self.hosts[h].attached() || !self.sius[h].attached {
-            // On its way when the application left: back to the SIU, which answers requests
-            // for the absent host.
-            if !self.sius[h].rt.down {
-                let now_us = self.now_us;
-                self.sius[h]
-                    .pump
-                    .role_mut()
-                    .undelivered(now_us, PEER_APP, bytes);
-                self.run_node(NodeId::Siu(host));
-            }
-            return;
-        }
-        self.with_host(host, |h, ctx| h.on_packet(ctx, &bytes));
-    }
-
     fn timer(&mut self, node: NodeId, deadline_us: u64) {
         let rt = self.runtime(node);
         if rt.timer_armed_us != Some(deadline_us) {
@@ -925,63 +701,6 @@ impl<H: Host, O: Observer> Sim<H, O> {
             return; // re-armed on resume
         }
         self.run_node(node);
-    }
-
-    /// Runs a host callback and applies what it asked for.
-    fn with_host(&mut self, host: HostId, f: impl FnOnce(&mut H, &mut HostCtx<'_>)) {
-        self.touch(host);
-        let h = usize::from(host);
-        let mut actions = std::mem::take(&mut self.actions);
-        {
-            let mut ctx = HostCtx {
-                now_us: self.now_us,
-                host,
-                topology: &self.topology,
-                rng: &mut self.host_rngs[h],
-                actions: &mut actions,
-                siu_generation: self.generations[h],
-                siu_recvclock: self.recvclocks[h],
-            };
-            f(&mut self.hosts[h], &mut ctx);
-        }
-        // The application left: the SIU learns it after everything it sent, as a daemon
-        // learns it after the data on the link.
-        let left = self.sius[h].attached && !self.sius[h].detaching && !self.hosts[h].attached();
-        for action in actions.drain(..) {
-            match action {
-                HostAction::Send { at_us, bytes } => {
-                    let at = self.sius[h].from_host.fixed_transit(at_us);
-                    let incarnation = self.sius[h].rt.incarnation;
-                    self.schedule(
-                        at,
-                        Event::SiuHost {
-                            host,
-                            bytes,
-                            incarnation,
-                        },
-                    );
-                }
-                HostAction::Wake { at_us, token } => {
-                    self.schedule(at_us, Event::HostWake { host, token });
-                }
-                HostAction::Attach if self.sius[h].attached => {
-                    // A new application on a link that stayed up: the SIU learns of it after
-                    // everything the previous one sent (its hello follows their data).
-                    let at = self.sius[h].from_host.fixed_transit(self.now_us);
-                    self.schedule(at, Event::SiuReattach { host });
-                }
-                HostAction::Attach => {
-                    self.attach(host);
-                    self.run_node(NodeId::Siu(host));
-                }
-            }
-        }
-        if left {
-            self.sius[h].detaching = true;
-            let at = self.sius[h].from_host.fixed_transit(self.now_us);
-            self.schedule(at, Event::SiuDetach { host });
-        }
-        self.actions = actions;
     }
 }
 
