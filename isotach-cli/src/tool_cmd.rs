@@ -21,14 +21,8 @@ use isotach_am::backend::quic::{QuicConfig, QuicTransport};
 use isotach_am::backend::udp::UdpTransport;
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
 use isotach_am::{Tag, Transport};
-use isotach_proto::Generation;
-use isotach_proto::Pulse;
-use isotach_proto::packet::{
-    BARRIER_MASK, IsotachMessage, MSG_PAYLOAD_MAX, Packet, RmwOp, Sref, SrefOp, Width,
-};
 use isotach_proto::topology::{HostId, SwitchId};
-use isotach_tools::{ByteGenerator, TokenBits, TokenBouncer, XorShift};
-use serde_json::{Value, json};
+use isotach_tools::ByteGenerator;
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -56,7 +50,10 @@ enum Tool {
     PlotScale(plot_scale::PlotScaleArgs),
 }
 
+mod describe;
 mod plot_scale;
+
+use describe::print;
 
 /// Where the SIU is and where the tool listens: from a cluster config, or given directly.
 #[derive(Debug, Args)]
@@ -361,351 +358,16 @@ macro_rules! with_port {
     };
 }
 
+// After the macro: `bounce` uses it (macros are in scope from their definition on).
+mod bounce;
+use bounce::bounce;
+
 fn deadline(t: &Target) -> Option<Instant> {
     t.timeout_s.map(|s| Instant::now() + Duration::from_secs(s))
 }
 
 fn timed_out(d: Option<Instant>) -> bool {
     d.is_some_and(|d| Instant::now() >= d)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Printing
-
-/// One packet as a line of text: `DIR KIND field=value …`.
-pub(crate) fn describe(bytes: &[u8]) -> String {
-    let p = match Packet::decode(bytes) {
-        Ok(p) => p,
-        Err(e) => return format!("undecodable ({e}) {}", hex(bytes)),
-    };
-    let bits = |flags: &[(&str, bool)]| -> String {
-        flags
-            .iter()
-            .filter(|f| f.1)
-            .map(|f| format!(" {}", f.0))
-            .collect()
-    };
-    match p {
-        Packet::Token(t) => format!(
-            "token seq={} gen={} port={:#06x} barrier={:#04b} signals={:#04x}{}",
-            t.seq,
-            t.generation,
-            t.source_port,
-            t.barrier,
-            t.signals,
-            bits(&[
-                ("repeat", t.repeat),
-                ("reset", t.reset),
-                ("end-of-epoch", t.end_of_epoch),
-                ("restart", t.restart),
-            ])
-        ),
-        Packet::StartOfIsochron(s) => format!(
-            "soi iso={} channel={} set={} distance={} send-delta={} gap={}{}",
-            s.iso_id,
-            s.channel,
-            s.seqset,
-            s.distance,
-            s.send_delta,
-            s.gap,
-            bits(&[("logged", s.logged), ("host-gap", s.host_gap)])
-        ),
-        Packet::IsotachMessage(m) => format!(
-            "message ts={} source={} dest={} sequum={} {}",
-            m.ts,
-            m.source,
-            m.dest,
-            m.sequum,
-            match &m.sref {
-                Sref::Mem {
-                    op,
-                    width,
-                    addr,
-                    value,
-                    ref_id,
-                } => format!(
-                    "{op:?} w{} addr={addr:#x} value={value} ref={ref_id}",
-                    *width as u8 * 8
-                ),
-                Sref::Rmw(r) => format!(
-                    "{:?} w{} addr={:#x} arg={} arg2={} ref={} answer={}",
-                    r.op,
-                    r.width as u8 * 8,
-                    r.addr,
-                    r.arg,
-                    r.arg2,
-                    r.ref_id,
-                    r.answer
-                ),
-                Sref::Msg { handler, payload } =>
-                    format!("msg handler={handler} payload={}", hex(payload)),
-            }
-        ),
-        Packet::EndOfIsochron(e) => format!("eoi iso={}", e.iso_id),
-        Packet::IsochronMarker(m) => format!(
-            "marker iso={} source={} ts={} sequum={} crc-xor={:#010x}",
-            m.iso_id, m.source, m.ts, m.sequum, m.crc_xor
-        ),
-        Packet::EopMarker(e) => format!(
-            "eop ts={} count={} barrier={:#04b} signals={:#04x} token-kind={:#04x} token-crc={:#010x} sort={:?}{}",
-            e.ts,
-            e.count,
-            e.barrier,
-            e.signals,
-            e.token_kind,
-            e.token_crc,
-            e.sort_vector,
-            bits(&[
-                ("repeat", e.repeat),
-                ("reset", e.reset),
-                ("end-of-epoch", e.end_of_epoch)
-            ])
-        ),
-        Packet::BarrierSignalMarker(b) => format!(
-            "barrier-signal barrier={:#04b} count={} signals={:#04x}{}",
-            b.barrier,
-            b.barrier_count,
-            b.signals,
-            bits(&[("reset", b.reset)])
-        ),
-        Packet::Plain(m) => format!(
-            "plain source={} dest={} payload={}",
-            m.source,
-            m.dest,
-            hex(&m.payload)
-        ),
-    }
-}
-
-/// One packet as a JSON object (`kind` plus its fields; `error` and `hex` if undecodable).
-pub(crate) fn to_json(bytes: &[u8]) -> Value {
-    let p = match Packet::decode(bytes) {
-        Ok(p) => p,
-        Err(e) => return json!({"kind": "undecodable", "error": e.to_string(), "hex": hex(bytes)}),
-    };
-    match p {
-        Packet::Token(t) => json!({
-            "kind": "token", "seq": t.seq.bits(), "generation": t.generation.get(),
-            "source_port": t.source_port, "barrier": t.barrier, "signals": t.signals,
-            "repeat": t.repeat, "reset": t.reset, "end_of_epoch": t.end_of_epoch,
-            "restart": t.restart,
-        }),
-        Packet::StartOfIsochron(s) => json!({
-            "kind": "soi", "iso_id": s.iso_id, "channel": s.channel, "seqset": s.seqset,
-            "logged": s.logged, "host_gap": s.host_gap, "gap": s.gap,
-            "send_delta": s.send_delta, "distance": s.distance,
-        }),
-        Packet::IsotachMessage(m) => {
-            let sref = match &m.sref {
-                Sref::Mem {
-                    op,
-                    width,
-                    addr,
-                    value,
-                    ref_id,
-                } => json!({"op": format!("{op:?}").to_lowercase(), "width_bits": *width as u8 * 8,
-                    "addr": addr, "value": value, "ref_id": ref_id}),
-                Sref::Rmw(r) => {
-                    let func = if let RmwOp::Apply(f) = r.op {
-                        Some(f)
-                    } else {
-                        None
-                    };
-                    json!({"op": format!("{:?}", r.op.op()).to_lowercase(), "func": func,
-                        "width_bits": r.width as u8 * 8, "addr": r.addr, "arg": r.arg,
-                        "arg2": r.arg2, "ref_id": r.ref_id, "answer": r.answer})
-                }
-                Sref::Msg { handler, payload } => {
-                    json!({"op": "msg", "handler": handler, "payload": hex(payload)})
-                }
-            };
-            json!({"kind": "message", "ts": m.ts.get(), "source": m.source, "dest": m.dest,
-                "sequum": m.sequum, "sref": sref})
-        }
-        Packet::EndOfIsochron(e) => json!({"kind": "eoi", "iso_id": e.iso_id}),
-        Packet::IsochronMarker(m) => json!({
-            "kind": "marker", "iso_id": m.iso_id, "source": m.source, "ts": m.ts.get(),
-            "sequum": m.sequum, "crc_xor": m.crc_xor,
-        }),
-        Packet::EopMarker(e) => json!({
-            "kind": "eop", "ts": e.ts.get(), "count": e.count, "repeat": e.repeat, "reset": e.reset,
-            "end_of_epoch": e.end_of_epoch, "signals": e.signals, "barrier": e.barrier,
-            "token_kind": e.token_kind, "token_crc": e.token_crc, "sort_vector": e.sort_vector,
-        }),
-        Packet::BarrierSignalMarker(b) => json!({
-            "kind": "barrier_signal", "barrier": b.barrier, "barrier_count": b.barrier_count,
-            "signals": b.signals, "reset": b.reset,
-        }),
-        Packet::Plain(m) => json!({
-            "kind": "plain", "source": m.source, "dest": m.dest, "payload": hex(&m.payload),
-        }),
-    }
-}
-
-/// Prints one packet; `dir` (`in`/`out`) prefixes text lines and is a `dir` key in JSON.
-fn print(out: &mut impl Write, dir: Option<&str>, bytes: &[u8], json: bool) -> std::io::Result<()> {
-    if json {
-        let mut v = to_json(bytes);
-        if let (Some(d), Some(o)) = (dir, v.as_object_mut()) {
-            o.insert("dir".into(), Value::from(d));
-        }
-        writeln!(out, "{v}")
-    } else {
-        match dir {
-            Some(d) => writeln!(out, "{d:<3} {}", describe(bytes)),
-            None => writeln!(out, "{}", describe(bytes)),
-        }
-    }
-}
-
-fn is_token(bytes: &[u8]) -> bool {
-    matches!(
-        isotach_proto::packet::peek_kind(bytes),
-        Ok(isotach_proto::packet::Kind::Token)
-    )
-}
-
-// ---------------------------------------------------------------------------------------------
-// bounce
-
-fn bounce(a: BounceArgs) -> anyhow::Result<ExitCode> {
-    let r = resolve(&a.target, Plays::Tm)?;
-    if a.barrier & !BARRIER_MASK != 0 {
-        return Err(UsageError(format!(
-            "--barrier {:#b}: only bits 0 and 1 exist",
-            a.barrier
-        ))
-        .into());
-    }
-    if a.payload_max > MSG_PAYLOAD_MAX {
-        return Err(UsageError(format!("--payload-max is at most {MSG_PAYLOAD_MAX}")).into());
-    }
-    let host = a.host_id.or(r.host).unwrap_or(0);
-    let switch = a.switch_id.or(r.switch).unwrap_or(0);
-    let start = match a.start {
-        StartMode::Auto => host != 0,
-        StartMode::Yes => true,
-        StartMode::No => false,
-    };
-    with_port!(&r, port => {
-    let mut b = TokenBouncer::new(switch);
-    if let Some(n) = a.pause_after {
-        b.pause_after(n);
-    }
-    if let Some(k) = a.repeat_every {
-        b.repeat_every(k);
-    }
-    if let Some(k) = a.early_every {
-        b.early_every(k);
-    }
-    if let Some(e) = a.epoch_pulses {
-        b.epoch_pulses(e);
-    }
-    b.echo_barriers(a.echo_barriers);
-    let bits_every = a.bits_every.max(1);
-    let bits = TokenBits {
-        barrier: a.barrier,
-        signals: a.signals,
-        ..TokenBits::default()
-    };
-    let mut rng = XorShift::new(a.seed);
-    let deadline = deadline(&a.target);
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let mut started = false;
-    let mut wave_seen = 0;
-    let mut sequum = 0u64;
-    loop {
-        port.poll()?;
-        if start && !started && port.is_up(0) {
-            started = true;
-            b.start(b.generation().next());
-        }
-        while let Some((_, bytes)) = port.recv() {
-            if !(a.only_non_tokens && is_token(&bytes)) {
-                print(&mut out, Some("in"), &bytes, a.target.json)?;
-            }
-            b.handle(&bytes);
-        }
-        // A new wave went out: bits for the next one, and messages of the current pulse.
-        if b.waves_sent() != wave_seen {
-            wave_seen = b.waves_sent();
-            let next = wave_seen + 1;
-            if (bits.barrier | bits.signals) != 0 && next.is_multiple_of(bits_every) {
-                b.set_bits(next, bits);
-            }
-            for _ in 0..rng.range(0, a.messages_max) {
-                sequum += 1;
-                b.send_message(&random_message(
-                    &mut rng,
-                    host,
-                    wave_seen,
-                    sequum,
-                    a.payload_max,
-                ));
-            }
-        }
-        while let Some(bytes) = b.poll() {
-            if !(a.only_non_tokens && is_token(&bytes)) {
-                print(&mut out, Some("out"), &bytes, a.target.json)?;
-            }
-            port.send(0, &bytes)?;
-        }
-        port.poll()?;
-        if a.waves
-            .is_some_and(|n| b.waves_sent() >= n && b.accepted() >= n)
-        {
-            flush(&mut port, deadline)?;
-            return Ok(ExitCode::SUCCESS);
-        }
-        if timed_out(deadline) {
-            eprintln!(
-                "tool bounce: timed out after {} waves sent, {} tokens accepted",
-                b.waves_sent(),
-                b.accepted()
-            );
-            return Ok(ExitCode::from(crate::EXIT_FAILED));
-        }
-        port.wait(Duration::from_millis(5))?;
-    }
-    })
-}
-
-/// An isotach message for `dest` with TS `ts` from a random other host (a `msg` sref with a
-/// random payload of 0..=`payload_max` bytes).
-fn random_message(
-    rng: &mut XorShift,
-    dest: HostId,
-    ts: u64,
-    sequum: u64,
-    payload_max: usize,
-) -> IsotachMessage {
-    let len = rng.range(0, payload_max as u64) as usize;
-    let payload = (0..len).map(|_| rng.next_u64() as u8).collect();
-    let source = (dest + 1 + rng.below(7) as u16) & 0x7fff;
-    let sref = if len == 0 && rng.chance(1, 2) {
-        Sref::Mem {
-            op: SrefOp::Write,
-            width: Width::W64,
-            addr: sequum,
-            value: ts,
-            ref_id: 0,
-        }
-    } else {
-        Sref::Msg {
-            handler: rng.below(4) as u16,
-            payload,
-        }
-    };
-    IsotachMessage {
-        ts: Pulse::new(ts),
-        source,
-        dest,
-        sequum,
-        // `TokenBouncer::send_message` stamps its generation.
-        generation: Generation::new(0),
-        sref,
-    }
 }
 
 /// Polls until every queued packet was delivered and acknowledged (or the deadline passed).
@@ -860,7 +522,6 @@ fn receive<T: Transport>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use isotach_proto::WaveSeq;
 
     #[test]
     fn hex_lines_and_resend() {
@@ -872,25 +533,5 @@ mod tests {
         );
         assert!(read_packets("!\n".as_bytes()).is_err());
         assert!(read_packets("abc\n".as_bytes()).is_err());
-    }
-
-    #[test]
-    fn describes_and_jsons_a_token() {
-        let t = isotach_proto::packet::Token {
-            seq: WaveSeq::from_bits(2),
-            repeat: true,
-            generation: Generation::new(3),
-            source_port: 0x8000,
-            ..Default::default()
-        };
-        let b = t.to_bytes();
-        let line = describe(&b);
-        assert!(line.starts_with("token seq=2 gen=3 port=0x8000"), "{line}");
-        assert!(line.ends_with(" repeat"), "{line}");
-        let v = to_json(&b);
-        assert_eq!(v["kind"], "token");
-        assert_eq!(v["seq"], 2);
-        assert_eq!(v["repeat"], true);
-        assert_eq!(to_json(&[1, 2])["kind"], "undecodable");
     }
 }
