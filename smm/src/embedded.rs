@@ -43,9 +43,13 @@ impl<T: Transport> SiuLink for EmbeddedSiu<T> {
     /// Runs a pass — unless packets for the application still wait: it is in the middle of
     /// taking a pulse's worth, and the pass that follows its last one sends everything it
     /// issued meanwhile in one batch (one datagram to the token manager per pulse, not one
-    /// per isochron).
+    /// per isochron) — or the application's turn goes on (the SIU holds its token for it):
+    /// what it issues in the turn, replies included, leaves with that token in the pass that
+    /// ends the turn, when it next waits or polls. A pass here would end the turn before the
+    /// application saw what the pulse brought it (a wait that finds its condition already
+    /// true returns at once), and its next isochron would be stamped a pulse later.
     fn flush(&mut self) -> Result<(), LinkError> {
-        if self.waiting_for_host() > 0 {
+        if self.waiting_for_host() > 0 || self.pump().role().siu().host_turn_pending() {
             return Ok(());
         }
         self.pass().map(drop).map_err(link_err)

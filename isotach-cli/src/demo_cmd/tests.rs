@@ -180,3 +180,33 @@ fn the_pass_that_ends_a_turn_sends_the_answer_and_the_token_without_reading_the_
     pair.stop();
     assert_eq!(second, first + 2, "answered in the turn");
 }
+
+#[test]
+fn a_flush_in_the_turn_sends_nothing_so_what_the_application_issues_leaves_with_the_token() {
+    let mut pair = Pair::start();
+    let me = &mut pair.me;
+    offer_isochron(me, 1);
+    let first = until_executed(me, 1);
+    assert!(me.pump().role().siu().host_turn_pending());
+    let before = me.transport().udp_stats();
+    // The SMM flushes after every packet it hands the link; within the turn that sends
+    // nothing and keeps the token.
+    offer_isochron(me, 2);
+    SiuLink::flush(me).unwrap();
+    assert!(
+        me.pump().role().siu().host_turn_pending(),
+        "the turn goes on"
+    );
+    assert_eq!(me.transport().udp_stats().send_calls, before.send_calls);
+    // The application waits: one pass sends the isochron and the token together.
+    me.wait(me.now().plus(Duration::from_millis(1))).unwrap();
+    assert!(!me.pump().role().siu().host_turn_pending());
+    assert_eq!(
+        me.transport().udp_stats().send_calls,
+        before.send_calls + 1,
+        "one datagram to the token manager"
+    );
+    let second = until_executed(me, 2);
+    pair.stop();
+    assert_eq!(second, first + 2, "answered in the turn");
+}
