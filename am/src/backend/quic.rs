@@ -26,10 +26,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
 use tokio::sync::mpsc;
+
+mod pki;
+use pki::tls_err;
+pub use pki::{
+    CertAuthority, QuicIdentity, check_identity, identity_from_pem, make_ca, make_node_identity,
+};
 
 use super::{real_now, sleep_until_real, tokio_deadline, wall_incarnation};
 use crate::AmError;
@@ -45,128 +50,6 @@ pub const ALPN: &[u8] = b"isotach-am/1";
 pub const CONNECT_QUEUE: usize = 256;
 /// Received datagrams waiting for the bundle.
 pub const RX_QUEUE: usize = 8192;
-
-/// A cluster certificate authority (what `isotach cert` would create).
-pub struct CertAuthority {
-    params: CertificateParams,
-    key: KeyPair,
-    cert_der: Vec<u8>,
-}
-
-impl std::fmt::Debug for CertAuthority {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CertAuthority").finish_non_exhaustive()
-    }
-}
-
-impl CertAuthority {
-    /// The CA certificate (DER), which every node trusts.
-    pub fn cert_der(&self) -> &[u8] {
-        &self.cert_der
-    }
-}
-
-fn tls_err(e: impl std::fmt::Display) -> AmError {
-    AmError::Backend(e.to_string())
-}
-
-/// Make a self-signed cluster CA.
-pub fn make_ca(common_name: &str) -> Result<CertAuthority, AmError> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(tls_err)?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, common_name);
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let key = KeyPair::generate().map_err(tls_err)?;
-    let cert = params.self_signed(&key).map_err(tls_err)?;
-    Ok(CertAuthority {
-        cert_der: cert.der().to_vec(),
-        params,
-        key,
-    })
-}
-
-/// What a node needs for QUIC: the CA it trusts, its certificate and its private key.
-#[derive(Clone, Debug)]
-pub struct QuicIdentity {
-    /// DER of the cluster CA certificate.
-    pub ca_der: Vec<u8>,
-    /// DER of this node's certificate (signed by the CA).
-    pub cert_der: Vec<u8>,
-    /// PKCS#8 DER of this node's private key.
-    pub key_der: Vec<u8>,
-}
-
-/// Issue a node certificate (SANs: [`SERVER_NAME`] and `node_name`) signed by `ca`.
-pub fn make_node_identity(ca: &CertAuthority, node_name: &str) -> Result<QuicIdentity, AmError> {
-    let mut params = CertificateParams::new(vec![SERVER_NAME.to_string(), node_name.to_string()])
-        .map_err(tls_err)?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, node_name);
-    let key = KeyPair::generate().map_err(tls_err)?;
-    let issuer = Issuer::from_params(&ca.params, &ca.key);
-    let cert = params.signed_by(&key, &issuer).map_err(tls_err)?;
-    Ok(QuicIdentity {
-        ca_der: ca.cert_der.clone(),
-        cert_der: cert.der().to_vec(),
-        key_der: key.serialize_der(),
-    })
-}
-
-/// A node identity from PEM text, as `isotach cert` writes it: the cluster CA certificate
-/// (`ca.pem`), this node's certificate (`NAME.pem`, the first certificate in it is used) and
-/// its PKCS#8 private key (`NAME.key`). The node certificate is checked here, so a mismatch
-/// is reported at startup rather than as a failed handshake: it must be signed by the CA,
-/// be valid now and carry the SAN [`SERVER_NAME`].
-pub fn identity_from_pem(
-    ca_pem: &[u8],
-    cert_pem: &[u8],
-    key_pem: &[u8],
-) -> Result<QuicIdentity, AmError> {
-    use rustls::pki_types::pem::PemObject;
-    fn pem_err(what: &'static str) -> impl Fn(rustls::pki_types::pem::Error) -> AmError {
-        move |e| AmError::Backend(format!("{what}: {e}"))
-    }
-    let ca = CertificateDer::from_pem_slice(ca_pem).map_err(pem_err("CA certificate"))?;
-    let cert = CertificateDer::from_pem_slice(cert_pem).map_err(pem_err("node certificate"))?;
-    let key = PrivatePkcs8KeyDer::from_pem_slice(key_pem).map_err(pem_err("node key (PKCS#8)"))?;
-    let identity = QuicIdentity {
-        ca_der: ca.to_vec(),
-        cert_der: cert.to_vec(),
-        key_der: key.secret_pkcs8_der().to_vec(),
-    };
-    check_identity(&identity)?;
-    Ok(identity)
-}
-
-/// Checks that `identity`'s certificate chains to its CA, is valid now and names
-/// [`SERVER_NAME`] — what every peer will check in the handshake.
-pub fn check_identity(identity: &QuicIdentity) -> Result<(), AmError> {
-    use rustls::client::danger::ServerCertVerifier;
-    use rustls::pki_types::{ServerName, UnixTime};
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from(identity.ca_der.clone()))
-        .map_err(|e| AmError::Backend(format!("CA certificate: {e}")))?;
-    let verifier =
-        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-            .build()
-            .map_err(tls_err)?;
-    let name = ServerName::try_from(SERVER_NAME).map_err(tls_err)?;
-    verifier
-        .verify_server_cert(
-            &CertificateDer::from(identity.cert_der.clone()),
-            &[],
-            &name,
-            &[],
-            UnixTime::now(),
-        )
-        .map_err(|e| AmError::Backend(format!("node certificate: {e}")))?;
-    Ok(())
-}
 
 /// QUIC backend settings.
 #[derive(Clone, Debug)]
@@ -713,132 +596,4 @@ impl Transport for QuicTransport {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A CA and a node certificate signed by it, as PEM (what `isotach cert` writes).
-    fn pem_ca_and_node(ca_name: &str, node: &str) -> (String, String, String) {
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, ca_name);
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca_key = KeyPair::generate().unwrap();
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let params =
-            CertificateParams::new(vec![SERVER_NAME.to_string(), node.to_string()]).unwrap();
-        let key = KeyPair::generate().unwrap();
-        let cert = params
-            .signed_by(&key, &Issuer::from_params(&ca_params, &ca_key))
-            .unwrap();
-        (ca_cert.pem(), cert.pem(), key.serialize_pem())
-    }
-
-    #[test]
-    fn identity_from_pem_round_trips_and_checks_the_chain() {
-        let (ca, cert, key) = pem_ca_and_node("test CA", "alpha");
-        let id = identity_from_pem(ca.as_bytes(), cert.as_bytes(), key.as_bytes()).unwrap();
-        assert!(!id.ca_der.is_empty() && !id.cert_der.is_empty() && !id.key_der.is_empty());
-        let (other_ca, _, _) = pem_ca_and_node("other CA", "beta");
-        let e = identity_from_pem(other_ca.as_bytes(), cert.as_bytes(), key.as_bytes())
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("node certificate"), "{e}");
-        let e = identity_from_pem(b"junk", cert.as_bytes(), key.as_bytes())
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("CA certificate"), "{e}");
-        let e = identity_from_pem(ca.as_bytes(), cert.as_bytes(), cert.as_bytes())
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("node key"), "{e}");
-    }
-
-    #[test]
-    fn a_certificate_without_the_server_name_is_refused() {
-        let ca = make_ca("test CA").unwrap();
-        let params = CertificateParams::new(vec!["alpha".to_string()]).unwrap();
-        let key = KeyPair::generate().unwrap();
-        let cert = params
-            .signed_by(&key, &Issuer::from_params(&ca.params, &ca.key))
-            .unwrap();
-        let id = QuicIdentity {
-            ca_der: ca.cert_der.clone(),
-            cert_der: cert.der().to_vec(),
-            key_der: key.serialize_der(),
-        };
-        assert!(check_identity(&id).is_err());
-        check_identity(&make_node_identity(&ca, "alpha").unwrap()).unwrap();
-    }
-
-    /// Says hello from `from` to `to` until `to` receives something (the connection is up).
-    fn connect(from: &mut QuicTransport, to: &mut QuicTransport) {
-        let guard = Instant::now() + Duration::from_secs(60);
-        while !to.has_pending() {
-            assert!(Instant::now() < guard, "no connection within the guard");
-            from.send(to.local_addr(), b"hello").unwrap();
-            let soon = Time(to.now().0 + 50_000_000);
-            to.wait(Some(soon)).unwrap();
-        }
-        to.recv(usize::MAX, &mut |_, _| {}).unwrap();
-    }
-
-    #[test]
-    fn refused_and_dropped_datagrams_are_counted() {
-        let ca = make_ca("test CA").unwrap();
-        let bind = |name| {
-            let id = make_node_identity(&ca, name).unwrap();
-            QuicTransport::bind(QuicConfig::new("127.0.0.1:0".parse().unwrap(), id)).unwrap()
-        };
-        let (mut a, mut b) = (bind("alpha"), bind("beta"));
-        let counters = a.counters();
-        connect(&mut a, &mut b);
-        assert_eq!((counters.send_refused(), counters.send_dropped()), (0, 0));
-
-        // Larger than a QUIC packet: quinn refuses it.
-        a.send(b.local_addr(), &[7; 4000]).unwrap();
-        assert_eq!(counters.send_refused(), 1);
-        assert_eq!(a.quic_stats().send_refused, 1);
-
-        // To an address that never completes a handshake: the first datagram opens the
-        // connection, CONNECT_QUEUE wait for it, the rest are dropped.
-        let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-        let to = NodeAddr::Ip(silent.local_addr().unwrap());
-        for _ in 0..1 + CONNECT_QUEUE + 10 {
-            a.send(to, b"x").unwrap();
-        }
-        assert!(counters.send_dropped() >= 10, "{:?}", a.quic_stats());
-
-        // A storm the receiver does not read: what overflows its queue is dropped, counted.
-        // Datagrams may also be lost on the way (a loaded machine's socket buffers), so the
-        // storm goes on until the receiver's queue has overflowed.
-        let guard = Instant::now() + Duration::from_secs(60);
-        while b.counters().recv_dropped() == 0 {
-            let (sa, sb) = (a.quic_stats(), b.quic_stats());
-            assert!(Instant::now() < guard, "{sa:?} {sb:?}");
-            for _ in 0..1000 {
-                a.send(b.local_addr(), &[1; 64]).unwrap();
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(b.quic_stats().recv_dropped > 0);
-        assert_eq!(b.quic_stats().send_refused + b.quic_stats().send_dropped, 0);
-    }
-
-    #[test]
-    fn a_taken_address_is_an_error_even_inside_a_runtime() {
-        let ca = make_ca("test CA").unwrap();
-        let id = || make_node_identity(&ca, "alpha").unwrap();
-        let first =
-            QuicTransport::bind(QuicConfig::new("127.0.0.1:0".parse().unwrap(), id())).unwrap();
-        let taken = first.socket_addr();
-        // A daemon binds from async code on its own runtime: the failed bind must not panic.
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let r = rt.block_on(async { QuicTransport::bind(QuicConfig::new(taken, id())) });
-        assert!(r.is_err(), "the address is taken");
-    }
-}
+mod tests;

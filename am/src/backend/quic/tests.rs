@@ -1,0 +1,126 @@
+use super::*;
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+
+/// A CA and a node certificate signed by it, as PEM (what `isotach cert` writes).
+fn pem_ca_and_node(ca_name: &str, node: &str) -> (String, String, String) {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, ca_name);
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let params = CertificateParams::new(vec![SERVER_NAME.to_string(), node.to_string()]).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = params
+        .signed_by(&key, &Issuer::from_params(&ca_params, &ca_key))
+        .unwrap();
+    (ca_cert.pem(), cert.pem(), key.serialize_pem())
+}
+
+#[test]
+fn identity_from_pem_round_trips_and_checks_the_chain() {
+    let (ca, cert, key) = pem_ca_and_node("test CA", "alpha");
+    let id = identity_from_pem(ca.as_bytes(), cert.as_bytes(), key.as_bytes()).unwrap();
+    assert!(!id.ca_der.is_empty() && !id.cert_der.is_empty() && !id.key_der.is_empty());
+    let (other_ca, _, _) = pem_ca_and_node("other CA", "beta");
+    let e = identity_from_pem(other_ca.as_bytes(), cert.as_bytes(), key.as_bytes())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("node certificate"), "{e}");
+    let e = identity_from_pem(b"junk", cert.as_bytes(), key.as_bytes())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("CA certificate"), "{e}");
+    let e = identity_from_pem(ca.as_bytes(), cert.as_bytes(), cert.as_bytes())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("node key"), "{e}");
+}
+
+#[test]
+fn a_certificate_without_the_server_name_is_refused() {
+    let ca = make_ca("test CA").unwrap();
+    let params = CertificateParams::new(vec!["alpha".to_string()]).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = params
+        .signed_by(&key, &Issuer::from_params(&ca.params, &ca.key))
+        .unwrap();
+    let id = QuicIdentity {
+        ca_der: ca.cert_der.clone(),
+        cert_der: cert.der().to_vec(),
+        key_der: key.serialize_der(),
+    };
+    assert!(check_identity(&id).is_err());
+    check_identity(&make_node_identity(&ca, "alpha").unwrap()).unwrap();
+}
+
+/// Says hello from `from` to `to` until `to` receives something (the connection is up).
+fn connect(from: &mut QuicTransport, to: &mut QuicTransport) {
+    let guard = Instant::now() + Duration::from_secs(60);
+    while !to.has_pending() {
+        assert!(Instant::now() < guard, "no connection within the guard");
+        from.send(to.local_addr(), b"hello").unwrap();
+        let soon = Time(to.now().0 + 50_000_000);
+        to.wait(Some(soon)).unwrap();
+    }
+    to.recv(usize::MAX, &mut |_, _| {}).unwrap();
+}
+
+#[test]
+fn refused_and_dropped_datagrams_are_counted() {
+    let ca = make_ca("test CA").unwrap();
+    let bind = |name| {
+        let id = make_node_identity(&ca, name).unwrap();
+        QuicTransport::bind(QuicConfig::new("127.0.0.1:0".parse().unwrap(), id)).unwrap()
+    };
+    let (mut a, mut b) = (bind("alpha"), bind("beta"));
+    let counters = a.counters();
+    connect(&mut a, &mut b);
+    assert_eq!((counters.send_refused(), counters.send_dropped()), (0, 0));
+
+    // Larger than a QUIC packet: quinn refuses it.
+    a.send(b.local_addr(), &[7; 4000]).unwrap();
+    assert_eq!(counters.send_refused(), 1);
+    assert_eq!(a.quic_stats().send_refused, 1);
+
+    // To an address that never completes a handshake: the first datagram opens the
+    // connection, CONNECT_QUEUE wait for it, the rest are dropped.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = NodeAddr::Ip(silent.local_addr().unwrap());
+    for _ in 0..1 + CONNECT_QUEUE + 10 {
+        a.send(to, b"x").unwrap();
+    }
+    assert!(counters.send_dropped() >= 10, "{:?}", a.quic_stats());
+
+    // A storm the receiver does not read: what overflows its queue is dropped, counted.
+    // Datagrams may also be lost on the way (a loaded machine's socket buffers), so the
+    // storm goes on until the receiver's queue has overflowed.
+    let guard = Instant::now() + Duration::from_secs(60);
+    while b.counters().recv_dropped() == 0 {
+        let (sa, sb) = (a.quic_stats(), b.quic_stats());
+        assert!(Instant::now() < guard, "{sa:?} {sb:?}");
+        for _ in 0..1000 {
+            a.send(b.local_addr(), &[1; 64]).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(b.quic_stats().recv_dropped > 0);
+    assert_eq!(b.quic_stats().send_refused + b.quic_stats().send_dropped, 0);
+}
+
+#[test]
+fn a_taken_address_is_an_error_even_inside_a_runtime() {
+    let ca = make_ca("test CA").unwrap();
+    let id = || make_node_identity(&ca, "alpha").unwrap();
+    let first = QuicTransport::bind(QuicConfig::new("127.0.0.1:0".parse().unwrap(), id())).unwrap();
+    let taken = first.socket_addr();
+    // A daemon binds from async code on its own runtime: the failed bind must not panic.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let r = rt.block_on(async { QuicTransport::bind(QuicConfig::new(taken, id())) });
+    assert!(r.is_err(), "the address is taken");
+}
