@@ -44,6 +44,28 @@ fn until_executed(siu: &mut EmbeddedSiu<UdpTransport>, iso_id: u32) -> u64 {
     panic!("isochron {iso_id} did not execute within {WAIT_MAX:?} (marker pulse {ts:?})");
 }
 
+/// Does the SIU hold its token for the application's turn?
+fn turn_pending(siu: &EmbeddedSiu<UdpTransport>) -> bool {
+    siu.pump().role().siu().host_turn_pending()
+}
+
+/// Runs isochron 1 to the EOP of its pulse and returns that pulse; the SIU then holds its
+/// token for the application's turn.
+fn in_the_turn_after_isochron_1(siu: &mut EmbeddedSiu<UdpTransport>) -> u64 {
+    offer_isochron(siu, 1);
+    let first = until_executed(siu, 1);
+    assert!(turn_pending(siu));
+    first
+}
+
+/// Runs isochron 2, offered in the turn after isochron 1 (pulse `first`), to its end, stops
+/// the pair, and checks it was stamped in that turn: a pulse sooner than after the token.
+fn answered_in_the_turn(mut pair: Pair, first: u64) {
+    let second = until_executed(&mut pair.me, 2);
+    pair.stop();
+    assert_eq!(second, first + 2, "answered in the turn");
+}
+
 /// Two hosts with embedded SIUs on loopback, logical time started: host 0's SIU for the
 /// test to drive, host 1's running on a thread of its own until [`Pair::stop`].
 struct Pair {
@@ -98,8 +120,7 @@ impl Pair {
 fn an_embedded_host_answering_an_eop_in_its_turn_runs_its_next_isochron_a_pulse_sooner() {
     let mut pair = Pair::start();
     let me = &mut pair.me;
-    offer_isochron(me, 1);
-    let first = until_executed(me, 1);
+    let first = in_the_turn_after_isochron_1(me);
     // Answered within the turn: stamped against the sendclock of the pulse that just ended
     // (first + 1), so TS = first + 2. Sent only after the token, it would be first + 3.
     offer_isochron(me, 2);
@@ -108,9 +129,9 @@ fn an_embedded_host_answering_an_eop_in_its_turn_runs_its_next_isochron_a_pulse_
     // so logical time goes on and an isochron issued after the wait is a pulse later.
     offer_isochron(me, 3);
     let third = until_executed(me, 3);
-    assert!(me.pump().role().siu().host_turn_pending());
+    assert!(turn_pending(me));
     me.wait(me.now().plus(Duration::from_millis(1))).unwrap();
-    assert!(!me.pump().role().siu().host_turn_pending());
+    assert!(!turn_pending(me));
     offer_isochron(me, 4);
     let fourth = until_executed(me, 4);
     let me = pair.stop();
@@ -156,9 +177,7 @@ fn a_pass_right_after_one_that_found_the_socket_empty_is_skipped_until_something
 fn the_pass_that_ends_a_turn_sends_the_answer_and_the_token_without_reading_the_socket() {
     let mut pair = Pair::start();
     let me = &mut pair.me;
-    offer_isochron(me, 1);
-    let first = until_executed(me, 1);
-    assert!(me.pump().role().siu().host_turn_pending());
+    let first = in_the_turn_after_isochron_1(me);
     let before = me.transport().udp_stats();
     offer_isochron(me, 2);
     assert_eq!(
@@ -167,7 +186,7 @@ fn the_pass_that_ends_a_turn_sends_the_answer_and_the_token_without_reading_the_
         "nothing taken: the socket is not read"
     );
     let after = me.transport().udp_stats();
-    assert!(!me.pump().role().siu().host_turn_pending());
+    assert!(!turn_pending(me));
     assert!(
         after.send_calls > before.send_calls,
         "the answer and the token went out"
@@ -176,37 +195,28 @@ fn the_pass_that_ends_a_turn_sends_the_answer_and_the_token_without_reading_the_
     // A wait comes next: the pass before it is not due (the wait reads the socket).
     assert_eq!(me.pass_if_due().unwrap(), 0);
     assert_eq!(me.transport().udp_stats().recv_calls, before.recv_calls);
-    let second = until_executed(me, 2);
-    pair.stop();
-    assert_eq!(second, first + 2, "answered in the turn");
+    answered_in_the_turn(pair, first);
 }
 
 #[test]
 fn a_flush_in_the_turn_sends_nothing_so_what_the_application_issues_leaves_with_the_token() {
     let mut pair = Pair::start();
     let me = &mut pair.me;
-    offer_isochron(me, 1);
-    let first = until_executed(me, 1);
-    assert!(me.pump().role().siu().host_turn_pending());
+    let first = in_the_turn_after_isochron_1(me);
     let before = me.transport().udp_stats();
     // The SMM flushes after every packet it hands the link; within the turn that sends
     // nothing and keeps the token.
     offer_isochron(me, 2);
     SiuLink::flush(me).unwrap();
-    assert!(
-        me.pump().role().siu().host_turn_pending(),
-        "the turn goes on"
-    );
+    assert!(turn_pending(me), "the turn goes on");
     assert_eq!(me.transport().udp_stats().send_calls, before.send_calls);
     // The application waits: one pass sends the isochron and the token together.
     me.wait(me.now().plus(Duration::from_millis(1))).unwrap();
-    assert!(!me.pump().role().siu().host_turn_pending());
+    assert!(!turn_pending(me));
     assert_eq!(
         me.transport().udp_stats().send_calls,
         before.send_calls + 1,
         "one datagram to the token manager"
     );
-    let second = until_executed(me, 2);
-    pair.stop();
-    assert_eq!(second, first + 2, "answered in the turn");
+    answered_in_the_turn(pair, first);
 }
