@@ -996,28 +996,25 @@ fn hop_port(h: Hop) -> u16 {
     }
 }
 
-/// `Siu::handle_host_owned` / `handle_net_owned`, checked: consumed, the buffer is taken
-/// whole or left as it was; refused or not consumed, it is left as it was.
-fn siu_input_owned(siu: &mut Siu, now: u64, side: Side, bytes: Vec<u8>) {
+/// Drives an input with a buffer the state machine may take, checked: consumed, the buffer is
+/// taken whole or left as it was; refused or not consumed, it is left as it was.
+fn owned_input<E: std::fmt::Display>(
+    bytes: Vec<u8>,
+    input: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+) {
     let mut buf = bytes.clone();
-    let r = match side {
-        Side::Host => siu.handle_host_owned(now, &mut buf),
-        Side::Net => siu.handle_net_owned(now, &mut buf),
-    };
-    match r {
+    match input(&mut buf) {
         Ok(()) => assert!(buf.is_empty() || buf == bytes, "a buffer taken in part"),
         Err(e) => assert_eq!(buf, bytes, "refused ({e}) yet its buffer changed"),
     }
 }
 
-/// `TokenManager::handle_input_owned`, checked: consumed, the buffer is taken whole or left
-/// as it was; refused or not consumed, it is left as it was.
-fn tm_input_owned(tm: &mut TokenManager, now: u64, link: usize, bytes: Vec<u8>) {
-    let mut buf = bytes.clone();
-    match tm.handle_input_owned(now, link, &mut buf) {
-        Ok(()) => assert!(buf.is_empty() || buf == bytes, "a buffer taken in part"),
-        Err(e) => assert_eq!(buf, bytes, "refused ({e}) yet its buffer changed"),
-    }
+/// `Siu::handle_host_owned` / `handle_net_owned` through [`owned_input`].
+fn siu_input_owned(siu: &mut Siu, now: u64, side: Side, bytes: Vec<u8>) {
+    owned_input(bytes, |buf| match side {
+        Side::Host => siu.handle_host_owned(now, buf),
+        Side::Net => siu.handle_net_owned(now, buf),
+    });
 }
 
 fn drain_tm(tm: &mut TokenManager, links: usize, port: u16) {
@@ -1054,7 +1051,7 @@ pub fn run_tm(data: &[u8]) {
                 let l = pick(&mut inp);
                 let b = inp.blob(packet::PACKET_LEN_MAX + 8);
                 if corrupt {
-                    tm_input_owned(&mut tm, now, l, b.to_vec());
+                    owned_input(b.to_vec(), |buf| tm.handle_input_owned(now, l, buf));
                 } else {
                     let _ = tm.handle_input(now, l, b);
                 }
@@ -1119,7 +1116,7 @@ pub fn run_tm(data: &[u8]) {
                 );
                 let b = encode_maybe_corrupt(&mut inp, corrupt, &Packet::IsotachMessage(m));
                 // The driver's path: the TM may take the buffer.
-                tm_input_owned(&mut tm, now, l, b);
+                owned_input(b, |buf| tm.handle_input_owned(now, l, buf));
             }
             8 => {
                 let l = pick(&mut inp);
