@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{EP, H, TAG, chan, mem, quic, reply_recorder, seed, udp, udp_cfg};
+use isotach_am::backend::fault::Faulty;
 use isotach_am::backend::mem::FaultModel;
+use isotach_am::backend::quic::QuicTransport;
 use isotach_am::{
     AmError, Bundle, Config, DEFAULT_HANDLERS, DEFAULT_TRANSLATIONS, EndpointName, EpId, EventMask,
     HandlerId, MAX_ARGS, MAX_HANDLERS, MAX_LONG_BYTES, MAX_MEDIUM_BYTES, MAX_TRANSLATIONS, Opcode,
@@ -353,6 +355,68 @@ fn conf_bulk_under_loss_lands_intact_mem() {
         h.nodes[0].request_xfer_async(EP, t(1), 0, XFER_SUM, &data, &[]),
         Ok(())
     ));
+}
+
+/// Real loss under QUIC: bursts of lost full-size packets look to QUIC's path-MTU detection
+/// like a black hole. A phase of heavy loss, then a clean one: the path must keep carrying
+/// full-size AM frames (a bulk message's fragments are all full-size but its last, so none
+/// would complete again), and every bulk message lands whole, none returned.
+#[test]
+fn conf_bulk_across_a_phase_of_wire_loss_quic() {
+    let lossy = Duration::from_millis(3000);
+    let mut h = common::quic_wire_loss(2, &udp_cfg(), 0.0, 0.0, 0.2, seed(37));
+    h.setup(SEG);
+    let hits = counting_handler(&mut h.nodes[1], EP, XFER_SUM, |req| {
+        let r = [fnv(req.data())];
+        req.reply_short(REPLY, &r).unwrap();
+    });
+    let got = reply_recorder(&mut h.nodes[0], REPLY);
+    let data: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    let refused = |h: &H<Faulty<QuicTransport>>| -> u64 {
+        h.nodes
+            .iter()
+            .map(|b| b.transport().counters().send_refused())
+            .sum()
+    };
+    let mut sent = 0;
+    let flood = |h: &mut H<Faulty<QuicTransport>>, sent: &mut usize, upto: usize| {
+        while *sent < upto
+            && went_out(h.nodes[0].request_xfer_async(EP, t(1), 0, XFER_SUM, &data, &[]))
+        {
+            *sent += 1;
+        }
+    };
+    let start = std::time::Instant::now();
+    h.run("lossy phase", |h| {
+        flood(h, &mut sent, usize::MAX);
+        start.elapsed() > lossy || refused(h) > 0 || !h.returned(0).is_empty()
+    });
+    for b in &h.nodes {
+        b.transport().set_wire_loss(0.0).unwrap();
+    }
+    let want = sent + 16;
+    h.run("clean phase", |h| {
+        flood(h, &mut sent, want);
+        got.lock().unwrap().len() == want || refused(h) > 0 || !h.returned(0).is_empty()
+    });
+    assert_eq!(
+        refused(&h),
+        0,
+        "quinn refused full-size datagrams (seed {})",
+        h.seed
+    );
+    let returned = h.returned(0);
+    assert!(
+        returned.is_empty(),
+        "returned {returned:?} (seed {})",
+        h.seed
+    );
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        want,
+        "each bulk handler ran once"
+    );
+    assert!(got.lock().unwrap().iter().all(|r| r[0] == fnv(&data)));
 }
 
 // ------------------------------------------------------------------ get transfers
@@ -1373,9 +1437,7 @@ fn conf_quic_unknown_peer_refused() {
     let id = isotach_am::backend::quic::make_node_identity(&other, "rogue").unwrap();
     let q = isotach_am::backend::quic::QuicConfig::new("127.0.0.1:0".parse().unwrap(), id);
     let mut rogue = Bundle::new(
-        isotach_am::backend::fault::Faulty::new(
-            isotach_am::backend::quic::QuicTransport::bind(q).unwrap(),
-        ),
+        Faulty::new(QuicTransport::bind(q).unwrap()),
         short_deadline(udp_cfg()),
     )
     .unwrap();

@@ -26,15 +26,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
 use tokio::sync::mpsc;
 
 mod pki;
-use pki::tls_err;
+mod setup;
+mod wire_loss;
 pub use pki::{
     CertAuthority, QuicIdentity, check_identity, identity_from_pem, make_ca, make_node_identity,
 };
+use setup::{configs, endpoint};
+use wire_loss::WireLoss;
 
 use super::{real_now, sleep_until_real, tokio_deadline, wall_incarnation};
 use crate::AmError;
@@ -61,10 +63,16 @@ pub struct QuicConfig {
     /// Largest AM frame per QUIC datagram (default 1350, which fits the default
     /// `initial_mtu` of 1452 with QUIC's overhead).
     pub max_datagram: usize,
-    /// QUIC initial MTU (default 1452: a 1500-byte Ethernet MTU minus IPv4/UDP headers).
+    /// QUIC initial MTU, which is also its floor: the network must carry UDP payloads this
+    /// large (default 1452: a 1500-byte Ethernet MTU minus IPv4/UDP headers).
     pub initial_mtu: u16,
     /// QUIC idle timeout: a silent peer's connection is closed after this.
     pub idle_timeout: Duration,
+    /// Test hook: the probability that a UDP datagram quinn sends is lost below QUIC, where
+    /// its congestion control and path-MTU detection see the loss (default 0).
+    pub wire_loss: f64,
+    /// Seed of the draws behind `wire_loss`.
+    pub wire_loss_seed: u64,
 }
 
 impl QuicConfig {
@@ -77,6 +85,8 @@ impl QuicConfig {
             max_datagram: 1350,
             initial_mtu: 1452,
             idle_timeout: Duration::from_secs(30),
+            wire_loss: 0.0,
+            wire_loss_seed: 0,
         }
     }
 }
@@ -201,6 +211,8 @@ pub struct QuicTransport {
     inc: u64,
     max_datagram: usize,
     stats: QuicStats,
+    /// The loss below QUIC, when bound with some (a test hook).
+    wire_loss: Option<Arc<WireLoss>>,
 }
 
 impl std::fmt::Debug for QuicTransport {
@@ -210,53 +222,6 @@ impl std::fmt::Debug for QuicTransport {
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
-}
-
-fn configs(cfg: &QuicConfig) -> Result<(quinn::ServerConfig, quinn::ClientConfig), AmError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from(cfg.identity.ca_der.clone()))
-        .map_err(tls_err)?;
-    let roots = Arc::new(roots);
-    let cert = vec![CertificateDer::from(cfg.identity.cert_der.clone())];
-    let key = || PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cfg.identity.key_der.clone()));
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        roots.clone(),
-        provider.clone(),
-    )
-    .build()
-    .map_err(tls_err)?;
-    let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(tls_err)?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(cert.clone(), key())
-        .map_err(tls_err)?;
-    server.alpn_protocols = vec![ALPN.to_vec()];
-    let mut client = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(tls_err)?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(cert, key())
-        .map_err(tls_err)?;
-    client.alpn_protocols = vec![ALPN.to_vec()];
-
-    let mut transport = quinn::TransportConfig::default();
-    transport
-        .initial_mtu(cfg.initial_mtu)
-        .datagram_receive_buffer_size(Some(8 << 20))
-        .datagram_send_buffer_size(8 << 20)
-        .keep_alive_interval(Some(cfg.idle_timeout / 3))
-        .max_idle_timeout(Some(cfg.idle_timeout.try_into().map_err(tls_err)?));
-    let transport = Arc::new(transport);
-    let qs = quinn::crypto::rustls::QuicServerConfig::try_from(server).map_err(tls_err)?;
-    let mut sc = quinn::ServerConfig::with_crypto(Arc::new(qs));
-    sc.transport_config(transport.clone());
-    let qc = quinn::crypto::rustls::QuicClientConfig::try_from(client).map_err(tls_err)?;
-    let mut cc = quinn::ClientConfig::new(Arc::new(qc));
-    cc.transport_config(transport);
-    Ok((sc, cc))
 }
 
 /// Register a ready connection and pump its datagrams into the channel.
@@ -338,7 +303,14 @@ impl QuicTransport {
                 "QUIC max_datagram must be in 1200..=1452 and below initial_mtu",
             ));
         }
+        if !(0.0..=1.0).contains(&cfg.wire_loss) {
+            return Err(AmError::BadArg(
+                "QUIC wire_loss must be a probability (0..=1)",
+            ));
+        }
         let (sc, cc) = configs(&cfg)?;
+        let wire_loss = (cfg.wire_loss > 0.0)
+            .then(|| Arc::new(WireLoss::new(cfg.wire_loss_seed, cfg.wire_loss)));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("am-quic")
@@ -346,7 +318,7 @@ impl QuicTransport {
             .build()?;
         let bound = {
             let _g = rt.enter();
-            quinn::Endpoint::server(sc, cfg.bind).and_then(|e| Ok((e.local_addr()?, e)))
+            endpoint(sc, &cfg, wire_loss.clone()).and_then(|e| Ok((e.local_addr()?, e)))
         };
         let (local, mut endpoint) = match bound {
             Ok(b) => b,
@@ -394,6 +366,7 @@ impl QuicTransport {
             inc: wall_incarnation(),
             max_datagram: cfg.max_datagram,
             stats: QuicStats::default(),
+            wire_loss,
         })
     }
 
@@ -413,6 +386,21 @@ impl QuicTransport {
             connects_failed: c.connects_failed(),
             ..self.stats
         }
+    }
+
+    /// Test hook: from now on lose UDP datagrams quinn sends with probability `loss` (the
+    /// draws restart from `wire_loss_seed`). Only for a transport bound with some wire loss.
+    pub fn set_wire_loss(&self, loss: f64) -> Result<(), AmError> {
+        if !(0.0..=1.0).contains(&loss) {
+            return Err(AmError::BadArg(
+                "QUIC wire_loss must be a probability (0..=1)",
+            ));
+        }
+        let w = self.wire_loss.as_ref().ok_or(AmError::BadArg(
+            "set_wire_loss needs a transport bound with wire_loss above 0",
+        ))?;
+        w.set(loss);
+        Ok(())
     }
 
     /// A handle on the counters of failed handshakes and lost datagrams (valid after the

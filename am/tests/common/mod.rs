@@ -105,10 +105,26 @@ pub fn quic_identity(ca: &isotach_am::backend::quic::CertAuthority, name: &str) 
 }
 
 pub fn quic(n: usize, cfg: &Config, loss: f64, dup: f64, seed: u64) -> H<Faulty<QuicTransport>> {
+    quic_wire_loss(n, cfg, loss, dup, 0.0, seed)
+}
+
+/// As [`quic`], each node also losing `wire_loss` of the UDP datagrams quinn sends (below
+/// QUIC, so QUIC sees the loss; node `i`'s draws seeded `seed + i`).
+pub fn quic_wire_loss(
+    n: usize,
+    cfg: &Config,
+    loss: f64,
+    dup: f64,
+    wire_loss: f64,
+    seed: u64,
+) -> H<Faulty<QuicTransport>> {
     let ca = make_ca("isotach test CA").unwrap();
     faulty(n, cfg, loss, dup, seed, |i| {
         let id = quic_identity(&ca, &format!("node{i}"));
-        QuicTransport::bind(QuicConfig::new("127.0.0.1:0".parse().unwrap(), id)).unwrap()
+        let mut q = QuicConfig::new("127.0.0.1:0".parse().unwrap(), id);
+        q.wire_loss = wire_loss;
+        q.wire_loss_seed = seed.wrapping_add(i as u64);
+        QuicTransport::bind(q).unwrap()
     })
 }
 

@@ -124,3 +124,36 @@ fn a_taken_address_is_an_error_even_inside_a_runtime() {
     let r = rt.block_on(async { QuicTransport::bind(QuicConfig::new(taken, id())) });
     assert!(r.is_err(), "the address is taken");
 }
+
+#[test]
+fn the_path_mtu_never_falls_below_the_frames_it_carries() {
+    // quinn falls back to `min_mtu` when loss looks like an MTU black hole; below the frame
+    // size every full-size fragment would be refused (see the QUIC wire-loss conformance test).
+    let ca = make_ca("test CA").unwrap();
+    let mut cfg = QuicConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        make_node_identity(&ca, "alpha").unwrap(),
+    );
+    for mtu in [1400, 1452] {
+        cfg.initial_mtu = mtu;
+        let t = format!("{:?}", setup::transport_config(&cfg).unwrap());
+        assert!(t.contains(&format!("initial_mtu: {mtu},")), "{t}");
+        assert!(t.contains(&format!("min_mtu: {mtu},")), "{t}");
+    }
+}
+
+#[test]
+fn wire_loss_is_a_probability_and_set_only_where_bound() {
+    let ca = make_ca("test CA").unwrap();
+    let id = || make_node_identity(&ca, "alpha").unwrap();
+    let mut cfg = QuicConfig::new("127.0.0.1:0".parse().unwrap(), id());
+    cfg.wire_loss = 1.5;
+    assert!(matches!(QuicTransport::bind(cfg), Err(AmError::BadArg(_))));
+    let plain = QuicTransport::bind(QuicConfig::new("127.0.0.1:0".parse().unwrap(), id())).unwrap();
+    assert!(matches!(plain.set_wire_loss(0.1), Err(AmError::BadArg(_))));
+    let mut cfg = QuicConfig::new("127.0.0.1:0".parse().unwrap(), id());
+    cfg.wire_loss = 0.5;
+    let lossy = QuicTransport::bind(cfg).unwrap();
+    lossy.set_wire_loss(0.0).unwrap();
+    assert!(matches!(lossy.set_wire_loss(-0.1), Err(AmError::BadArg(_))));
+}
