@@ -332,7 +332,7 @@ impl<R: Role> Pump<R> {
     fn take_local(&mut self) -> Option<(usize, Vec<u8>)> {
         let open = self.open_lanes();
         let l = self.local.as_mut()?;
-        if l.inbox.is_empty() || !open[self.role.lane(l.peer)] {
+        if l.held_for_turn || l.inbox.is_empty() || !open[self.role.lane(l.peer)] {
             return None;
         }
         Some((l.peer, l.inbox.pop_front()?))

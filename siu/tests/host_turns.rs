@@ -226,11 +226,17 @@ fn two_insignificant_pulses_later(host_turns: bool) -> Siu {
 #[test]
 fn a_reply_ahead_of_a_token_makes_the_host_s_turn_even_in_an_insignificant_pulse() {
     let mut s = two_insignificant_pulses_later(true);
+    assert!(!s.host_turn_coming());
     // The reply rides just ahead of token 4, whose pulse holds nothing for this host.
     s.handle_net(4, &reply_to_host_0()).unwrap();
+    assert!(
+        s.host_turn_coming(),
+        "the next token will wait for the host"
+    );
     s.handle_net(4, &tm_token(4)).unwrap();
     assert_eq!(sent(&mut s), vec![], "token 5 waits for the host's answer");
     assert!(s.host_turn_pending());
+    assert!(!s.host_turn_coming(), "the turn came");
     assert!(matches!(
         Packet::decode(&s.poll_host().expect("the reply")).unwrap(),
         Packet::Plain(_)
@@ -255,6 +261,7 @@ fn a_reply_the_host_had_its_turn_at_holds_no_later_token() {
     s.handle_net(4, &reply_to_host_0()).unwrap();
     // The driver ended the host's turn after the reply, before the next token came.
     s.end_host_turn(5);
+    assert!(!s.host_turn_coming(), "the reply was seen in that turn");
     s.handle_net(6, &tm_token(4)).unwrap();
     assert_eq!(sent(&mut s), vec![Ok(1)], "token 5 goes at once");
     assert!(!s.host_turn_pending());
@@ -265,7 +272,23 @@ fn a_reply_the_host_had_its_turn_at_holds_no_later_token() {
 fn without_host_turns_a_reply_holds_no_token() {
     let mut s = two_insignificant_pulses_later(false);
     s.handle_net(4, &reply_to_host_0()).unwrap();
+    assert!(!s.host_turn_coming());
     s.handle_net(4, &tm_token(4)).unwrap();
     assert_eq!(sent(&mut s), vec![Ok(1)]);
     assert!(!s.host_turn_pending());
+}
+
+#[test]
+fn no_turn_is_awaited_while_an_isochron_is_open() {
+    // A driver that kept the host's packets for the coming turn would keep the open
+    // isochron's end too, and requirement 26 may need that end before a token can go.
+    let mut s = two_insignificant_pulses_later(true);
+    open_isochron(&mut s, 4, 8);
+    s.handle_net(4, &reply_to_host_0()).unwrap();
+    assert!(
+        !s.host_turn_coming(),
+        "the isochron's end must come in first"
+    );
+    s.handle_host(5, &end_of_isochron(8)).unwrap();
+    assert!(s.host_turn_coming());
 }

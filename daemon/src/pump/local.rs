@@ -34,6 +34,9 @@ pub(super) struct LocalPeer {
     pub(super) turns: LocalTurns,
     /// [`LocalTurns::Driver`]: the driver ended its turn since the role last heard.
     pub(super) turn_over: bool,
+    /// Its packets wait, and its turn does not end, until the driver lets them go
+    /// ([`Pump::hold_local_for_turn`]).
+    pub(super) held_for_turn: bool,
 }
 
 impl<R: Role> Pump<R> {
@@ -54,6 +57,7 @@ impl<R: Role> Pump<R> {
             outbox: VecDeque::new(),
             turns,
             turn_over: false,
+            held_for_turn: false,
         });
         pump
     }
@@ -159,11 +163,21 @@ impl<R: Role> Pump<R> {
         }
     }
 
+    /// While `held`, the local peer's packets stay in its queue and its turn does not end
+    /// ([`LocalTurns::EveryPass`]): a turn the role expects for it (a reply reached it, so the
+    /// next token waits for it) has not started yet, and what it sends meanwhile belongs in
+    /// that turn.
+    pub fn hold_local_for_turn(&mut self, held: bool) {
+        if let Some(l) = self.local.as_mut() {
+            l.held_for_turn = held;
+        }
+    }
+
     /// Should the role hear that the local peer's turn ended, now that its packets of this
     /// pass were taken? Consumes a driver's [`Pump::end_local_turn`].
     pub(super) fn take_turn_over(&mut self) -> bool {
         self.local.as_mut().is_some_and(|l| match l.turns {
-            LocalTurns::EveryPass => true,
+            LocalTurns::EveryPass => !l.held_for_turn,
             LocalTurns::Driver => std::mem::take(&mut l.turn_over),
         })
     }

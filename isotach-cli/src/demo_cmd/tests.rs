@@ -4,7 +4,7 @@ use super::{SiuPlacement, start_loopback_cluster_with};
 use isotach_am::backend::udp::UdpTransport;
 use isotach_daemon::embedded::EmbeddedSiu;
 use isotach_proto::config::Timing;
-use isotach_proto::packet::{EndOfIsochron, Packet, StartOfIsochron};
+use isotach_proto::packet::{EndOfIsochron, Packet, PlainMessage, StartOfIsochron};
 use isotach_smm::driver::SiuLink;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -73,6 +73,8 @@ struct Pair {
     me: EmbeddedSiu<UdpTransport>,
     stop: Arc<AtomicBool>,
     other: std::thread::JoinHandle<()>,
+    /// Packets host 1's application offers its SIU.
+    to_other: std::sync::mpsc::Sender<Vec<u8>>,
 }
 
 impl Pair {
@@ -86,8 +88,12 @@ impl Pair {
         let mut me = lc.embedded.pop().expect("host 0's SIU");
         let stop = Arc::new(AtomicBool::new(false));
         let other_stop = Arc::clone(&stop);
+        let (to_other, other_app) = std::sync::mpsc::channel::<Vec<u8>>();
         let other = std::thread::spawn(move || {
             while !other_stop.load(Ordering::Relaxed) {
+                while let Ok(p) = other_app.try_recv() {
+                    other.offer(p).unwrap();
+                }
                 other.pass().unwrap();
                 while other.take_for_host().is_some() {}
                 let _ = other.wait(other.now().plus(Duration::from_millis(1)));
@@ -104,6 +110,7 @@ impl Pair {
             me,
             stop,
             other,
+            to_other,
         }
     }
 
@@ -219,4 +226,65 @@ fn a_flush_in_the_turn_sends_nothing_so_what_the_application_issues_leaves_with_
         "one datagram to the token manager"
     );
     answered_in_the_turn(pair, first);
+}
+
+/// Host 1 sends host 0's application a plain packet (a reply); host 0's passes run until its
+/// application has it. Whether the token after it had come by then.
+fn a_reply_from_host_1(pair: &mut Pair) -> bool {
+    let reply = PlainMessage {
+        source: 1,
+        dest: 0,
+        payload: vec![7; 12],
+    };
+    pair.to_other.send(Packet::Plain(reply).to_vec()).unwrap();
+    let me = &mut pair.me;
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        assert!(Instant::now() < deadline, "the reply never arrived");
+        me.pass().unwrap();
+        let mut got = false;
+        while let Some(p) = me.take_for_host() {
+            got |= matches!(Packet::decode(&p).unwrap(), Packet::Plain(_));
+        }
+        if got {
+            return turn_pending(me);
+        }
+        me.wait(me.now().plus(Duration::from_millis(1))).unwrap();
+    }
+}
+
+#[test]
+fn what_an_application_issues_after_a_reply_waits_for_the_turn_the_reply_makes() {
+    let mut pair = Pair::start();
+    let deadline = Instant::now() + WAIT_MAX;
+    // The reply must come between two tokens (not in the pass that brings the next one).
+    while a_reply_from_host_1(&mut pair) {
+        assert!(
+            Instant::now() < deadline,
+            "no reply came between two tokens"
+        );
+        while turn_pending(&pair.me) {
+            pair.me.pass().unwrap();
+        }
+    }
+    let me = &mut pair.me;
+    assert!(me.pump().role().siu().host_turn_coming());
+    let stats = |me: &EmbeddedSiu<UdpTransport>| me.pump().role().siu().stats();
+    let before = stats(me);
+    // The application answers the reply at once; a pass before the token may not stamp it.
+    offer_isochron(me, 5);
+    me.pass().unwrap();
+    if !turn_pending(me) {
+        assert_eq!(stats(me).isochrons, before.isochrons, "kept for the turn");
+    }
+    until_executed(me, 5);
+    let after = stats(me);
+    pair.stop();
+    assert_eq!(after.isochrons, before.isochrons + 1);
+    assert_eq!(
+        after.isochrons_in_turn,
+        before.isochrons_in_turn + 1,
+        "stamped in the turn the reply made, with its token still held"
+    );
+    assert!(after.tokens_held_for_reply > before.tokens_held_for_reply);
 }

@@ -44,6 +44,18 @@ impl Siu {
         self.token_awaits_host
     }
 
+    /// Will the next token wait for a host turn that has not started yet? A plain packet
+    /// (a reply) reached the host since its last turn, so the token after it waits for the
+    /// host ([`Siu::accept_token`]'s rule). An embedded driver keeps what the host sends
+    /// meanwhile for that turn: stamped with the token still held, it gets a TS a pulse
+    /// lower than right away (the token ahead of it already went).
+    ///
+    /// Never while an isochron is open: its end must come in, or requirement 26 could hold
+    /// back the token the awaited one depends on.
+    pub fn host_turn_coming(&self) -> bool {
+        self.host_fed_plain && !self.token_awaits_host && self.open.is_none()
+    }
+
     /// The host had its turn: what it sent in answer to the EOP is stamped, so the token
     /// its pulse's end allowed may go (with any the protocol allows after it).
     pub fn end_host_turn(&mut self, now_us: u64) {
