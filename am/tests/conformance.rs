@@ -323,9 +323,9 @@ backend_tests! { bulk_edges:
     conf_bulk_at_segment_edges_chan => (clean::chan(2, 3)),
 }
 
-#[test]
-fn conf_bulk_under_loss_lands_intact_mem() {
-    let mut h = mem(2, FaultModel::lossy(0.1), &mem_cfg(), seed(31));
+/// Node 1 answers each bulk transfer to `XFER_SUM` with its checksum (counting the runs),
+/// node 0 records the answers; 64 KiB of test data to send.
+fn bulk_checksums<T: Transport>(h: &mut H<T>) -> (Arc<AtomicUsize>, Replies, Vec<u8>) {
     h.setup(SEG);
     let hits = counting_handler(&mut h.nodes[1], EP, XFER_SUM, |req| {
         let r = [fnv(req.data())];
@@ -333,6 +333,13 @@ fn conf_bulk_under_loss_lands_intact_mem() {
     });
     let got = reply_recorder(&mut h.nodes[0], REPLY);
     let data: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    (hits, got, data)
+}
+
+#[test]
+fn conf_bulk_under_loss_lands_intact_mem() {
+    let mut h = mem(2, FaultModel::lossy(0.1), &mem_cfg(), seed(31));
+    let (hits, got, data) = bulk_checksums(&mut h);
     let part = 12 * 1024;
     for k in 0..8u32 {
         h.nodes[0]
@@ -365,13 +372,7 @@ fn conf_bulk_under_loss_lands_intact_mem() {
 fn conf_bulk_across_a_phase_of_wire_loss_quic() {
     let lossy = Duration::from_millis(3000);
     let mut h = common::quic_wire_loss(2, &udp_cfg(), 0.0, 0.0, 0.2, seed(37));
-    h.setup(SEG);
-    let hits = counting_handler(&mut h.nodes[1], EP, XFER_SUM, |req| {
-        let r = [fnv(req.data())];
-        req.reply_short(REPLY, &r).unwrap();
-    });
-    let got = reply_recorder(&mut h.nodes[0], REPLY);
-    let data: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    let (hits, got, data) = bulk_checksums(&mut h);
     let refused = |h: &H<Faulty<QuicTransport>>| -> u64 {
         h.nodes
             .iter()
