@@ -118,14 +118,7 @@ impl<T: Transport> EmbeddedSiu<T> {
     }
 
     /// Runs the pump at `now` and sends what it has for the network, in one batch.
-    ///
-    /// While a reply reached the application since its last turn and the token that will
-    /// wait for its answer has not come, the pass is no turn of the application's: what it
-    /// issued meanwhile waits for that turn (stamped then with the token still held, a pulse
-    /// sooner than now, when the token ahead already went) and the SIU keeps expecting it.
     fn advance(&mut self, now: Time) -> Result<(), DaemonError> {
-        let coming = self.pump.role().siu().host_turn_coming();
-        self.pump.hold_local_for_turn(coming);
         self.pump.advance(now)?;
         while let Some((to, bytes)) = self.pump.poll_transmit(now) {
             self.transport.send(to, bytes)?;

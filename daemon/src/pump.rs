@@ -87,6 +87,11 @@ pub trait Role {
     /// its turn ended. No default, so a wrapping role cannot forget to pass it on: a role that
     /// holds output for the turn would otherwise hold it for good.
     fn local_turn_ended(&mut self, now_us: u64);
+    /// Does the role expect a turn of the local peer that has not started (an SIU whose
+    /// host a reply reached since its last turn: the next token waits for it)? With
+    /// [`LocalTurns::EveryPass`] a pass is then no turn of the peer's: its packets stay
+    /// queued for that turn, which the pass does not end. No default, for the reason above.
+    fn local_turn_coming(&self) -> bool;
     /// Should the on-demand links be broken and linked anew before the next output
     /// ([`Links::relink_on_demand`])? Asked before every output pass; true once per
     /// occasion. By default never.
@@ -306,12 +311,14 @@ impl<R: Role> Pump<R> {
                 }
             }
         }
-        while let Some((peer, bytes)) = self.take_local() {
-            self.take_input(now_us, peer, bytes)?;
-        }
-        if self.take_turn_over() {
-            self.role.local_turn_ended(now_us);
-            self.drain(now_us)?;
+        if !self.local_turn_awaited() {
+            while let Some((peer, bytes)) = self.take_local() {
+                self.take_input(now_us, peer, bytes)?;
+            }
+            if self.take_turn_over() {
+                self.role.local_turn_ended(now_us);
+                self.drain(now_us)?;
+            }
         }
         while let Some((peer, bytes)) = self.take_arrived() {
             self.take_input(now_us, peer, bytes)?;
@@ -332,7 +339,7 @@ impl<R: Role> Pump<R> {
     fn take_local(&mut self) -> Option<(usize, Vec<u8>)> {
         let open = self.open_lanes();
         let l = self.local.as_mut()?;
-        if l.held_for_turn || l.inbox.is_empty() || !open[self.role.lane(l.peer)] {
+        if l.inbox.is_empty() || !open[self.role.lane(l.peer)] {
             return None;
         }
         Some((l.peer, l.inbox.pop_front()?))

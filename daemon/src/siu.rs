@@ -387,6 +387,14 @@ impl Role for SiuRole {
         self.siu.end_host_turn(now_us);
     }
 
+    /// A reply reached the in-process host since its last turn and the token that will wait
+    /// for its answer has not come: what the host issues meanwhile is stamped in that turn,
+    /// with the token still held — a pulse sooner than at once, when the token ahead of it
+    /// already went.
+    fn local_turn_coming(&self) -> bool {
+        self.siu.host_turn_coming()
+    }
+
     fn poll_output(&mut self, now_us: u64, lane: usize) -> Option<(usize, Vec<u8>)> {
         if lane == OUT_NET {
             self.next_net(now_us)

@@ -136,6 +136,9 @@ impl Role for TmRole {
 
     /// A token manager has no local peer.
     fn local_turn_ended(&mut self, _now_us: u64) {}
+    fn local_turn_coming(&self) -> bool {
+        false
+    }
 
     fn poll_output(&mut self, _now_us: u64, _lane: usize) -> Option<(usize, Vec<u8>)> {
         loop {

@@ -303,11 +303,7 @@ impl QuicTransport {
                 "QUIC max_datagram must be in 1200..=1452 and below initial_mtu",
             ));
         }
-        if !(0.0..=1.0).contains(&cfg.wire_loss) {
-            return Err(AmError::BadArg(
-                "QUIC wire_loss must be a probability (0..=1)",
-            ));
-        }
+        WireLoss::check(cfg.wire_loss)?;
         let (sc, cc) = configs(&cfg)?;
         let wire_loss = (cfg.wire_loss > 0.0)
             .then(|| Arc::new(WireLoss::new(cfg.wire_loss_seed, cfg.wire_loss)));
@@ -391,11 +387,7 @@ impl QuicTransport {
     /// Test hook: from now on lose UDP datagrams quinn sends with probability `loss` (the
     /// draws restart from `wire_loss_seed`). Only for a transport bound with some wire loss.
     pub fn set_wire_loss(&self, loss: f64) -> Result<(), AmError> {
-        if !(0.0..=1.0).contains(&loss) {
-            return Err(AmError::BadArg(
-                "QUIC wire_loss must be a probability (0..=1)",
-            ));
-        }
+        WireLoss::check(loss)?;
         let w = self.wire_loss.as_ref().ok_or(AmError::BadArg(
             "set_wire_loss needs a transport bound with wire_loss above 0",
         ))?;

@@ -34,9 +34,6 @@ pub(super) struct LocalPeer {
     pub(super) turns: LocalTurns,
     /// [`LocalTurns::Driver`]: the driver ended its turn since the role last heard.
     pub(super) turn_over: bool,
-    /// Its packets wait, and its turn does not end, until the driver lets them go
-    /// ([`Pump::hold_local_for_turn`]).
-    pub(super) held_for_turn: bool,
 }
 
 impl<R: Role> Pump<R> {
@@ -57,7 +54,6 @@ impl<R: Role> Pump<R> {
             outbox: VecDeque::new(),
             turns,
             turn_over: false,
-            held_for_turn: false,
         });
         pump
     }
@@ -163,21 +159,21 @@ impl<R: Role> Pump<R> {
         }
     }
 
-    /// While `held`, the local peer's packets stay in its queue and its turn does not end
-    /// ([`LocalTurns::EveryPass`]): a turn the role expects for it (a reply reached it, so the
-    /// next token waits for it) has not started yet, and what it sends meanwhile belongs in
-    /// that turn.
-    pub fn hold_local_for_turn(&mut self, held: bool) {
-        if let Some(l) = self.local.as_mut() {
-            l.held_for_turn = held;
-        }
+    /// Is this pass no turn of the local peer's, because the role awaits one that has not
+    /// started ([`Role::local_turn_coming`])? Only an in-thread peer's passes are its turns
+    /// ([`LocalTurns::EveryPass`]); a driver ends the others' turns itself.
+    pub(super) fn local_turn_awaited(&self) -> bool {
+        self.local
+            .as_ref()
+            .is_some_and(|l| l.turns == LocalTurns::EveryPass)
+            && self.role.local_turn_coming()
     }
 
     /// Should the role hear that the local peer's turn ended, now that its packets of this
     /// pass were taken? Consumes a driver's [`Pump::end_local_turn`].
     pub(super) fn take_turn_over(&mut self) -> bool {
         self.local.as_mut().is_some_and(|l| match l.turns {
-            LocalTurns::EveryPass => !l.held_for_turn,
+            LocalTurns::EveryPass => true,
             LocalTurns::Driver => std::mem::take(&mut l.turn_over),
         })
     }

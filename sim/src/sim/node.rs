@@ -207,6 +207,9 @@ impl<R: Role + Inspect> Role for Watched<R> {
     fn local_turn_ended(&mut self, now_us: u64) {
         self.track(|r| r.local_turn_ended(now_us));
     }
+    fn local_turn_coming(&self) -> bool {
+        self.inner.local_turn_coming()
+    }
 
     fn poll_output(&mut self, now_us: u64, lane: usize) -> Option<(usize, Vec<u8>)> {
         let before = self.inner.net_queued();

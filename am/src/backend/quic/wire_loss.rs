@@ -15,6 +15,7 @@ use std::task::{Context, Poll};
 use quinn::udp::{RecvMeta, Transmit};
 use quinn::{AsyncUdpSocket, UdpPoller};
 
+use crate::AmError;
 use crate::backend::fault::FaultInjector;
 
 /// The loss draws a [`WireLossSocket`] makes, shared with its transport so that a test can
@@ -32,6 +33,17 @@ impl WireLoss {
         Self {
             seed,
             faults: Mutex::new(FaultInjector::new(seed, loss, 0.0)),
+        }
+    }
+
+    /// `loss` is a probability, as [`FaultInjector`] needs.
+    pub(super) fn check(loss: f64) -> Result<(), AmError> {
+        if (0.0..=1.0).contains(&loss) {
+            Ok(())
+        } else {
+            Err(AmError::BadArg(
+                "QUIC wire_loss must be a probability (0..=1)",
+            ))
         }
     }
 
