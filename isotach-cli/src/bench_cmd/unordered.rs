@@ -34,6 +34,10 @@ const UPDATE: u8 = 3;
 const WORKLOAD_SEED: u64 = 0x0DE5;
 /// How long a host keeps answering after every host finished, for the last replies.
 const LINGER: Duration = Duration::from_millis(50);
+/// Fragments a host may have queued on its links (all peers) and still issue transfers: its
+/// back-pressure, far below the links' own bound (`link::QUEUE_MAX_DEFAULT` per peer), whose
+/// overflow would drop packets and break the link.
+const BACKLOG_MAX: usize = 4_096;
 
 /// What the baseline runs.
 pub(crate) struct UnorderedParams {
@@ -101,6 +105,20 @@ impl Host {
         Ok(())
     }
 
+    /// Fails when a link dropped a packet (a full queue, an inbox overflow or a broken link):
+    /// the numbers would not count the same messages as the ordered run's.
+    fn check_nothing_lost(&self) -> Result<(), String> {
+        let s = self.port.links().stats();
+        if s.links_lost + s.fragments_dropped + s.inbox_overflow > 0 {
+            return Err(format!(
+                "host {}: the baseline lost packets (links lost {}, fragments dropped {}, \
+                 inbox overflows {})",
+                self.me, s.links_lost, s.fragments_dropped, s.inbox_overflow
+            ));
+        }
+        Ok(())
+    }
+
     /// Sends a read of `page` unless this host holds a copy; whether it did.
     fn read(&mut self, bank: Bank, page: u32, id: u64) -> Result<bool, String> {
         let cs = copies(bank, page);
@@ -151,7 +169,16 @@ fn run_host(
         if now >= deadline {
             return Err(format!("host {me}: unordered baseline passed its deadline"));
         }
-        while now < end && waiting.len() < p.clients {
+        // At most one transfer per client and pass: a transfer with no remote read settles at
+        // once, and when every copy is local (two hosts) the clients would otherwise issue
+        // forever without sending, receiving or reading the clock.
+        let mut issued = 0;
+        while now < end
+            && waiting.len() < p.clients
+            && issued < p.clients
+            && host.port.links().queued() < BACKLOG_MAX
+        {
+            issued += 1;
             let (a, b, _) = bank.draw(&mut rng);
             let pages = [bank.addr(a).page(), bank.addr(b).page()];
             let id = next_id;
@@ -185,7 +212,12 @@ fn run_host(
         // Send what this round issued before waiting (the port transmits only in `poll`;
         // waiting first left every new transfer queued until the wait timed out).
         host.port.poll().map_err(|e| format!("host {me}: {e}"))?;
-        if !host.port.links().has_packets() {
+        host.check_nothing_lost()?;
+        // Clients left idle by the cap above (not by back-pressure) issue in the next pass
+        // without waiting.
+        let idle_clients =
+            now < end && waiting.len() < p.clients && host.port.links().queued() < BACKLOG_MAX;
+        if !idle_clients && !host.port.links().has_packets() {
             host.port
                 .wait(Duration::from_millis(1))
                 .map_err(|e| format!("host {me}: {e}"))?;
@@ -308,6 +340,29 @@ mod tests {
         })
         .unwrap();
         assert!(n.transfers_per_s > 0.0 && n.latency_p50_us > 0.0);
+    }
+
+    /// With two hosts every account has a copy on each, so no transfer waits for a reply: the
+    /// clients used to issue forever within one pass and the baseline never ended.
+    #[test]
+    fn the_baseline_ends_when_every_copy_is_local() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(unordered_transfers(&UnorderedParams {
+                bank: Bank {
+                    hosts: 2,
+                    accounts: 16,
+                },
+                clients: 4,
+                seconds: 0.2,
+                assign_round: false,
+            }));
+        });
+        let n = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the baseline ended")
+            .unwrap();
+        assert!(n.transfers_per_s > 0.0);
     }
 
     #[test]
