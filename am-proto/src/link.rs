@@ -73,8 +73,11 @@ pub use peers::{Directory, PeerList};
 /// ([`Config::ack_delay`]). Longer than the daemons' default idle pace (2.5 ms, which a
 /// wait in whole milliseconds makes 3), so the acknowledgements of an idle wave's tokens
 /// leave with the next wave instead of on their own; well below the default retransmission
-/// floor (10 ms).
-pub const LINK_ACK_DELAY: Duration = Duration::from_millis(4);
+/// floor (10 ms). And half a millisecond over the UDP backend's shortest blocking receive
+/// (4.5 ms, `BLOCKING_RECV_MIN`, checked there): a busy daemon holds an acknowledgement after
+/// almost every datagram, so its next wait ends at that deadline, and at 4 ms every such
+/// wait took a `poll` and a receive (two system calls) instead of one blocking receive.
+pub const LINK_ACK_DELAY: Duration = Duration::from_millis(5);
 
 /// Handler of a data fragment (request, medium; args: more follows, stream).
 pub const H_DATA: HandlerId = HandlerId(1);

@@ -50,6 +50,15 @@ pub const RECV_BATCH: usize = 4;
 /// Just over a jiffy: the waits of a busy daemon (until its 5 ms token timer, say) are
 /// blocking receives, one system call each instead of a poll and a receive.
 pub const BLOCKING_RECV_MIN: Duration = Duration::from_micros(4_500);
+/// How long a daemon may take between receiving a datagram (which holds an acknowledgement
+/// for [`LINK_ACK_DELAY`](crate::link::LINK_ACK_DELAY)) and waiting again, for that wait
+/// to remain one blocking receive.
+const ACK_WAIT_MARGIN: Duration = Duration::from_micros(500);
+const _: () = assert!(
+    crate::link::LINK_ACK_DELAY.as_micros()
+        >= BLOCKING_RECV_MIN.as_micros() + ACK_WAIT_MARGIN.as_micros(),
+    "a wait until a held acknowledgement must be a blocking receive, not a poll"
+);
 /// What the kernel may add to `SO_RCVTIMEO` by rounding it up to jiffies (HZ ≥ 250).
 const JIFFY: Duration = Duration::from_millis(4);
 /// `SO_RCVTIMEO` for every wait shorter than two jiffies: the kernel rounds it up to one

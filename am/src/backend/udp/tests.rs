@@ -189,6 +189,16 @@ fn a_five_millisecond_wait_is_one_blocking_receive_not_a_poll() {
         "one blocking receive, no poll: {stats:?}"
     );
     assert_eq!(drain(&mut b, 1).len(), 1);
+    // A busy link's wait ends at its held acknowledgement, a little less than
+    // LINK_ACK_DELAY away: one blocking receive too.
+    a.send(addr(&b), &datagram(8, 100)).expect("send");
+    a.flush().expect("flush");
+    let now = b.now();
+    let until_ack = crate::link::LINK_ACK_DELAY - ACK_WAIT_MARGIN;
+    assert!(b.wait_from(now, Some(now.plus(until_ack))).expect("wait"));
+    let stats = b.udp_stats();
+    assert_eq!((stats.poll_calls, stats.recv_calls), (0, 2), "{stats:?}");
+    assert_eq!(drain(&mut b, 1).len(), 1);
     // A wait under BLOCKING_RECV_MIN polls (SO_RCVTIMEO cannot time it).
     let now = b.now();
     let _ = b
