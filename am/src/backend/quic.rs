@@ -10,9 +10,10 @@
 //! socket for both roles, so a peer's connection comes from the address it listens on, which
 //! is its AM node address.
 //!
-//! quinn runs on a private one-worker tokio runtime. Received datagrams cross to the caller's
-//! thread through a bounded channel ([`RX_QUEUE`]); this backend allocates per message (quinn
-//! takes `Bytes`), unlike the UDP fast path.
+//! quinn runs on a private current-thread tokio runtime that the caller's thread drives in its
+//! waits and flushes ([`drive`]: no thread hop per datagram; a background thread only for async
+//! callers). Received datagrams reach the transport through a bounded channel ([`RX_QUEUE`]);
+//! this backend allocates per message (quinn takes `Bytes`), unlike the UDP fast path.
 //!
 //! Every datagram that does not leave or arrive is counted ([`QuicCounters`]): those quinn
 //! refuses to send, those this backend drops rather than let quinn silently discard older
@@ -26,12 +27,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
+use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
+mod drive;
 mod pki;
 mod setup;
 mod wire_loss;
+use drive::Driver;
 pub use pki::{
     CertAuthority, QuicIdentity, check_identity, identity_from_pem, make_ca, make_node_identity,
 };
@@ -200,7 +203,7 @@ pub struct QuicStats {
 
 /// A quinn endpoint driving one bundle.
 pub struct QuicTransport {
-    rt: Option<Runtime>,
+    driver: Driver,
     endpoint: quinn::Endpoint,
     shared: Arc<Shared>,
     rx: mpsc::Receiver<(SocketAddr, Bytes)>,
@@ -307,23 +310,10 @@ impl QuicTransport {
         let (sc, cc) = configs(&cfg)?;
         let wire_loss = (cfg.wire_loss > 0.0)
             .then(|| Arc::new(WireLoss::new(cfg.wire_loss_seed, cfg.wire_loss)));
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("am-quic")
-            .enable_all()
-            .build()?;
-        let bound = {
-            let _g = rt.enter();
-            endpoint(sc, &cfg, wire_loss.clone()).and_then(|e| Ok((e.local_addr()?, e)))
-        };
-        let (local, mut endpoint) = match bound {
-            Ok(b) => b,
-            Err(e) => {
-                // Dropping a runtime inside another one (a daemon binds from async code)
-                // panics; let it go in the background instead.
-                rt.shutdown_background();
-                return Err(e.into());
-            }
+        let driver = Driver::new()?;
+        let (local, mut endpoint) = {
+            let _g = driver.handle().enter();
+            endpoint(sc, &cfg, wire_loss.clone()).and_then(|e| Ok((e.local_addr()?, e)))?
         };
         endpoint.set_default_client_config(cc);
         let shared = Arc::new(Shared {
@@ -333,7 +323,7 @@ impl QuicTransport {
         let (tx, rx) = mpsc::channel(RX_QUEUE);
         {
             let (ep, shared, tx) = (endpoint.clone(), shared.clone(), tx.clone());
-            rt.spawn(async move {
+            driver.handle().spawn(async move {
                 while let Some(incoming) = ep.accept().await {
                     let (shared, tx) = (shared.clone(), tx.clone());
                     let from = incoming.remote_address();
@@ -351,7 +341,7 @@ impl QuicTransport {
             });
         }
         Ok(Self {
-            rt: Some(rt),
+            driver,
             endpoint,
             shared,
             rx,
@@ -407,10 +397,7 @@ impl QuicTransport {
     }
 
     fn handle(&self) -> &Handle {
-        self.rt
-            .as_ref()
-            .map(Runtime::handle)
-            .expect("runtime lives until drop")
+        self.driver.handle()
     }
 
     fn send_one(&mut self, to: SocketAddr, b: Bytes) {
@@ -473,9 +460,8 @@ impl QuicTransport {
 impl Drop for QuicTransport {
     fn drop(&mut self) {
         self.endpoint.close(0u32.into(), b"bye");
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
-        }
+        // Let the close frames leave (the driver stops its runtime when it drops next).
+        let _ = self.driver.flush();
     }
 }
 
@@ -496,6 +482,9 @@ impl Transport for QuicTransport {
         let NodeAddr::Ip(to) = to else { return Ok(()) };
         self.send_one(to, Bytes::copy_from_slice(datagram));
         Ok(())
+    }
+    fn flush(&mut self) -> Result<(), AmError> {
+        self.driver.flush()
     }
     fn recv(
         &mut self,
@@ -525,22 +514,6 @@ impl Transport for QuicTransport {
             return Ok(true);
         }
         let d = deadline.map(|t| tokio_deadline(self.origin, t));
-        let inside = Handle::try_current().ok();
-        if let Some(h) = &inside
-            && h.runtime_flavor() != RuntimeFlavor::MultiThread
-        {
-            // On a current-thread runtime we cannot block: sleep-poll instead.
-            loop {
-                if self.try_stash() {
-                    return Ok(true);
-                }
-                if deadline.is_some_and(|d| self.now() >= d) {
-                    return Ok(false);
-                }
-                std::thread::sleep(Duration::from_micros(100));
-            }
-        }
-        let rt_handle = self.handle().clone();
         let rx = &mut self.rx;
         let fut = async move {
             match d {
@@ -548,17 +521,28 @@ impl Transport for QuicTransport {
                 None => rx.recv().await,
             }
         };
-        let got = match inside {
-            None => rt_handle.block_on(fut),
-            Some(_) => tokio::task::block_in_place(|| rt_handle.block_on(fut)),
-        };
-        self.stash = got;
-        Ok(self.stash.is_some())
+        if let Some(got) = self.driver.block_on(fut)? {
+            self.stash = got;
+            return Ok(self.stash.is_some());
+        }
+        // On a current-thread runtime's thread we cannot block: the background thread drives
+        // quinn and this one sleep-polls.
+        loop {
+            if self.try_stash() {
+                return Ok(true);
+            }
+            if deadline.is_some_and(|d| self.now() >= d) {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
     fn sleep_until(&mut self, t: Time) {
         sleep_until_real(self.now(), t);
     }
     async fn wait_async(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
+        // The caller's runtime cannot drive ours: a background thread does.
+        self.driver.background()?;
         if self.try_stash() {
             return Ok(true);
         }

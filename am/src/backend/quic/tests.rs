@@ -62,6 +62,8 @@ fn connect(from: &mut QuicTransport, to: &mut QuicTransport) {
     while !to.has_pending() {
         assert!(Instant::now() < guard, "no connection within the guard");
         from.send(to.local_addr(), b"hello").unwrap();
+        // The caller's thread drives quinn: a flush lets the handshake and the hello leave.
+        from.flush().unwrap();
         let soon = Time(to.now().0 + 50_000_000);
         to.wait(Some(soon)).unwrap();
     }
@@ -92,11 +94,13 @@ fn refused_and_dropped_datagrams_are_counted() {
     for _ in 0..1 + CONNECT_QUEUE + 10 {
         a.send(to, b"x").unwrap();
     }
+    a.flush().unwrap();
     assert!(counters.send_dropped() >= 10, "{:?}", a.quic_stats());
 
     // A storm the receiver does not read: what overflows its queue is dropped, counted.
     // Datagrams may also be lost on the way (a loaded machine's socket buffers), so the
-    // storm goes on until the receiver's queue has overflowed.
+    // storm goes on until the receiver's queue has overflowed. Both threads drive their
+    // quinn (flushes: the receiver's takes datagrams into its queue without reading it).
     let guard = Instant::now() + Duration::from_secs(60);
     while b.counters().recv_dropped() == 0 {
         let (sa, sb) = (a.quic_stats(), b.quic_stats());
@@ -104,7 +108,11 @@ fn refused_and_dropped_datagrams_are_counted() {
         for _ in 0..1000 {
             a.send(b.local_addr(), &[1; 64]).unwrap();
         }
-        std::thread::sleep(Duration::from_millis(10));
+        for _ in 0..20 {
+            a.flush().unwrap();
+            b.flush().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
     assert!(b.quic_stats().recv_dropped > 0);
     assert_eq!(b.quic_stats().send_refused + b.quic_stats().send_dropped, 0);
@@ -156,4 +164,68 @@ fn wire_loss_is_a_probability_and_set_only_where_bound() {
     let lossy = QuicTransport::bind(cfg).unwrap();
     lossy.set_wire_loss(0.0).unwrap();
     assert!(matches!(lossy.set_wire_loss(-0.1), Err(AmError::BadArg(_))));
+}
+
+fn bind_node(ca: &CertAuthority, name: &str) -> QuicTransport {
+    let id = make_node_identity(ca, name).unwrap();
+    QuicTransport::bind(QuicConfig::new("127.0.0.1:0".parse().unwrap(), id)).unwrap()
+}
+
+/// Waits on `to` (through `wait`) until the datagram `from` keeps sending arrives.
+fn exchange(from: &mut QuicTransport, to: &mut QuicTransport, wait: impl Fn(&mut QuicTransport)) {
+    let guard = Instant::now() + Duration::from_secs(60);
+    while !to.has_pending() {
+        assert!(Instant::now() < guard, "nothing arrived within the guard");
+        from.send(to.local_addr(), b"hello").unwrap();
+        from.flush().unwrap();
+        wait(to);
+    }
+    while to.recv(usize::MAX, &mut |_, _| {}).unwrap() > 0 {}
+}
+
+#[test]
+fn blocking_callers_drive_quinn_on_their_own_thread() {
+    let ca = make_ca("test CA").unwrap();
+    let (mut a, mut b) = (bind_node(&ca, "alpha"), bind_node(&ca, "beta"));
+    let wait = |t: &mut QuicTransport| {
+        let soon = Time(t.now().0 + 50_000_000);
+        t.wait(Some(soon)).unwrap();
+    };
+    exchange(&mut a, &mut b, wait);
+    exchange(&mut b, &mut a, wait);
+    // Handshakes, datagrams and their hand-over all ran inside the callers' waits and
+    // flushes: no thread of quinn's own, so no thread hop per datagram.
+    assert!(!a.driver.in_background() && !b.driver.in_background());
+}
+
+#[test]
+fn async_and_current_thread_callers_get_a_background_driver() {
+    let ca = make_ca("test CA").unwrap();
+    let (mut a, mut b) = (bind_node(&ca, "alpha"), bind_node(&ca, "beta"));
+    // A blocking wait on a current-thread runtime's thread cannot block in quinn's runtime:
+    // a background thread drives it and the wait polls.
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    exchange(&mut a, &mut b, |t| {
+        current.block_on(async {
+            let soon = Time(t.now().0 + 50_000_000);
+            t.wait(Some(soon)).unwrap();
+        });
+    });
+    assert!(b.driver.in_background() && !a.driver.in_background());
+    // An async wait on a multi-thread runtime: the caller's runtime cannot drive quinn's.
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    exchange(&mut b, &mut a, |t| {
+        multi.block_on(async {
+            let soon = Time(t.now().0 + 50_000_000);
+            t.wait_async(Some(soon)).await.unwrap();
+        });
+    });
+    assert!(a.driver.in_background());
 }

@@ -1,0 +1,147 @@
+//! Who runs quinn: the caller's own thread, inside its waits and flushes.
+//!
+//! quinn is async: its endpoint and connection drivers are tokio tasks. They live on a
+//! private *current-thread* runtime that the thread using the transport drives — a wait
+//! blocks in that runtime until a datagram reaches the channel (the socket's readiness, the
+//! connection's decoding and the hand-over all run on the waiting thread), and a flush lets
+//! the connection drivers transmit what was just queued. So a datagram costs no thread hop
+//! either way: with a runtime worker of its own, every received datagram woke two threads
+//! (the worker, then the waiting caller) and every send one more, which on a daemon's
+//! ping-pong of tokens cost more than QUIC's own work (`docs/bench.md`).
+//!
+//! A caller inside an async context cannot block the thread in another runtime: for
+//! [`Transport::wait_async`](crate::transport::Transport::wait_async), and for blocking calls
+//! made from a current-thread runtime, a background thread drives the runtime instead
+//! ([`Driver::background`], started once, on first need, and stopped on drop). quinn's timers
+//! (keep-alives, handshakes, idle timeouts) run while some thread drives: a daemon's loop
+//! waits at least every 50 ms, an application inside its `Smm` calls.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
+use tokio::sync::oneshot;
+
+use crate::AmError;
+
+/// Times a flush yields to the connection drivers: each yield lets every ready driver task
+/// run once (transmitting what its connection queued, up to quinn's per-poll budget); what is
+/// left goes out in the next wait.
+const FLUSH_YIELDS: usize = 3;
+
+/// Where the calling thread stands with respect to tokio.
+enum Context {
+    /// No runtime entered: block in ours.
+    Plain,
+    /// A worker of a multi-thread runtime: block in ours inside `block_in_place`.
+    MultiThread,
+    /// A current-thread runtime's thread: blocking would stall it.
+    CurrentThread,
+}
+
+fn context() -> Context {
+    match Handle::try_current() {
+        Err(_) => Context::Plain,
+        Ok(h) if h.runtime_flavor() == RuntimeFlavor::MultiThread => Context::MultiThread,
+        Ok(_) => Context::CurrentThread,
+    }
+}
+
+/// The runtime quinn lives on, and the background thread that drives it when no caller can.
+pub(super) struct Driver {
+    /// Shared with the background thread; `None` only while dropping.
+    rt: Option<Arc<Runtime>>,
+    background: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+}
+
+impl Driver {
+    pub(super) fn new() -> std::io::Result<Self> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        Ok(Self {
+            rt: Some(Arc::new(rt)),
+            background: None,
+        })
+    }
+
+    fn rt(&self) -> &Arc<Runtime> {
+        self.rt.as_ref().expect("the runtime lives until drop")
+    }
+
+    /// The runtime's handle (to spawn quinn's tasks and enter it while binding).
+    pub(super) fn handle(&self) -> &Handle {
+        self.rt().handle()
+    }
+
+    /// Is a background thread driving the runtime?
+    pub(super) fn in_background(&self) -> bool {
+        self.background.is_some()
+    }
+
+    /// Runs `fut` to completion on this thread, driving quinn meanwhile. `None` when this
+    /// thread must not block (a current-thread runtime's): the background thread then drives
+    /// quinn and the caller polls.
+    pub(super) fn block_on<F: Future>(&mut self, fut: F) -> Result<Option<F::Output>, AmError> {
+        Ok(match context() {
+            Context::Plain => Some(self.rt().block_on(fut)),
+            Context::MultiThread => {
+                let rt = self.rt();
+                Some(tokio::task::block_in_place(|| rt.block_on(fut)))
+            }
+            Context::CurrentThread => {
+                self.background()?;
+                None
+            }
+        })
+    }
+
+    /// Lets the connection drivers transmit what was queued: a few yields on this thread, or
+    /// nothing when a background thread drives (it is already at it) or this thread is an
+    /// async one (which then starts the background thread: the transport is used from async
+    /// code).
+    pub(super) fn flush(&mut self) -> Result<(), AmError> {
+        if self.in_background() {
+            return Ok(());
+        }
+        match context() {
+            Context::Plain => self.rt().block_on(async {
+                for _ in 0..FLUSH_YIELDS {
+                    tokio::task::yield_now().await;
+                }
+            }),
+            Context::MultiThread | Context::CurrentThread => self.background()?,
+        }
+        Ok(())
+    }
+
+    /// Starts the background thread that drives the runtime (once).
+    pub(super) fn background(&mut self) -> Result<(), AmError> {
+        if self.background.is_some() {
+            return Ok(());
+        }
+        let (stop, stopped) = oneshot::channel::<()>();
+        let rt = Arc::clone(self.rt());
+        let join = std::thread::Builder::new()
+            .name("am-quic".into())
+            .spawn(move || {
+                let _ = rt.block_on(stopped);
+            })?;
+        self.background = Some((stop, join));
+        Ok(())
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if let Some((stop, join)) = self.background.take() {
+            let _ = stop.send(());
+            let _ = join.join();
+        }
+        // Dropping a runtime inside another one panics: let it go in the background.
+        if let Some(rt) = self.rt.take().and_then(|rt| Arc::try_unwrap(rt).ok()) {
+            rt.shutdown_background();
+        }
+    }
+}
