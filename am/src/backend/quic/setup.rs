@@ -1,6 +1,7 @@
 //! Setting a QUIC node up: its TLS and transport configurations and its endpoint.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
@@ -73,6 +74,24 @@ pub(super) fn endpoint(
     )
 }
 
+/// Ack-eliciting packets a peer may take before it must acknowledge (QUIC's ACK-frequency
+/// extension; quinn's default is 1: an ACK for every second packet).
+const ACK_ELICITING_THRESHOLD: u32 = 16;
+/// How long a peer may hold an acknowledgement meanwhile.
+const MAX_ACK_DELAY: Duration = Duration::from_millis(5);
+
+/// Fewer acknowledgement-only packets: AM traffic is a ping-pong (a token, a wave), so QUIC's
+/// acknowledgements nearly always ride in the next datagram the other way, and one sent on
+/// its own would wake the peer's thread for nothing. QUIC datagrams are never retransmitted
+/// by QUIC (AM does that), so a later acknowledgement only slows its congestion control's
+/// reaction by at most [`MAX_ACK_DELAY`].
+fn ack_frequency() -> quinn::AckFrequencyConfig {
+    let mut a = quinn::AckFrequencyConfig::default();
+    a.ack_eliciting_threshold(quinn::VarInt::from_u32(ACK_ELICITING_THRESHOLD))
+        .max_ack_delay(Some(MAX_ACK_DELAY));
+    a
+}
+
 /// QUIC's transport settings for `cfg`.
 pub(super) fn transport_config(cfg: &QuicConfig) -> Result<quinn::TransportConfig, AmError> {
     let mut transport = quinn::TransportConfig::default();
@@ -83,6 +102,7 @@ pub(super) fn transport_config(cfg: &QuicConfig) -> Result<quinn::TransportConfi
         // fragment and let only a bulk message's short tail through, so the message would
         // never complete however often it is sent again.
         .min_mtu(cfg.initial_mtu)
+        .ack_frequency_config(Some(ack_frequency()))
         .datagram_receive_buffer_size(Some(8 << 20))
         .datagram_send_buffer_size(8 << 20)
         .keep_alive_interval(Some(cfg.idle_timeout / 3))

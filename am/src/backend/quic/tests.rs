@@ -151,6 +151,20 @@ fn the_path_mtu_never_falls_below_the_frames_it_carries() {
 }
 
 #[test]
+fn peers_are_asked_for_fewer_acknowledgement_only_packets() {
+    let ca = make_ca("test CA").unwrap();
+    let cfg = QuicConfig::new(
+        "127.0.0.1:0".parse().unwrap(),
+        make_node_identity(&ca, "alpha").unwrap(),
+    );
+    let t = format!("{:?}", setup::transport_config(&cfg).unwrap());
+    assert!(
+        t.contains("ack_eliciting_threshold: 16") && t.contains("max_ack_delay: Some(5ms)"),
+        "{t}"
+    );
+}
+
+#[test]
 fn wire_loss_is_a_probability_and_set_only_where_bound() {
     let ca = make_ca("test CA").unwrap();
     let id = || make_node_identity(&ca, "alpha").unwrap();
