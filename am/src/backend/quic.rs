@@ -461,7 +461,7 @@ impl Drop for QuicTransport {
     fn drop(&mut self) {
         self.endpoint.close(0u32.into(), b"bye");
         // Let the close frames leave (the driver stops its runtime when it drops next).
-        let _ = self.driver.flush();
+        self.driver.flush_before_drop();
     }
 }
 

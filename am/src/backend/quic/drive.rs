@@ -98,22 +98,34 @@ impl Driver {
     }
 
     /// Lets the connection drivers transmit what was queued: a few yields on this thread, or
-    /// nothing when a background thread drives (it is already at it) or this thread is an
-    /// async one (which then starts the background thread: the transport is used from async
-    /// code).
+    /// nothing when a background thread drives (it is already at it). On a current-thread
+    /// runtime's thread, which cannot block, it starts the background thread.
     pub(super) fn flush(&mut self) -> Result<(), AmError> {
         if self.in_background() {
             return Ok(());
         }
+        let yields = async {
+            for _ in 0..FLUSH_YIELDS {
+                tokio::task::yield_now().await;
+            }
+        };
         match context() {
-            Context::Plain => self.rt().block_on(async {
-                for _ in 0..FLUSH_YIELDS {
-                    tokio::task::yield_now().await;
-                }
-            }),
-            Context::MultiThread | Context::CurrentThread => self.background()?,
+            Context::Plain => self.rt().block_on(yields),
+            Context::MultiThread => {
+                let rt = self.rt();
+                tokio::task::block_in_place(|| rt.block_on(yields));
+            }
+            Context::CurrentThread => self.background()?,
         }
         Ok(())
+    }
+
+    /// On drop: lets what quinn queued last (the close frames) leave when this thread can
+    /// drive, without starting a background thread for it.
+    pub(super) fn flush_before_drop(&mut self) {
+        if !matches!(context(), Context::CurrentThread) {
+            let _ = self.flush();
+        }
     }
 
     /// Starts the background thread that drives the runtime (once).

@@ -243,3 +243,37 @@ fn async_and_current_thread_callers_get_a_background_driver() {
     });
     assert!(a.driver.in_background());
 }
+
+#[test]
+fn blocking_waits_inside_a_multi_thread_runtime_drive_quinn_there() {
+    let ca = make_ca("test CA").unwrap();
+    let (mut a, b) = (bind_node(&ca, "alpha"), bind_node(&ca, "beta"));
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    // A blocking wait from async code on a multi-thread runtime (block_in_place), and one
+    // from its blocking pool (`spawn_blocking`, what `Smm::connect`'s documentation asks).
+    let mut b = multi.block_on(async move {
+        let mut b = b;
+        exchange(&mut a, &mut b, |t| {
+            let soon = Time(t.now().0 + 50_000_000);
+            t.wait(Some(soon)).unwrap();
+        });
+        tokio::task::spawn_blocking(move || {
+            let mut a = a;
+            exchange(&mut b, &mut a, |t| {
+                let soon = Time(t.now().0 + 50_000_000);
+                t.wait(Some(soon)).unwrap();
+            });
+            assert!(!a.driver.in_background() && !b.driver.in_background());
+            b
+        })
+        .await
+        .unwrap()
+    });
+    // Both drove quinn on the threads that waited and flushed.
+    assert!(!b.driver.in_background());
+    b.flush().unwrap();
+}
