@@ -9,10 +9,12 @@
 //! (the worker, then the waiting caller) and every send one more, which on a daemon's
 //! ping-pong of tokens cost more than QUIC's own work (`docs/bench.md`).
 //!
-//! A caller inside an async context cannot block the thread in another runtime: for
-//! [`Transport::wait_async`](crate::transport::Transport::wait_async), and for blocking calls
-//! made from a current-thread runtime, a background thread drives the runtime instead
-//! ([`Driver::background`], started once, on first need, and stopped on drop). quinn's timers
+//! A blocking call from a multi-thread runtime's thread (a worker, its `block_on`, its
+//! blocking pool) drives quinn there too, inside `block_in_place`. Only a caller that must not
+//! block its thread — [`Transport::wait_async`](crate::transport::Transport::wait_async), or
+//! any call from a current-thread runtime's thread — gets a background thread that drives the
+//! runtime instead ([`Driver::background`], started once, on first need, and stopped on
+//! drop). quinn's timers
 //! (keep-alives, handshakes, idle timeouts) run while some thread drives: a daemon's loop
 //! waits at least every 50 ms, an application inside its `Smm` calls.
 
