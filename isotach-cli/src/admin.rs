@@ -582,6 +582,8 @@ mod tests {
         for _ in 0..1 + CONNECT_QUEUE + 5 {
             t.send(to, b"x").unwrap();
         }
+        // Sends reach quinn (and the counters) when flushed.
+        t.flush().unwrap();
         let (_tx, rx) = watch::channel(TmSnapshot::default());
         let svc = AdminService {
             name: "tm0".into(),

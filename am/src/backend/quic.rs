@@ -55,6 +55,8 @@ pub const ALPN: &[u8] = b"isotach-am/1";
 pub const CONNECT_QUEUE: usize = 256;
 /// Received datagrams waiting for the bundle.
 pub const RX_QUEUE: usize = 8192;
+/// Datagrams `send` queues before a flush hands them to quinn; one more flushes first.
+pub const SEND_QUEUE_MAX: usize = 1024;
 
 /// QUIC backend settings.
 #[derive(Clone, Debug)]
@@ -204,16 +206,13 @@ pub struct QuicStats {
 /// A quinn endpoint driving one bundle.
 pub struct QuicTransport {
     driver: Driver,
-    endpoint: quinn::Endpoint,
-    shared: Arc<Shared>,
+    out: Outgoing,
     rx: mpsc::Receiver<(SocketAddr, Bytes)>,
-    tx: mpsc::Sender<(SocketAddr, Bytes)>,
     stash: Option<(SocketAddr, Bytes)>,
     local: SocketAddr,
     origin: Instant,
     inc: u64,
     max_datagram: usize,
-    stats: QuicStats,
     /// The loss below QUIC, when bound with some (a test hook).
     wire_loss: Option<Arc<WireLoss>>,
 }
@@ -222,7 +221,7 @@ impl std::fmt::Debug for QuicTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QuicTransport")
             .field("local", &self.local)
-            .field("stats", &self.stats)
+            .field("stats", &self.out.stats)
             .finish_non_exhaustive()
     }
 }
@@ -277,6 +276,79 @@ fn adopt(
             conns.remove(&addr);
         }
     });
+}
+
+/// What sending takes, apart from the runtime that drives it: the connections, the endpoint
+/// that opens them, the channel their datagrams arrive on, and the datagrams `send` queued.
+struct Outgoing {
+    shared: Arc<Shared>,
+    endpoint: quinn::Endpoint,
+    tx: mpsc::Sender<(SocketAddr, Bytes)>,
+    /// Queued by [`Transport::send`], handed to quinn by the next flush (inside the runtime,
+    /// so waking a connection's driver costs no system call); at most [`SEND_QUEUE_MAX`].
+    queued: Vec<(SocketAddr, Bytes)>,
+    stats: QuicStats,
+}
+
+impl Outgoing {
+    /// Hands every queued datagram to quinn, in order (the buffer is kept).
+    fn send_queued(&mut self, rt: &Handle) {
+        let mut queued = std::mem::take(&mut self.queued);
+        for (to, b) in queued.drain(..) {
+            self.send_one(rt, to, b);
+        }
+        self.queued = queued;
+    }
+
+    /// Hands `b` to quinn (or queues it for a connection being opened, opening one).
+    fn send_one(&mut self, rt: &Handle, to: SocketAddr, b: Bytes) {
+        let counters = &self.shared.counters;
+        let mut conns = self.shared.lock();
+        match conns.get_mut(&to) {
+            Some(Conn::Ready(c)) => {
+                if send_ready(counters, c, b) {
+                    self.stats.sent += 1;
+                } else if c.close_reason().is_some() {
+                    conns.remove(&to);
+                }
+            }
+            Some(Conn::Connecting(q)) => {
+                if q.len() < CONNECT_QUEUE {
+                    q.push_back(b);
+                } else {
+                    Counters::add(&counters.send_dropped, 1);
+                }
+            }
+            Some(Conn::Failed(at)) if at.elapsed() < Duration::from_millis(200) => {
+                Counters::add(&counters.send_dropped, 1);
+            }
+            _ => {
+                conns.insert(to, Conn::Connecting(VecDeque::from([b])));
+                drop(conns);
+                self.stats.connects += 1;
+                let (ep, shared, tx) =
+                    (self.endpoint.clone(), self.shared.clone(), self.tx.clone());
+                rt.spawn(async move {
+                    let conn = match ep.connect(to, SERVER_NAME) {
+                        Ok(c) => c.await.map_err(|e| e.to_string()),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match conn {
+                        Ok(c) => adopt(&shared, &tx, c, false),
+                        Err(e) => {
+                            let h = &shared.counters;
+                            h.failed(&h.connects_failed, format!("connection to {to}: {e}"));
+                            let old = shared.lock().insert(to, Conn::Failed(Instant::now()));
+                            // What waited for this connection is lost.
+                            if let Some(Conn::Connecting(q)) = old {
+                                Counters::add(&h.send_dropped, q.len());
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    }
 }
 
 /// Hands `b` to quinn on a ready connection; `false` (and counted) when it is not sent.
@@ -342,16 +414,19 @@ impl QuicTransport {
         }
         Ok(Self {
             driver,
-            endpoint,
-            shared,
+            out: Outgoing {
+                shared,
+                endpoint,
+                tx,
+                queued: Vec::new(),
+                stats: QuicStats::default(),
+            },
             rx,
-            tx,
             stash: None,
             local,
             origin: Instant::now(),
             inc: wall_incarnation(),
             max_datagram: cfg.max_datagram,
-            stats: QuicStats::default(),
             wire_loss,
         })
     }
@@ -370,7 +445,7 @@ impl QuicTransport {
             recv_dropped: c.recv_dropped(),
             handshakes_refused: c.refused(),
             connects_failed: c.connects_failed(),
-            ..self.stats
+            ..self.out.stats
         }
     }
 
@@ -388,65 +463,12 @@ impl QuicTransport {
     /// A handle on the counters of failed handshakes and lost datagrams (valid after the
     /// transport moved into a bundle).
     pub fn counters(&self) -> QuicCounters {
-        QuicCounters(Arc::clone(&self.shared.counters))
+        QuicCounters(Arc::clone(&self.out.shared.counters))
     }
 
     /// The same handle as [`QuicTransport::counters`] (its handshake counters).
     pub fn handshakes(&self) -> QuicCounters {
         self.counters()
-    }
-
-    fn handle(&self) -> &Handle {
-        self.driver.handle()
-    }
-
-    fn send_one(&mut self, to: SocketAddr, b: Bytes) {
-        let counters = &self.shared.counters;
-        let mut conns = self.shared.lock();
-        match conns.get_mut(&to) {
-            Some(Conn::Ready(c)) => {
-                if send_ready(counters, c, b) {
-                    self.stats.sent += 1;
-                } else if c.close_reason().is_some() {
-                    conns.remove(&to);
-                }
-            }
-            Some(Conn::Connecting(q)) => {
-                if q.len() < CONNECT_QUEUE {
-                    q.push_back(b);
-                } else {
-                    Counters::add(&counters.send_dropped, 1);
-                }
-            }
-            Some(Conn::Failed(at)) if at.elapsed() < Duration::from_millis(200) => {
-                Counters::add(&counters.send_dropped, 1);
-            }
-            _ => {
-                conns.insert(to, Conn::Connecting(VecDeque::from([b])));
-                drop(conns);
-                self.stats.connects += 1;
-                let (ep, shared, tx) =
-                    (self.endpoint.clone(), self.shared.clone(), self.tx.clone());
-                self.handle().spawn(async move {
-                    let conn = match ep.connect(to, SERVER_NAME) {
-                        Ok(c) => c.await.map_err(|e| e.to_string()),
-                        Err(e) => Err(e.to_string()),
-                    };
-                    match conn {
-                        Ok(c) => adopt(&shared, &tx, c, false),
-                        Err(e) => {
-                            let h = &shared.counters;
-                            h.failed(&h.connects_failed, format!("connection to {to}: {e}"));
-                            let old = shared.lock().insert(to, Conn::Failed(Instant::now()));
-                            // What waited for this connection is lost.
-                            if let Some(Conn::Connecting(q)) = old {
-                                Counters::add(&h.send_dropped, q.len());
-                            }
-                        }
-                    }
-                });
-            }
-        }
     }
 
     fn try_stash(&mut self) -> bool {
@@ -459,7 +481,10 @@ impl QuicTransport {
 
 impl Drop for QuicTransport {
     fn drop(&mut self) {
-        self.endpoint.close(0u32.into(), b"bye");
+        if !self.out.queued.is_empty() {
+            let _ = Transport::flush(self);
+        }
+        self.out.endpoint.close(0u32.into(), b"bye");
         // Let the close frames leave (the driver stops its runtime when it drops next).
         self.driver.flush_before_drop();
     }
@@ -480,11 +505,16 @@ impl Transport for QuicTransport {
     }
     fn send(&mut self, to: NodeAddr, datagram: &[u8]) -> Result<(), AmError> {
         let NodeAddr::Ip(to) = to else { return Ok(()) };
-        self.send_one(to, Bytes::copy_from_slice(datagram));
+        if self.out.queued.len() >= SEND_QUEUE_MAX {
+            self.flush()?;
+        }
+        self.out.queued.push((to, Bytes::copy_from_slice(datagram)));
         Ok(())
     }
     fn flush(&mut self) -> Result<(), AmError> {
-        self.driver.flush()
+        let rt = self.driver.handle().clone();
+        let out = &mut self.out;
+        self.driver.flush_with(|| out.send_queued(&rt))
     }
     fn recv(
         &mut self,
@@ -503,13 +533,16 @@ impl Transport for QuicTransport {
             sink(NodeAddr::Ip(item.0), &item.1);
             n += 1;
         }
-        self.stats.received += n as u64;
+        self.out.stats.received += n as u64;
         Ok(n)
     }
     fn has_pending(&mut self) -> bool {
         self.try_stash()
     }
     fn wait(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
+        if !self.out.queued.is_empty() {
+            self.flush()?;
+        }
         if self.try_stash() {
             return Ok(true);
         }
@@ -543,6 +576,9 @@ impl Transport for QuicTransport {
     async fn wait_async(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
         // The caller's runtime cannot drive ours: a background thread does.
         self.driver.background()?;
+        if !self.out.queued.is_empty() {
+            self.flush()?;
+        }
         if self.try_stash() {
             return Ok(true);
         }

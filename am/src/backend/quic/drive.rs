@@ -103,21 +103,35 @@ impl Driver {
     /// nothing when a background thread drives (it is already at it). On a current-thread
     /// runtime's thread, which cannot block, it starts the background thread.
     pub(super) fn flush(&mut self) -> Result<(), AmError> {
+        self.flush_with(|| {})
+    }
+
+    /// Runs `send` (which hands queued datagrams to quinn) inside the runtime where this
+    /// thread may drive it — waking a connection's driver from inside costs no system call,
+    /// from outside an `eventfd` write — then lets the drivers transmit, as
+    /// [`Driver::flush`]. Where it may not, `send` runs here and the background thread
+    /// transmits.
+    pub(super) fn flush_with(&mut self, send: impl FnOnce()) -> Result<(), AmError> {
+        let ctx = context();
+        if matches!(ctx, Context::CurrentThread) {
+            // This thread must not block: the background thread drives (and transmits).
+            self.background()?;
+        }
         if self.in_background() {
+            send();
             return Ok(());
         }
-        let yields = async {
+        let run = async move {
+            send();
             for _ in 0..FLUSH_YIELDS {
                 tokio::task::yield_now().await;
             }
         };
-        match context() {
-            Context::Plain => self.rt().block_on(yields),
-            Context::MultiThread => {
-                let rt = self.rt();
-                tokio::task::block_in_place(|| rt.block_on(yields));
-            }
-            Context::CurrentThread => self.background()?,
+        let rt = self.rt();
+        if matches!(ctx, Context::MultiThread) {
+            tokio::task::block_in_place(|| rt.block_on(run));
+        } else {
+            rt.block_on(run);
         }
         Ok(())
     }

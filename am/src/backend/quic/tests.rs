@@ -84,6 +84,7 @@ fn refused_and_dropped_datagrams_are_counted() {
 
     // Larger than a QUIC packet: quinn refuses it.
     a.send(b.local_addr(), &[7; 4000]).unwrap();
+    a.flush().unwrap();
     assert_eq!(counters.send_refused(), 1);
     assert_eq!(a.quic_stats().send_refused, 1);
 
@@ -276,4 +277,35 @@ fn blocking_waits_inside_a_multi_thread_runtime_drive_quinn_there() {
     // Both drove quinn on the threads that waited and flushed.
     assert!(!b.driver.in_background());
     b.flush().unwrap();
+}
+
+#[test]
+fn sends_wait_for_the_flush_that_hands_them_to_quinn() {
+    let ca = make_ca("test CA").unwrap();
+    let (mut a, mut b) = (bind_node(&ca, "alpha"), bind_node(&ca, "beta"));
+    let wait = |t: &mut QuicTransport| {
+        let soon = Time(t.now().0 + 50_000_000);
+        t.wait(Some(soon)).unwrap();
+    };
+    exchange(&mut a, &mut b, wait);
+    // Queued, not yet quinn's: the flush hands them over inside the runtime, in order.
+    for i in 0..3u8 {
+        a.send(b.local_addr(), &[i; 8]).unwrap();
+    }
+    assert_eq!(a.out.queued.len(), 3);
+    a.flush().unwrap();
+    assert!(a.out.queued.is_empty());
+    let mut got = Vec::new();
+    let guard = Instant::now() + Duration::from_secs(60);
+    while got.len() < 3 {
+        assert!(Instant::now() < guard, "got {got:?}");
+        wait(&mut b);
+        b.recv(usize::MAX, &mut |_, d| got.push(d[0])).unwrap();
+    }
+    assert_eq!(got, [0, 1, 2]);
+    // A full queue flushes before it takes one more.
+    for _ in 0..SEND_QUEUE_MAX + 1 {
+        a.send(b.local_addr(), &[9; 8]).unwrap();
+    }
+    assert_eq!(a.out.queued.len(), 1);
 }
