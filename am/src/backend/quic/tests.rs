@@ -186,6 +186,12 @@ fn bind_node(ca: &CertAuthority, name: &str) -> QuicTransport {
     QuicTransport::bind(QuicConfig::new("127.0.0.1:0".parse().unwrap(), id)).unwrap()
 }
 
+/// A blocking wait of at most 50 ms.
+fn wait_briefly(t: &mut QuicTransport) {
+    let soon = Time(t.now().0 + 50_000_000);
+    t.wait(Some(soon)).unwrap();
+}
+
 /// Waits on `to` (through `wait`) until the datagram `from` keeps sending arrives.
 fn exchange(from: &mut QuicTransport, to: &mut QuicTransport, wait: impl Fn(&mut QuicTransport)) {
     let guard = Instant::now() + Duration::from_secs(60);
@@ -202,12 +208,8 @@ fn exchange(from: &mut QuicTransport, to: &mut QuicTransport, wait: impl Fn(&mut
 fn blocking_callers_drive_quinn_on_their_own_thread() {
     let ca = make_ca("test CA").unwrap();
     let (mut a, mut b) = (bind_node(&ca, "alpha"), bind_node(&ca, "beta"));
-    let wait = |t: &mut QuicTransport| {
-        let soon = Time(t.now().0 + 50_000_000);
-        t.wait(Some(soon)).unwrap();
-    };
-    exchange(&mut a, &mut b, wait);
-    exchange(&mut b, &mut a, wait);
+    exchange(&mut a, &mut b, wait_briefly);
+    exchange(&mut b, &mut a, wait_briefly);
     // Handshakes, datagrams and their hand-over all ran inside the callers' waits and
     // flushes: no thread of quinn's own, so no thread hop per datagram.
     assert!(!a.driver.in_background() && !b.driver.in_background());
@@ -258,16 +260,10 @@ fn blocking_waits_inside_a_multi_thread_runtime_drive_quinn_there() {
     // from its blocking pool (`spawn_blocking`, what `Smm::connect`'s documentation asks).
     let mut b = multi.block_on(async move {
         let mut b = b;
-        exchange(&mut a, &mut b, |t| {
-            let soon = Time(t.now().0 + 50_000_000);
-            t.wait(Some(soon)).unwrap();
-        });
+        exchange(&mut a, &mut b, wait_briefly);
         tokio::task::spawn_blocking(move || {
             let mut a = a;
-            exchange(&mut b, &mut a, |t| {
-                let soon = Time(t.now().0 + 50_000_000);
-                t.wait(Some(soon)).unwrap();
-            });
+            exchange(&mut b, &mut a, wait_briefly);
             assert!(!a.driver.in_background() && !b.driver.in_background());
             b
         })
@@ -283,11 +279,7 @@ fn blocking_waits_inside_a_multi_thread_runtime_drive_quinn_there() {
 fn sends_wait_for_the_flush_that_hands_them_to_quinn() {
     let ca = make_ca("test CA").unwrap();
     let (mut a, mut b) = (bind_node(&ca, "alpha"), bind_node(&ca, "beta"));
-    let wait = |t: &mut QuicTransport| {
-        let soon = Time(t.now().0 + 50_000_000);
-        t.wait(Some(soon)).unwrap();
-    };
-    exchange(&mut a, &mut b, wait);
+    exchange(&mut a, &mut b, wait_briefly);
     // Queued, not yet quinn's: the flush hands them over inside the runtime, in order.
     for i in 0..3u8 {
         a.send(b.local_addr(), &[i; 8]).unwrap();
@@ -299,7 +291,7 @@ fn sends_wait_for_the_flush_that_hands_them_to_quinn() {
     let guard = Instant::now() + Duration::from_secs(60);
     while got.len() < 3 {
         assert!(Instant::now() < guard, "got {got:?}");
-        wait(&mut b);
+        wait_briefly(&mut b);
         b.recv(usize::MAX, &mut |_, d| got.push(d[0])).unwrap();
     }
     assert_eq!(got, [0, 1, 2]);
