@@ -481,12 +481,14 @@ impl QuicTransport {
 
 impl Drop for QuicTransport {
     fn drop(&mut self) {
-        if !self.out.queued.is_empty() {
-            let _ = Transport::flush(self);
-        }
-        self.out.endpoint.close(0u32.into(), b"bye");
-        // Let the close frames leave (the driver stops its runtime when it drops next).
-        self.driver.flush_before_drop();
+        // What `send` queued, then the close frames, leave before the driver stops its runtime
+        // (when it drops next).
+        let rt = self.driver.handle().clone();
+        let out = &mut self.out;
+        self.driver.flush_before_drop(|| {
+            out.send_queued(&rt);
+            out.endpoint.close(0u32.into(), b"bye");
+        });
     }
 }
 

@@ -82,65 +82,58 @@ impl Driver {
         self.background.is_some()
     }
 
+    /// How this thread may drive the runtime: `None` on a current-thread runtime's thread,
+    /// which must not block (the background thread is started to drive it instead).
+    fn drivable_here(&mut self) -> Result<Option<Context>, AmError> {
+        let ctx = context();
+        if matches!(ctx, Context::CurrentThread) {
+            self.background()?;
+            return Ok(None);
+        }
+        Ok(Some(ctx))
+    }
+
+    /// Runs `fut` to completion on this thread, driving quinn meanwhile (`ctx` from
+    /// [`Driver::drivable_here`]).
+    fn run_here<F: Future>(&self, ctx: Context, fut: F) -> F::Output {
+        let rt = self.rt();
+        match ctx {
+            Context::MultiThread => tokio::task::block_in_place(|| rt.block_on(fut)),
+            Context::Plain | Context::CurrentThread => rt.block_on(fut),
+        }
+    }
+
     /// Runs `fut` to completion on this thread, driving quinn meanwhile. `None` when this
     /// thread must not block (a current-thread runtime's): the background thread then drives
     /// quinn and the caller polls.
     pub(super) fn block_on<F: Future>(&mut self, fut: F) -> Result<Option<F::Output>, AmError> {
-        Ok(match context() {
-            Context::Plain => Some(self.rt().block_on(fut)),
-            Context::MultiThread => {
-                let rt = self.rt();
-                Some(tokio::task::block_in_place(|| rt.block_on(fut)))
-            }
-            Context::CurrentThread => {
-                self.background()?;
-                None
-            }
-        })
-    }
-
-    /// Lets the connection drivers transmit what was queued: a few yields on this thread, or
-    /// nothing when a background thread drives (it is already at it). On a current-thread
-    /// runtime's thread, which cannot block, it starts the background thread.
-    pub(super) fn flush(&mut self) -> Result<(), AmError> {
-        self.flush_with(|| {})
+        Ok(self.drivable_here()?.map(|ctx| self.run_here(ctx, fut)))
     }
 
     /// Runs `send` (which hands queued datagrams to quinn) inside the runtime where this
     /// thread may drive it — waking a connection's driver from inside costs no system call,
-    /// from outside an `eventfd` write — then lets the drivers transmit, as
-    /// [`Driver::flush`]. Where it may not, `send` runs here and the background thread
-    /// transmits.
+    /// from outside an `eventfd` write — then yields so the drivers transmit. Where it may
+    /// not, or a background thread drives, `send` runs here and that thread transmits.
     pub(super) fn flush_with(&mut self, send: impl FnOnce()) -> Result<(), AmError> {
-        let ctx = context();
-        if matches!(ctx, Context::CurrentThread) {
-            // This thread must not block: the background thread drives (and transmits).
-            self.background()?;
-        }
-        if self.in_background() {
-            send();
-            return Ok(());
-        }
-        let run = async move {
-            send();
-            for _ in 0..FLUSH_YIELDS {
-                tokio::task::yield_now().await;
-            }
-        };
-        let rt = self.rt();
-        if matches!(ctx, Context::MultiThread) {
-            tokio::task::block_in_place(|| rt.block_on(run));
-        } else {
-            rt.block_on(run);
+        match self.drivable_here()? {
+            Some(ctx) if !self.in_background() => self.run_here(ctx, async move {
+                send();
+                for _ in 0..FLUSH_YIELDS {
+                    tokio::task::yield_now().await;
+                }
+            }),
+            _ => send(),
         }
         Ok(())
     }
 
-    /// On drop: lets what quinn queued last (the close frames) leave when this thread can
-    /// drive, without starting a background thread for it.
-    pub(super) fn flush_before_drop(&mut self) {
-        if !matches!(context(), Context::CurrentThread) {
-            let _ = self.flush();
+    /// On drop: runs `send` (the last datagrams, the close frames) as [`Driver::flush_with`]
+    /// does, but never starts a background thread for it.
+    pub(super) fn flush_before_drop(&mut self, send: impl FnOnce()) {
+        if matches!(context(), Context::CurrentThread) && !self.in_background() {
+            send();
+        } else {
+            let _ = self.flush_with(send);
         }
     }
 
