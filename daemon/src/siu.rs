@@ -389,8 +389,7 @@ impl Role for SiuRole {
 
     /// A reply reached the in-process host since its last turn and the token that will wait
     /// for its answer has not come: what the host issues meanwhile is stamped in that turn,
-    /// with the token still held — a pulse sooner than at once, when the token ahead of it
-    /// already went.
+    /// with the token still held, and leaves in the token's datagram.
     fn local_turn_coming(&self) -> bool {
         self.siu.host_turn_coming()
     }

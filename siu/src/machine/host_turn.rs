@@ -13,7 +13,8 @@
 //! a read or read-modify-write on another host's copy answered) is what a host waits for as
 //! often as an EOP, and it rides just ahead of a token, usually one whose pulse is
 //! insignificant here. That token waits for the host's turn as well, so the isochron the
-//! reply lets the host issue is stamped a pulse sooner.
+//! reply lets the host issue leaves with it (when the two token chains travel in phase, as
+//! they usually do, its TS is the same either way: `docs/design.md`, "Host turns").
 //!
 //! Safe: the wave rule says only when a token may go at the earliest, and the stamp rule
 //! reads the sendclock at the moment of stamping, so a later token changes no argument in
@@ -47,8 +48,9 @@ impl Siu {
     /// Will the next token wait for a host turn that has not started yet? A plain packet
     /// (a reply) reached the host since its last turn, so the token after it waits for the
     /// host ([`Siu::accept_token`]'s rule). An embedded driver keeps what the host sends
-    /// meanwhile for that turn: stamped with the token still held, it gets a TS a pulse
-    /// lower than right away (the token ahead of it already went).
+    /// meanwhile for that turn: stamped with the token still held, it leaves in the token's
+    /// datagram (its TS is the one it would get at once when the two token chains travel in
+    /// phase, as they usually do).
     ///
     /// Never while an isochron is open: its end must come in, or requirement 26 could hold
     /// back the token the awaited one depends on.
