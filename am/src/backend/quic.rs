@@ -1,5 +1,6 @@
 //! QUIC backend (quinn 0.11, rustls with ring): AM frames travel as QUIC DATAGRAM frames, one
-//! connection per node pair, both ends authenticated by certificates a cluster CA issued.
+//! connection per node pair in use ([`conns`]: which one after a simultaneous open or a
+//! restart), both ends authenticated by certificates a cluster CA issued.
 //! A peer without such a certificate fails the TLS handshake, so its traffic never reaches
 //! the protocol core (its requests come back `Unreachable` at its own end).
 //!
@@ -20,20 +21,22 @@
 //! ones (its send buffer full), those queued for a connection that failed or beyond
 //! [`CONNECT_QUEUE`], and received ones dropped because [`RX_QUEUE`] is full.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
+mod conns;
 mod drive;
 mod pki;
 mod setup;
 mod wire_loss;
+use conns::{Conn, Shared, adopt};
 use drive::Driver;
 pub use pki::{
     CertAuthority, QuicIdentity, check_identity, identity_from_pem, make_ca, make_node_identity,
@@ -94,17 +97,6 @@ impl QuicConfig {
             wire_loss_seed: 0,
         }
     }
-}
-
-enum Conn {
-    Connecting(VecDeque<Bytes>),
-    Ready(quinn::Connection),
-    Failed(Instant),
-}
-
-struct Shared {
-    conns: Mutex<HashMap<SocketAddr, Conn>>,
-    counters: Arc<Counters>,
 }
 
 /// Handshake outcomes and lost datagrams, counted by the caller's thread and quinn's tasks.
@@ -174,14 +166,6 @@ impl QuicCounters {
     }
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, HashMap<SocketAddr, Conn>> {
-        self.conns
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
 /// Counters of the QUIC driver.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QuicStats {
@@ -226,58 +210,6 @@ impl std::fmt::Debug for QuicTransport {
     }
 }
 
-/// Register a ready connection and pump its datagrams into the channel.
-///
-/// A peer that connects to us while we hold a connection to its address either restarted
-/// (the old connection is dead but not yet timed out) or connected at the same moment as we
-/// did: sending on the newest incoming connection is right in both cases (both stay open for
-/// reading). A connection we opened ourselves never displaces a live one.
-fn adopt(
-    shared: &Arc<Shared>,
-    tx: &mpsc::Sender<(SocketAddr, Bytes)>,
-    conn: quinn::Connection,
-    incoming: bool,
-) {
-    let addr = conn.remote_address();
-    {
-        let mut conns = shared.lock();
-        match conns.remove(&addr) {
-            Some(Conn::Ready(old)) if old.close_reason().is_none() && !incoming => {
-                // Keep the connection we already use; still read from the new one.
-                conns.insert(addr, Conn::Ready(old));
-            }
-            Some(Conn::Connecting(q)) => {
-                for b in q {
-                    send_ready(&shared.counters, &conn, b);
-                }
-                conns.insert(addr, Conn::Ready(conn.clone()));
-            }
-            _ => {
-                conns.insert(addr, Conn::Ready(conn.clone()));
-            }
-        }
-    }
-    let (shared, tx) = (shared.clone(), tx.clone());
-    tokio::spawn(async move {
-        // Never wait for the bundle: quinn would then discard datagrams uncounted.
-        while let Ok(b) = conn.read_datagram().await {
-            match tx.try_send((addr, b)) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    Counters::add(&shared.counters.recv_dropped, 1);
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => break,
-            }
-        }
-        let mut conns = shared.lock();
-        if let Some(Conn::Ready(c)) = conns.get(&addr)
-            && c.stable_id() == conn.stable_id()
-        {
-            conns.remove(&addr);
-        }
-    });
-}
-
 /// What sending takes, apart from the runtime that drives it: the connections, the endpoint
 /// that opens them, the channel their datagrams arrive on, and the datagrams `send` queued.
 struct Outgoing {
@@ -305,10 +237,10 @@ impl Outgoing {
         let counters = &self.shared.counters;
         let mut conns = self.shared.lock();
         match conns.get_mut(&to) {
-            Some(Conn::Ready(c)) => {
-                if send_ready(counters, c, b) {
+            Some(Conn::Ready(link)) => {
+                if send_ready(counters, &link.conn, b) {
                     self.stats.sent += 1;
-                } else if c.close_reason().is_some() {
+                } else if link.conn.close_reason().is_some() && !link.replace_closed() {
                     conns.remove(&to);
                 }
             }
@@ -334,7 +266,7 @@ impl Outgoing {
                         Err(e) => Err(e.to_string()),
                     };
                     match conn {
-                        Ok(c) => adopt(&shared, &tx, c, false),
+                        Ok(c) => adopt(&shared, &tx, c, true),
                         Err(e) => {
                             let h = &shared.counters;
                             h.failed(&h.connects_failed, format!("connection to {to}: {e}"));
@@ -388,10 +320,7 @@ impl QuicTransport {
             endpoint(sc, &cfg, wire_loss.clone()).and_then(|e| Ok((e.local_addr()?, e)))?
         };
         endpoint.set_default_client_config(cc);
-        let shared = Arc::new(Shared {
-            conns: Mutex::new(HashMap::new()),
-            counters: Arc::default(),
-        });
+        let shared = Arc::new(Shared::new());
         let (tx, rx) = mpsc::channel(RX_QUEUE);
         {
             let (ep, shared, tx) = (endpoint.clone(), shared.clone(), tx.clone());
@@ -402,7 +331,7 @@ impl QuicTransport {
                     tokio::spawn(async move {
                         // A peer without a certificate from our CA fails here.
                         match incoming.await {
-                            Ok(conn) => adopt(&shared, &tx, conn, true),
+                            Ok(conn) => adopt(&shared, &tx, conn, false),
                             Err(e) => {
                                 let h = &shared.counters;
                                 h.failed(&h.refused, format!("handshake from {from}: {e}"));

@@ -66,12 +66,41 @@ pub(super) fn endpoint(
     if let Some(loss) = loss {
         socket = Arc::new(WireLossSocket::new(socket, loss));
     }
-    quinn::Endpoint::new_with_abstract_socket(
-        quinn::EndpointConfig::default(),
-        Some(sc),
-        socket,
-        runtime,
-    )
+    quinn::Endpoint::new_with_abstract_socket(endpoint_config(cfg), Some(sc), socket, runtime)
+}
+
+/// A secret of the node's own for `purpose`, derived from its private key (`key_der`) so that
+/// it survives a restart.
+fn node_secret(key_der: &[u8], purpose: &[u8]) -> ring::digest::Digest {
+    let mut seed = ring::digest::Context::new(&ring::digest::SHA256);
+    seed.update(b"isotach-am/1 ");
+    seed.update(purpose);
+    seed.update(key_der);
+    seed.finish()
+}
+
+/// The key of a node's stateless resets (the reset token of a connection ID is an HMAC of it
+/// under this key). The same after a restart, so a peer still sending on a connection to the
+/// node's previous process draws a reset it accepts, and that connection closes at once
+/// instead of at its idle timeout. Secret as the node key is: nobody else can forge resets.
+pub(super) fn reset_key(key_der: &[u8]) -> Arc<dyn quinn::crypto::HmacKey> {
+    let secret = node_secret(key_der, b"stateless reset key");
+    Arc::new(ring::hmac::Key::new(
+        ring::hmac::HMAC_SHA256,
+        secret.as_ref(),
+    ))
+}
+
+/// The endpoint settings of a node with `cfg`'s identity: its reset key, and connection IDs
+/// it recognises as its own after a restart too (an endpoint answers a packet for an unknown
+/// connection with a reset only if the ID passes its generator's check).
+pub(super) fn endpoint_config(cfg: &QuicConfig) -> quinn::EndpointConfig {
+    let key_der = &cfg.identity.key_der;
+    let mut ec = quinn::EndpointConfig::new(reset_key(key_der));
+    let cid_key = node_secret(key_der, b"connection id key");
+    let cid_key = u64::from_le_bytes(cid_key.as_ref()[..8].try_into().expect("a SHA-256 digest"));
+    ec.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key)));
+    ec
 }
 
 /// Ack-eliciting packets a peer may take before it must acknowledge (QUIC's ACK-frequency

@@ -301,3 +301,142 @@ fn sends_wait_for_the_flush_that_hands_them_to_quinn() {
     }
     assert_eq!(a.out.queued.len(), 1);
 }
+
+/// The choice tag of the connection `t` sends to `to` on, and whether it holds a spare.
+fn in_use(t: &QuicTransport, to: SocketAddr) -> Option<([u8; 16], bool)> {
+    conns::in_use(&t.out.shared, to)
+}
+
+/// Both drive their quinn for `d` (each waits briefly in turn), reading what arrives.
+fn drive_both(a: &mut QuicTransport, b: &mut QuicTransport, d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        for t in [&mut *a, &mut *b] {
+            let soon = Time(t.now().0 + 5_000_000);
+            t.wait(Some(soon)).unwrap();
+            while t.recv(usize::MAX, &mut |_, _| {}).unwrap() > 0 {}
+        }
+    }
+}
+
+#[test]
+fn a_simultaneous_open_settles_on_one_connection() {
+    let ca = make_ca("test CA").unwrap();
+    let (mut a, mut b) = (bind_node(&ca, "alpha"), bind_node(&ca, "beta"));
+    let (to_a, to_b) = (a.socket_addr(), b.socket_addr());
+    // Both send before either has heard of the other: each opens a connection.
+    a.send(b.local_addr(), b"hello").unwrap();
+    b.send(a.local_addr(), b"hello").unwrap();
+    a.flush().unwrap();
+    b.flush().unwrap();
+    exchange(&mut a, &mut b, wait_briefly);
+    exchange(&mut b, &mut a, wait_briefly);
+    assert_eq!((a.quic_stats().connects, b.quic_stats().connects), (1, 1));
+    let guard = Instant::now() + Duration::from_secs(60);
+    while in_use(&a, to_b).is_none() || in_use(&b, to_a).is_none() {
+        assert!(Instant::now() < guard, "no connection in use");
+        drive_both(&mut a, &mut b, Duration::from_millis(20));
+    }
+    // Both ends send on the same connection (if each sent on the one the other opened,
+    // every acknowledgement would be a packet of its own).
+    let (ta, tb) = (in_use(&a, to_b).unwrap(), in_use(&b, to_a).unwrap());
+    assert_eq!(ta.0, tb.0, "both ends send on one connection");
+    assert!(ta.1 && tb.1, "each holds the other connection as a spare");
+    // The loser is closed after the grace, and both ends forget it; datagrams still flow.
+    let guard = Instant::now() + conns::DUPLICATE_GRACE + Duration::from_secs(60);
+    while in_use(&a, to_b).unwrap().1 || in_use(&b, to_a).unwrap().1 {
+        assert!(Instant::now() < guard, "the losing connection stays open");
+        drive_both(&mut a, &mut b, Duration::from_millis(50));
+    }
+    assert_eq!(in_use(&a, to_b).unwrap().0, ta.0);
+    exchange(&mut a, &mut b, wait_briefly);
+    exchange(&mut b, &mut a, wait_briefly);
+}
+
+/// `t` keeps sending to `to` until `to` receives; both driven. Panics after `limit`.
+fn reach_within(t: &mut QuicTransport, to: &mut QuicTransport, limit: Duration) {
+    let end = Instant::now() + limit;
+    while !to.has_pending() {
+        assert!(Instant::now() < end, "not reached within {limit:?}");
+        t.send(to.local_addr(), b"again").unwrap();
+        t.flush().unwrap();
+        for w in [&mut *t, &mut *to] {
+            let soon = Time(w.now().0 + 10_000_000);
+            w.wait(Some(soon)).unwrap();
+        }
+        while t.recv(usize::MAX, &mut |_, _| {}).unwrap() > 0 {}
+    }
+    while to.recv(usize::MAX, &mut |_, _| {}).unwrap() > 0 {}
+}
+
+/// A node that can crash: bound with the wire-loss hook (at no loss until it crashes).
+fn bind_crashable(id: QuicIdentity) -> QuicTransport {
+    let mut cfg = QuicConfig::new("127.0.0.1:0".parse().unwrap(), id);
+    cfg.wire_loss = 0.5;
+    let t = QuicTransport::bind(cfg).unwrap();
+    t.set_wire_loss(0.0).unwrap();
+    t
+}
+
+/// `old` crashes (nothing it sends on the way out, such as its close frames, leaves) and a
+/// node with its identity starts where it was.
+fn restart(old: QuicTransport, id: QuicIdentity) -> QuicTransport {
+    let at = old.socket_addr();
+    old.set_wire_loss(1.0).unwrap();
+    drop(old);
+    QuicTransport::bind(QuicConfig::new(at, id)).unwrap()
+}
+
+#[test]
+fn a_connection_to_a_restarted_peer_is_reset_at_once() {
+    let ca = make_ca("test CA").unwrap();
+    let id_b = make_node_identity(&ca, "beta").unwrap();
+    let mut a = bind_node(&ca, "alpha");
+    let mut b = bind_crashable(id_b.clone());
+    exchange(&mut a, &mut b, wait_briefly);
+    exchange(&mut b, &mut a, wait_briefly);
+    // beta crashes, restarts and stays silent: alpha's connection is dead (the idle timeout is 30 s),
+    // but the new beta answers its first datagram with a stateless reset alpha accepts (the
+    // reset key comes from beta's node key), so alpha opens a new connection.
+    let mut b = restart(b, id_b);
+    reach_within(&mut a, &mut b, Duration::from_secs(5));
+    assert_eq!(a.quic_stats().connects, 2);
+}
+
+#[test]
+fn a_restarted_peer_that_speaks_first_hears_back() {
+    let ca = make_ca("test CA").unwrap();
+    let id_b = make_node_identity(&ca, "beta").unwrap();
+    let mut a = bind_node(&ca, "alpha");
+    let mut b = bind_crashable(id_b.clone());
+    // alpha opened the connection both use.
+    exchange(&mut a, &mut b, wait_briefly);
+    exchange(&mut b, &mut a, wait_briefly);
+    let mut b = restart(b, id_b);
+    // beta crashed and restarted. The new beta opens a connection; alpha keeps one of the two (the choice tags decide)
+    // and its answer arrives either way: on the new one, or on the dead one, which the reset
+    // closes so that the new one, kept as the spare, takes over.
+    reach_within(&mut b, &mut a, Duration::from_secs(5));
+    reach_within(&mut a, &mut b, Duration::from_secs(5));
+    assert_eq!(
+        a.quic_stats().connects,
+        1,
+        "alpha never needed a new connection"
+    );
+}
+
+#[test]
+fn the_reset_key_is_the_node_keys_own() {
+    let ca = make_ca("test CA").unwrap();
+    let (a, b) = (
+        make_node_identity(&ca, "alpha").unwrap(),
+        make_node_identity(&ca, "beta").unwrap(),
+    );
+    let token = |id: &QuicIdentity| {
+        let mut t = [0u8; 32];
+        setup::reset_key(&id.key_der).sign(b"a connection id", &mut t);
+        t
+    };
+    assert_eq!(token(&a), token(&a.clone()), "the same after a restart");
+    assert_ne!(token(&a), token(&b));
+}
