@@ -21,7 +21,12 @@ fn check_once(data: &[u8]) {
         match item {
             Ok(f) => {
                 let mut again = Vec::new();
-                frame::append(&f.h, &f.args[..usize::from(f.h.nargs)], f.payload, &mut again);
+                frame::append(
+                    &f.h,
+                    &f.args[..usize::from(f.h.nargs)],
+                    f.payload,
+                    &mut again,
+                );
                 let len = again.len();
                 assert_eq!(
                     &data[used..used + len],
