@@ -388,35 +388,33 @@ fn restart(old: QuicTransport, id: QuicIdentity) -> QuicTransport {
     QuicTransport::bind(QuicConfig::new(at, id)).unwrap()
 }
 
-#[test]
-fn a_connection_to_a_restarted_peer_is_reset_at_once() {
+/// alpha and beta linked on the connection alpha opened; then beta crashed and restarted.
+fn alpha_and_a_restarted_beta() -> (QuicTransport, QuicTransport) {
     let ca = make_ca("test CA").unwrap();
     let id_b = make_node_identity(&ca, "beta").unwrap();
     let mut a = bind_node(&ca, "alpha");
     let mut b = bind_crashable(id_b.clone());
     exchange(&mut a, &mut b, wait_briefly);
     exchange(&mut b, &mut a, wait_briefly);
-    // beta crashes, restarts and stays silent: alpha's connection is dead (the idle timeout is 30 s),
-    // but the new beta answers its first datagram with a stateless reset alpha accepts (the
-    // reset key comes from beta's node key), so alpha opens a new connection.
-    let mut b = restart(b, id_b);
+    (a, restart(b, id_b))
+}
+
+#[test]
+fn a_connection_to_a_restarted_peer_is_reset_at_once() {
+    // beta stays silent: alpha's connection is dead (the idle timeout is 30 s), but the new
+    // beta answers its first datagram with a stateless reset alpha accepts (the reset key
+    // comes from beta's node key), so alpha opens a new connection.
+    let (mut a, mut b) = alpha_and_a_restarted_beta();
     reach_within(&mut a, &mut b, Duration::from_secs(5));
     assert_eq!(a.quic_stats().connects, 2);
 }
 
 #[test]
 fn a_restarted_peer_that_speaks_first_hears_back() {
-    let ca = make_ca("test CA").unwrap();
-    let id_b = make_node_identity(&ca, "beta").unwrap();
-    let mut a = bind_node(&ca, "alpha");
-    let mut b = bind_crashable(id_b.clone());
-    // alpha opened the connection both use.
-    exchange(&mut a, &mut b, wait_briefly);
-    exchange(&mut b, &mut a, wait_briefly);
-    let mut b = restart(b, id_b);
-    // beta crashed and restarted. The new beta opens a connection; alpha keeps one of the two (the choice tags decide)
+    // The new beta opens a connection; alpha keeps one of the two (the choice tags decide)
     // and its answer arrives either way: on the new one, or on the dead one, which the reset
     // closes so that the new one, kept as the spare, takes over.
+    let (mut a, mut b) = alpha_and_a_restarted_beta();
     reach_within(&mut b, &mut a, Duration::from_secs(5));
     reach_within(&mut a, &mut b, Duration::from_secs(5));
     assert_eq!(
