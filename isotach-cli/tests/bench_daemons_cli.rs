@@ -147,6 +147,7 @@ fn bench_daemons_bad_flags_exit_2() {
         &["bench", "transfers", "--accounts", "1"],
         &["bench", "transfers", "--clients", "0"],
         &["bench", "transfers", "--idiom", "locks"],
+        &["bench", "idle", "--transport", "tcp"],
         // More accounts per page than a page has slots.
         &["bench", "transfers", "--hosts", "2", "--accounts", "4096"],
     ] {
@@ -156,10 +157,17 @@ fn bench_daemons_bad_flags_exit_2() {
 }
 
 /// `isotach bench idle` runs a TM and SIU daemons as processes, measures them idle with idle
-/// pacing off and on, and times isochrons after quiet spells: only the report's keys and
-/// their sanity are checked, never a timing.
+/// pacing off and on, and times isochrons after quiet spells, over either transport (QUIC
+/// with certificates it makes): only the report's keys and their sanity are checked, never
+/// a timing.
 #[test]
 fn bench_idle_reports_cpu_per_daemon_and_first_isochron_latency_for_both_phases() {
+    for transport in ["udp", "quic"] {
+        bench_idle_over(transport);
+    }
+}
+
+fn bench_idle_over(transport: &str) {
     let v = json_ok(&isotach(&[
         "bench",
         "idle",
@@ -171,9 +179,12 @@ fn bench_idle_reports_cpu_per_daemon_and_first_isochron_latency_for_both_phases(
         "2",
         "--idle-ms",
         "20",
+        "--transport",
+        transport,
         "--json",
     ]));
     assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["transport"], transport, "{v}");
     assert_eq!(
         (v["hosts"].as_u64(), v["idle_pace_us"].as_u64()),
         (Some(2), Some(2500))

@@ -2,11 +2,13 @@
 //! first isochron after a quiet spell.
 //!
 //! The real daemons run as separate processes of this executable (`isotach tm`, one `isotach
-//! siu` per host) from a generated UDP cluster config in a temporary directory, so each one's
+//! siu` per host) from a generated cluster config in a temporary directory (loopback UDP, or
+//! QUIC with `--transport quic`: the daemons' default, certificates made there by `isotach
+//! cert`), so each one's
 //! CPU time can be read from `/proc/PID/stat` (utime + stime, in clock ticks of `getconf
 //! CLK_TCK`). Two phases, each with fresh daemons: the baseline with idle pacing off
 //! (`idle-pace-us = 0`, waves at full speed) and the paced cluster (`--idle-pace-us`, 2500 by
-//! default). In each, one application (an SMM over UDP, in this process) attaches to host 0's
+//! default). In each, one application (an SMM over the same transport, in this process) attaches to host 0's
 //! SIU and completes one isochron to start; then, with no traffic, every daemon's CPU share of
 //! one core is measured over `--seconds`, and the TM's wave rate, paced waves and repeats are
 //! read from its Prometheus endpoint at both ends of the window. Then the application runs
@@ -18,12 +20,12 @@ use super::daemons::parse_seconds;
 use super::daemons::{exit, latency_hist, print, ratio};
 use crate::UsageError;
 use anyhow::Context;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use isotach_am::Tag;
 use isotach_proto::config::{DEFAULT_TAG, IDLE_PACE_US_DEFAULT, IDLE_PACE_US_MAX};
 use isotach_proto::packet::Width;
 use isotach_smm::am_link::AmSiuLink;
-use isotach_smm::{Addr, MemoryMap, Smm, SmmConfig, SmmLimits, SmmNode};
+use isotach_smm::{Addr, MemoryMap, SiuLink, Smm, SmmConfig, SmmLimits, SmmNode};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::{Read, Write as _};
@@ -47,6 +49,26 @@ const CPU_TARGET_PCT: f64 = 5.0;
 /// Largest response read from the metrics endpoint.
 const METRICS_BYTES_MAX: u64 = 1 << 20;
 
+/// The transport of the daemons and the application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum IdleTransport {
+    /// AM over loopback UDP.
+    #[default]
+    Udp,
+    /// AM over QUIC with mutual TLS (the daemons' default), certificates made for the run.
+    Quic,
+}
+
+impl IdleTransport {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Udp => "UDP",
+            Self::Quic => "QUIC",
+        }
+    }
+}
+
 /// `isotach bench idle`.
 #[derive(Debug, Args)]
 pub(crate) struct IdleArgs {
@@ -66,6 +88,9 @@ pub(crate) struct IdleArgs {
     /// The quiet spell before each timed isochron, ms.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=60_000))]
     idle_ms: u64,
+    /// Transport of the daemons and the application.
+    #[arg(long, value_enum, default_value_t = IdleTransport::Udp)]
+    transport: IdleTransport,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
@@ -76,6 +101,7 @@ pub(crate) struct IdleArgs {
 #[derive(Debug, Serialize, Default)]
 struct IdleReport {
     hosts: usize,
+    transport: IdleTransport,
     seconds: f64,
     idle_pace_us: u64,
     samples: u32,
@@ -198,11 +224,25 @@ impl Ports {
     }
 }
 
-/// The cluster config: UDP, one switch `tm0`, hosts `h0`.. with SIU and application
-/// addresses, `[timing] idle-pace-us`.
-fn config_text(tm: SocketAddr, hosts: &[(SocketAddr, SocketAddr)], idle_pace_us: u64) -> String {
+/// Where the generated config's QUIC certificates are, relative to it.
+const PKI_DIR: &str = "pki";
+
+/// The cluster config: `transport` (QUIC certificates in [`PKI_DIR`]), one switch `tm0`,
+/// hosts `h0`.. with SIU and application addresses, `[timing] idle-pace-us`.
+fn config_text(
+    transport: IdleTransport,
+    tm: SocketAddr,
+    hosts: &[(SocketAddr, SocketAddr)],
+    idle_pace_us: u64,
+) -> String {
+    let transport = match transport {
+        IdleTransport::Udp => "kind = \"udp\"".to_string(),
+        IdleTransport::Quic => {
+            format!("kind = \"quic\"\nca = \"{PKI_DIR}/ca.pem\"\ncerts = \"{PKI_DIR}\"")
+        }
+    };
     let mut t = format!(
-        "[transport]\nkind = \"udp\"\n\n[timing]\nidle-pace-us = {idle_pace_us}\n\n\
+        "[transport]\n{transport}\n\n[timing]\nidle-pace-us = {idle_pace_us}\n\n\
          [[switch]]\nname = \"tm0\"\nlisten = \"{tm}\"\n"
     );
     for (h, (siu, app)) in hosts.iter().enumerate() {
@@ -229,8 +269,40 @@ fn spawn(dir: &Path, label: &str, args: &[&str]) -> anyhow::Result<(String, Chil
     Ok((label.to_string(), child))
 }
 
-/// Writes the config and starts the TM and every SIU as processes.
-fn start_cluster(hosts: usize, idle_pace_us: u64, phase: &str) -> anyhow::Result<Cluster> {
+/// Runs `isotach ARGS` to its end (output in `DIR/LABEL.log`); an error unless it succeeded.
+fn run_to_end(dir: &Path, label: &str, args: &[&str]) -> anyhow::Result<()> {
+    let (_, mut child) = spawn(dir, label, args)?;
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for {label}"))?;
+    anyhow::ensure!(status.success(), "{label}: {status} (see its log)");
+    Ok(())
+}
+
+/// The cluster CA and a certificate for `tm0` and each host in `DIR/`[`PKI_DIR`], made by
+/// `isotach cert` as a user would.
+fn make_certs(dir: &Path, hosts: usize) -> anyhow::Result<()> {
+    let pki = dir.join(PKI_DIR);
+    let pki = pki.to_str().context("temporary path is not UTF-8")?;
+    run_to_end(dir, "cert-init", &["cert", "init", "--dir", pki])?;
+    let nodes = std::iter::once("tm0".to_string()).chain((0..hosts).map(|h| format!("h{h}")));
+    for node in nodes {
+        run_to_end(
+            dir,
+            &format!("cert-{node}"),
+            &["cert", "issue", "--dir", pki, "--node", &node],
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes the config (and certificates) and starts the TM and every SIU as processes.
+fn start_cluster(
+    transport: IdleTransport,
+    hosts: usize,
+    idle_pace_us: u64,
+    phase: &str,
+) -> anyhow::Result<Cluster> {
     let dir =
         std::env::temp_dir().join(format!("isotach-bench-idle-{}-{phase}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -246,7 +318,10 @@ fn start_cluster(hosts: usize, idle_pace_us: u64, phase: &str) -> anyhow::Result
         .collect::<anyhow::Result<Vec<_>>>()?;
     drop(ports);
     let cfg = dir.join("cluster.toml");
-    std::fs::write(&cfg, config_text(tm, &addrs, idle_pace_us))?;
+    std::fs::write(&cfg, config_text(transport, tm, &addrs, idle_pace_us))?;
+    if transport == IdleTransport::Quic {
+        make_certs(&dir, hosts)?;
+    }
     let cfg = cfg
         .to_str()
         .context("temporary path is not UTF-8")?
@@ -340,14 +415,20 @@ fn tm_counters(metrics: SocketAddr) -> anyhow::Result<TmCounters> {
     })
 }
 
-/// Host 0's application: connected, with the forks map (page `p` at hosts `p`, `p + 1`).
-fn connect_app(
-    c: &Cluster,
-    hosts: usize,
-    timeout: Duration,
-) -> anyhow::Result<Smm<AmSiuLink<isotach_am::backend::udp::UdpTransport>>> {
-    let link = AmSiuLink::connect_udp(c.app0, c.siu0, Tag(DEFAULT_TAG), timeout)
-        .map_err(|e| anyhow::anyhow!("host 0: connect to the SIU: {e}"))?;
+/// Host 0's QUIC identity, from the certificates [`make_certs`] made.
+fn host0_identity(c: &Cluster) -> anyhow::Result<isotach_am::backend::quic::QuicIdentity> {
+    let pki = c.dir.join(PKI_DIR);
+    let read = |f: &str| std::fs::read(pki.join(f)).with_context(|| format!("reading {f}"));
+    isotach_am::backend::quic::identity_from_pem(
+        &read("ca.pem")?,
+        &read("h0.pem")?,
+        &read("h0.key")?,
+    )
+    .map_err(|e| anyhow::anyhow!("host 0's certificate: {e}"))
+}
+
+/// Host 0's application on `link`, with the forks map (page `p` at hosts `p`, `p + 1`).
+fn app<L: SiuLink>(link: L, hosts: usize) -> anyhow::Result<Smm<L>> {
     let topology = isotach_proto::topology::Topology::line(hosts, 1)
         .map_err(|e| anyhow::anyhow!("topology: {e}"))?;
     let map: MemoryMap = crate::philo_app::forks_map(hosts);
@@ -362,8 +443,8 @@ fn connect_app(
 }
 
 /// One isochron, timed from issue until its read resolved at the issuer, µs.
-fn timed_isochron(
-    smm: &mut Smm<AmSiuLink<isotach_am::backend::udp::UdpTransport>>,
+fn timed_isochron<L: SiuLink>(
+    smm: &mut Smm<L>,
     value: u64,
     timeout: Duration,
 ) -> anyhow::Result<u64> {
@@ -380,8 +461,35 @@ fn timed_isochron(
 /// CPU window, the timed isochrons after quiet spells.
 fn run_phase(a: &IdleArgs, idle_pace_us: u64, name: &str, tck: u64) -> anyhow::Result<Phase> {
     let hosts = usize::from(a.hosts);
-    let c = start_cluster(hosts, idle_pace_us, name)?;
-    let mut smm = connect_app(&c, hosts, STARTUP_MAX)?;
+    let c = start_cluster(a.transport, hosts, idle_pace_us, name)?;
+    let tag = Tag(DEFAULT_TAG);
+    let refused = |e: isotach_smm::LinkError| {
+        anyhow::anyhow!(
+            "host 0: connect to the SIU over {}: {e}",
+            a.transport.name()
+        )
+    };
+    match a.transport {
+        IdleTransport::Udp => {
+            let link = AmSiuLink::connect_udp(c.app0, c.siu0, tag, STARTUP_MAX);
+            measure(a, &c, app(link.map_err(refused)?, hosts)?, name, tck)
+        }
+        IdleTransport::Quic => {
+            let id = host0_identity(&c)?;
+            let link = AmSiuLink::connect_quic(c.app0, c.siu0, id, tag, STARTUP_MAX);
+            measure(a, &c, app(link.map_err(refused)?, hosts)?, name, tck)
+        }
+    }
+}
+
+/// The phase on running daemons `c`, with host 0's application `smm`.
+fn measure<L: SiuLink>(
+    a: &IdleArgs,
+    c: &Cluster,
+    mut smm: Smm<L>,
+    name: &str,
+    tck: u64,
+) -> anyhow::Result<Phase> {
     // Logical time runs once this completes (the SIU holds it until then).
     timed_isochron(&mut smm, 1, STARTUP_MAX).context("the first isochron")?;
     // Let the pulse that isochron needed end everywhere before measuring idleness.
@@ -436,9 +544,12 @@ pub(crate) fn idle(a: &IdleArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let tck = clk_tck();
     eprintln!(
-        "bench idle: a TM and {} SIU processes over loopback UDP, idle for {} s with pacing off, \
+        "bench idle: a TM and {} SIU processes over loopback {}, idle for {} s with pacing off, \
          then with idle-pace-us = {}",
-        a.hosts, a.seconds, a.idle_pace_us
+        a.hosts,
+        a.transport.name(),
+        a.seconds,
+        a.idle_pace_us
     );
     let mut problems = Vec::new();
     let mut phase = |pace: u64, name: &str| {
@@ -453,6 +564,7 @@ pub(crate) fn idle(a: &IdleArgs) -> anyhow::Result<ExitCode> {
     problems.truncate(16);
     let r = IdleReport {
         hosts: usize::from(a.hosts),
+        transport: a.transport,
         seconds: a.seconds,
         idle_pace_us: a.idle_pace_us,
         samples: a.samples,
@@ -501,11 +613,15 @@ mod tests {
     #[test]
     fn the_generated_config_parses_with_its_pace() {
         let a = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
-        let text = config_text(a(1), &[(a(2), a(3)), (a(4), a(5))], 1000);
-        let c = isotach_proto::config::ClusterConfig::parse(&text, "idle.toml").unwrap();
-        assert_eq!(c.timing.idle_pace_us, 1000);
-        assert_eq!(c.host_id("h1"), Some(1));
-        assert_eq!(c.host_app[0], Some(a(3)));
+        for transport in [IdleTransport::Udp, IdleTransport::Quic] {
+            let text = config_text(transport, a(1), &[(a(2), a(3)), (a(4), a(5))], 1000);
+            let c = isotach_proto::config::ClusterConfig::parse(&text, "idle.toml").unwrap();
+            assert_eq!(c.timing.idle_pace_us, 1000);
+            assert_eq!(c.host_id("h1"), Some(1));
+            assert_eq!(c.host_app[0], Some(a(3)));
+            let quic = matches!(c.transport.kind, isotach_proto::config::TransportKind::Quic);
+            assert_eq!(quic, transport == IdleTransport::Quic, "{text}");
+        }
     }
 
     #[test]
