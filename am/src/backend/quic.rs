@@ -270,10 +270,12 @@ impl Outgoing {
                         Err(e) => {
                             let h = &shared.counters;
                             h.failed(&h.connects_failed, format!("connection to {to}: {e}"));
-                            let old = shared.lock().insert(to, Conn::Failed(Instant::now()));
-                            // What waited for this connection is lost.
-                            if let Some(Conn::Connecting(q)) = old {
+                            let mut conns = shared.lock();
+                            // What waited for this connection is lost. (If the peer's own
+                            // connection came up meanwhile, it stays in use.)
+                            if let Some(Conn::Connecting(q)) = conns.get(&to) {
                                 Counters::add(&h.send_dropped, q.len());
+                                conns.insert(to, Conn::Failed(Instant::now()));
                             }
                         }
                     }
