@@ -365,10 +365,21 @@ pub(super) fn key_of(e: &toml::de::Error) -> String {
     let field = ["unknown field `", "missing field `"]
         .iter()
         .find_map(|p| message.strip_prefix(p)?.split('`').next());
-    match (path, field) {
-        ("", Some(f)) => f.to_string(),
+    match (path, field.map(toml_key)) {
+        ("", Some(f)) => f,
         (p, Some(f)) => format!("{p}.{f}"),
         ("", None) => "-".to_string(),
         (p, None) => p.to_string(),
+    }
+}
+
+/// `key` as TOML spells it: bare when it can be, else quoted (an empty key is `""`, so an
+/// error about it still names a key).
+fn toml_key(key: &str) -> String {
+    let bare = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if !key.is_empty() && key.chars().all(bare) {
+        key.to_string()
+    } else {
+        format!("{key:?}")
     }
 }

@@ -79,6 +79,15 @@ fn unknown_keys_are_named_by_their_dotted_path() {
             "host.sui",
         ),
         (format!("mapp = \"m\"\n{GOOD}"), 1, 1, "mapp"),
+        // Keys that are not bare are named as TOML spells them (found by the fuzzer: an
+        // empty key gave "c.toml:1:1: : unknown field ``").
+        (format!("\"\" = 1\n{GOOD}"), 1, 1, "\"\""),
+        (
+            GOOD.replace("[timing]", "[timing]\n\"a b\" = 1"),
+            3,
+            1,
+            "timing.\"a b\"",
+        ),
     ];
     for (text, line, column, key) in cases {
         let e = ClusterConfig::parse(&text, "c.toml").unwrap_err();
