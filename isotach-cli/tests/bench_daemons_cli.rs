@@ -187,7 +187,7 @@ fn bench_idle_over(transport: &str) {
     assert_eq!(v["transport"], transport, "{v}");
     assert_eq!(
         (v["hosts"].as_u64(), v["idle_pace_us"].as_u64()),
-        (Some(2), Some(2500))
+        (Some(2), Some(5000))
     );
     for phase in ["full", "paced"] {
         let sius = v[format!("{phase}_siu_cpu_pct")].as_array().unwrap();

@@ -112,8 +112,8 @@ fn the_example_config_passes() {
     assert_eq!(v["max_logical_distance"], 2);
     assert_eq!(v["epoch_pulses"], 64);
     assert_eq!(v["pulses_ahead_max"], 64);
-    assert_eq!(v["token_timeout_us"], 5000);
-    assert_eq!(v["idle_pace_us"], 2500);
+    assert_eq!(v["token_timeout_us"], 10000);
+    assert_eq!(v["idle_pace_us"], 5000);
     assert_eq!(v["transport"], "quic");
     assert_eq!(v["tag"], "0x1507ac4000000001");
     assert_eq!(v["certificates_checked"], 6);

@@ -48,7 +48,7 @@ impl Timing {
 impl Default for Timing {
     fn default() -> Self {
         Self {
-            token_timeout_us: 5_000,
+            token_timeout_us: 10_000,
             epoch_pulses: 64,
             idle_pace_us: IDLE_PACE_US_DEFAULT,
         }

@@ -7,7 +7,7 @@
 //! cert`), so each one's
 //! CPU time can be read from `/proc/PID/stat` (utime + stime, in clock ticks of `getconf
 //! CLK_TCK`). Two phases, each with fresh daemons: the baseline with idle pacing off
-//! (`idle-pace-us = 0`, waves at full speed) and the paced cluster (`--idle-pace-us`, 2500 by
+//! (`idle-pace-us = 0`, waves at full speed) and the paced cluster (`--idle-pace-us`, 5000 by
 //! default). In each, one application (an SMM over the same transport, in this process) attaches to host 0's
 //! SIU and completes one isochron to start; then, with no traffic, every daemon's CPU share of
 //! one core is measured over `--seconds`, and the TM's wave rate, paced waves and repeats are
@@ -22,7 +22,7 @@ use crate::UsageError;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 use isotach_am::Tag;
-use isotach_proto::config::{DEFAULT_TAG, IDLE_PACE_US_DEFAULT, IDLE_PACE_US_MAX};
+use isotach_proto::config::{DEFAULT_TAG, IDLE_PACE_US_DEFAULT, IDLE_PACE_US_MAX, Timing};
 use isotach_proto::packet::Width;
 use isotach_smm::am_link::AmSiuLink;
 use isotach_smm::{Addr, MemoryMap, SiuLink, Smm, SmmConfig, SmmLimits, SmmNode};
@@ -79,7 +79,8 @@ pub(crate) struct IdleArgs {
     /// Length of each CPU measurement window, seconds.
     #[arg(long, default_value_t = 10.0, value_parser = parse_seconds)]
     seconds: f64,
-    /// Idle pace of the paced phase, µs (the baseline phase runs with 0).
+    /// Idle pace of the paced phase, µs (the baseline phase runs with 0); the token timeout
+    /// is raised to twice the pace where the default is shorter.
     #[arg(long, default_value_t = IDLE_PACE_US_DEFAULT, value_parser = clap::value_parser!(u64).range(1..=IDLE_PACE_US_MAX))]
     idle_pace_us: u64,
     /// Isochrons timed after a quiet spell, per phase.
@@ -104,6 +105,7 @@ struct IdleReport {
     transport: IdleTransport,
     seconds: f64,
     idle_pace_us: u64,
+    token_timeout_us: u64,
     samples: u32,
     idle_ms: u64,
     clk_tck: u64,
@@ -224,6 +226,14 @@ impl Ports {
     }
 }
 
+/// The token timeout of a cluster paced at `idle_pace_us`: the default, or twice the pace when
+/// that is longer (a pace may be at most half the timeout).
+fn token_timeout_for(idle_pace_us: u64) -> u64 {
+    Timing::default()
+        .token_timeout_us
+        .max(idle_pace_us.saturating_mul(2))
+}
+
 /// Where the generated config's QUIC certificates are, relative to it.
 const PKI_DIR: &str = "pki";
 
@@ -241,8 +251,10 @@ fn config_text(
             format!("kind = \"quic\"\nca = \"{PKI_DIR}/ca.pem\"\ncerts = \"{PKI_DIR}\"")
         }
     };
+    let token_timeout_us = token_timeout_for(idle_pace_us);
     let mut t = format!(
-        "[transport]\n{transport}\n\n[timing]\nidle-pace-us = {idle_pace_us}\n\n\
+        "[transport]\n{transport}\n\n[timing]\nidle-pace-us = {idle_pace_us}\n\
+         token-timeout-us = {token_timeout_us}\n\n\
          [[switch]]\nname = \"tm0\"\nlisten = \"{tm}\"\n"
     );
     for (h, (siu, app)) in hosts.iter().enumerate() {
@@ -567,6 +579,7 @@ pub(crate) fn idle(a: &IdleArgs) -> anyhow::Result<ExitCode> {
         transport: a.transport,
         seconds: a.seconds,
         idle_pace_us: a.idle_pace_us,
+        token_timeout_us: token_timeout_for(a.idle_pace_us),
         samples: a.samples,
         idle_ms: a.idle_ms,
         clk_tck: tck,

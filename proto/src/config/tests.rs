@@ -705,7 +705,8 @@ fn idle_pace_must_be_at_most_half_the_token_timeout_or_zero() {
         (100, 50),
         (2000, 1000),
         (5_000, 2500),
-        (10_000, 2500),
+        (10_000, 5000),
+        (20_000, 5000),
     ] {
         let text = GOOD.replace("2000", &timeout.to_string());
         let c = ClusterConfig::parse(&text, "c.toml").unwrap_or_else(|e| panic!("{e}"));

@@ -47,7 +47,7 @@ use tx::{GSO_MAX_SEGMENTS, Outbox};
 /// [`rx::RECV_SLOTS`] datagrams or GRO batches of up to 64).
 pub const RECV_BATCH: usize = 4;
 /// Shortest wait done as a blocking receive; shorter ones use `poll(2)` (ms resolution).
-/// Just over a jiffy: the waits of a busy daemon (until its 5 ms token timer, say) are
+/// Just over a jiffy: the waits of a busy daemon (until its token timer, say) are
 /// blocking receives, one system call each instead of a poll and a receive.
 pub const BLOCKING_RECV_MIN: Duration = Duration::from_micros(4_500);
 /// How long a daemon may take between receiving a datagram (which holds an acknowledgement
