@@ -635,6 +635,13 @@ mod tests {
             let quic = matches!(c.transport.kind, isotach_proto::config::TransportKind::Quic);
             assert_eq!(quic, transport == IdleTransport::Quic, "{text}");
         }
+        // A pace over half the default token timer gets a timer twice as long, so it parses.
+        let text = config_text(IdleTransport::Udp, a(1), &[(a(2), a(3))], 20_000);
+        let c = isotach_proto::config::ClusterConfig::parse(&text, "idle.toml").unwrap();
+        assert_eq!(
+            (c.timing.idle_pace_us, c.timing.token_timeout_us),
+            (20_000, 40_000)
+        );
     }
 
     #[test]
