@@ -21,9 +21,10 @@ mod cluster;
 use super::daemons::parse_seconds;
 use super::daemons::{exit, latency_hist, print, ratio};
 use crate::UsageError;
+use crate::cluster_io::Link;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use cluster::{Cluster, host0_identity, start_cluster, token_timeout_for};
+use cluster::{Cluster, host0_link, start_cluster, token_timeout_for};
 use isotach_am::Tag;
 use isotach_proto::config::{DEFAULT_TAG, IDLE_PACE_US_DEFAULT, IDLE_PACE_US_MAX};
 use isotach_proto::packet::Width;
@@ -283,13 +284,12 @@ fn run_phase(a: &IdleArgs, idle_pace_us: u64, name: &str, tck: u64) -> anyhow::R
             a.transport.name()
         )
     };
-    match a.transport {
-        IdleTransport::Udp => {
+    match host0_link(&c)? {
+        Link::Udp => {
             let link = AmSiuLink::connect_udp(c.app0, c.siu0, tag, STARTUP_MAX);
             measure(a, &c, app(link.map_err(refused)?, hosts)?, name, tck)
         }
-        IdleTransport::Quic => {
-            let id = host0_identity(&c)?;
+        Link::Quic(id) => {
             let link = AmSiuLink::connect_quic(c.app0, c.siu0, id, tag, STARTUP_MAX);
             measure(a, &c, app(link.map_err(refused)?, hosts)?, name, tck)
         }

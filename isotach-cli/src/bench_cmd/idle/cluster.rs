@@ -2,6 +2,7 @@
 //! its QUIC certificates, made by `isotach cert`), the TM and SIU processes, host 0's identity.
 
 use super::IdleTransport;
+use crate::cluster_io::{Link, load};
 use anyhow::Context;
 use isotach_proto::config::Timing;
 use std::fmt::Write as _;
@@ -60,6 +61,8 @@ pub(super) fn token_timeout_for(idle_pace_us: u64) -> u64 {
         .max(idle_pace_us.saturating_mul(2))
 }
 
+/// The generated config, in the phase's directory.
+const CONFIG_FILE: &str = "cluster.toml";
 /// Where the generated config's QUIC certificates are, relative to it.
 pub(super) const PKI_DIR: &str = "pki";
 
@@ -155,7 +158,7 @@ pub(super) fn start_cluster(
         .map(|_| Ok((ports.udp()?, ports.udp()?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
     drop(ports);
-    let cfg = dir.join("cluster.toml");
+    let cfg = dir.join(CONFIG_FILE);
     std::fs::write(&cfg, config_text(transport, tm, &addrs, idle_pace_us))?;
     if transport == IdleTransport::Quic {
         make_certs(&dir, hosts)?;
@@ -197,18 +200,11 @@ pub(super) fn start_cluster(
     Ok(cluster)
 }
 
-/// Host 0's QUIC identity, from the certificates [`make_certs`] made.
-pub(super) fn host0_identity(
-    c: &Cluster,
-) -> anyhow::Result<isotach_am::backend::quic::QuicIdentity> {
-    let pki = c.dir.join(PKI_DIR);
-    let read = |f: &str| std::fs::read(pki.join(f)).with_context(|| format!("reading {f}"));
-    isotach_am::backend::quic::identity_from_pem(
-        &read("ca.pem")?,
-        &read("h0.pem")?,
-        &read("h0.key")?,
-    )
-    .map_err(|e| anyhow::anyhow!("host 0's certificate: {e}"))
+/// Host 0's link as the config says — read the way `isotach philo` reads it (for QUIC, the
+/// certificates [`make_certs`] made, checked).
+pub(super) fn host0_link(c: &Cluster) -> anyhow::Result<Link> {
+    let cfg = c.dir.join(CONFIG_FILE);
+    Ok(Link::of(&load(&cfg)?, &cfg, "h0")?)
 }
 
 #[cfg(test)]
