@@ -223,66 +223,71 @@ struct Outgoing {
 }
 
 impl Outgoing {
-    /// Hands every queued datagram to quinn, in order (the buffer is kept).
+    /// Hands every queued datagram to quinn, in order, under one lock of the connections
+    /// (the buffer is kept).
     fn send_queued(&mut self, rt: &Handle) {
-        let mut queued = std::mem::take(&mut self.queued);
-        for (to, b) in queued.drain(..) {
-            self.send_one(rt, to, b);
-        }
-        self.queued = queued;
-    }
-
-    /// Hands `b` to quinn (or queues it for a connection being opened, opening one).
-    fn send_one(&mut self, rt: &Handle, to: SocketAddr, b: Bytes) {
         let counters = &self.shared.counters;
         let mut conns = self.shared.lock();
-        match conns.get_mut(&to) {
-            Some(Conn::Ready(link)) => {
-                if send_ready(counters, &link.conn, b) {
-                    self.stats.sent += 1;
-                } else if link.conn.close_reason().is_some() && !link.replace_closed() {
-                    conns.remove(&to);
+        for (to, b) in self.queued.drain(..) {
+            match conns.get_mut(&to) {
+                Some(Conn::Ready(link)) => {
+                    if send_ready(counters, &link.conn, b) {
+                        self.stats.sent += 1;
+                    } else if link.conn.close_reason().is_some() && !link.replace_closed() {
+                        conns.remove(&to);
+                    }
                 }
-            }
-            Some(Conn::Connecting(q)) => {
-                if q.len() < CONNECT_QUEUE {
-                    q.push_back(b);
-                } else {
+                Some(Conn::Connecting(q)) => {
+                    if q.len() < CONNECT_QUEUE {
+                        q.push_back(b);
+                    } else {
+                        Counters::add(&counters.send_dropped, 1);
+                    }
+                }
+                Some(Conn::Failed(at)) if at.elapsed() < Duration::from_millis(200) => {
                     Counters::add(&counters.send_dropped, 1);
                 }
-            }
-            Some(Conn::Failed(at)) if at.elapsed() < Duration::from_millis(200) => {
-                Counters::add(&counters.send_dropped, 1);
-            }
-            _ => {
-                conns.insert(to, Conn::Connecting(VecDeque::from([b])));
-                drop(conns);
-                self.stats.connects += 1;
-                let (ep, shared, tx) =
-                    (self.endpoint.clone(), self.shared.clone(), self.tx.clone());
-                rt.spawn(async move {
-                    let conn = match ep.connect(to, SERVER_NAME) {
-                        Ok(c) => c.await.map_err(|e| e.to_string()),
-                        Err(e) => Err(e.to_string()),
-                    };
-                    match conn {
-                        Ok(c) => adopt(&shared, &tx, c, true),
-                        Err(e) => {
-                            let h = &shared.counters;
-                            h.failed(&h.connects_failed, format!("connection to {to}: {e}"));
-                            let mut conns = shared.lock();
-                            // What waited for this connection is lost. (If the peer's own
-                            // connection came up meanwhile, it stays in use.)
-                            if let Some(Conn::Connecting(q)) = conns.get(&to) {
-                                Counters::add(&h.send_dropped, q.len());
-                                conns.insert(to, Conn::Failed(Instant::now()));
-                            }
-                        }
-                    }
-                });
+                _ => {
+                    conns.insert(to, Conn::Connecting(VecDeque::from([b])));
+                    self.stats.connects += 1;
+                    connect(rt, &self.endpoint, &self.shared, &self.tx, to);
+                }
             }
         }
     }
+}
+
+/// Opens a connection to `to` on a task of `rt` (which takes the connections' lock, so it
+/// waits for the caller to release it): adopted when up; on failure what waited for it is
+/// dropped and counted, and the address marked failed.
+fn connect(
+    rt: &Handle,
+    endpoint: &quinn::Endpoint,
+    shared: &Arc<Shared>,
+    tx: &mpsc::Sender<(SocketAddr, Bytes)>,
+    to: SocketAddr,
+) {
+    let (ep, shared, tx) = (endpoint.clone(), shared.clone(), tx.clone());
+    rt.spawn(async move {
+        let conn = match ep.connect(to, SERVER_NAME) {
+            Ok(c) => c.await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match conn {
+            Ok(c) => adopt(&shared, &tx, c, true),
+            Err(e) => {
+                let h = &shared.counters;
+                h.failed(&h.connects_failed, format!("connection to {to}: {e}"));
+                let mut conns = shared.lock();
+                // What waited for this connection is lost. (If the peer's own connection
+                // came up meanwhile, it stays in use.)
+                if let Some(Conn::Connecting(q)) = conns.get(&to) {
+                    Counters::add(&h.send_dropped, q.len());
+                    conns.insert(to, Conn::Failed(Instant::now()));
+                }
+            }
+        }
+    });
 }
 
 /// Hands `b` to quinn on a ready connection; `false` (and counted) when it is not sent.

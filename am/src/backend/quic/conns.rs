@@ -99,16 +99,13 @@ pub(super) fn choice_tag(conn: &quinn::Connection) -> Option<[u8; 16]> {
         .map(|()| tag)
 }
 
-/// Does `new` (opened by us if `new_ours`) replace `cur` as the connection we send on?
-fn new_wins(cur: &Link, new: &quinn::Connection, new_ours: bool) -> bool {
-    if cur.ours == new_ours {
-        // The peer opened another connection: it restarted, and the old one is dead. (We
-        // never open a second one while one is up.)
-        return true;
-    }
-    match (choice_tag(new), choice_tag(&cur.conn)) {
-        (Some(n), Some(c)) => n < c,
-        _ => !new_ours,
+/// Of two connections to one peer, one opened by each end, does `a` (opened by us if
+/// `a_ours`) have the smaller choice tag? Both ends answer alike. (Without tags, which a
+/// connection that completed its handshake always has, the one the peer opened.)
+fn smaller_tag(a: &quinn::Connection, a_ours: bool, b: &quinn::Connection) -> bool {
+    match (choice_tag(a), choice_tag(b)) {
+        (Some(a), Some(b)) => a < b,
+        _ => !a_ours,
     }
 }
 
@@ -124,21 +121,24 @@ pub(super) fn adopt(
     {
         let mut conns = shared.lock();
         let link = match conns.remove(&addr) {
-            Some(Conn::Ready(mut cur)) if cur.conn.close_reason().is_none() => {
-                let simultaneous = cur.ours != ours;
-                let (mut link, other, other_ours) = if new_wins(&cur, &conn, ours) {
-                    (Link::new(conn.clone(), ours), cur.conn, cur.ours)
+            Some(Conn::Ready(cur)) if cur.conn.close_reason().is_none() && cur.ours != ours => {
+                // One connection opened by each end: both keep the one with the smaller tag;
+                // the other is the spare, closed after the grace by the end that opened it.
+                let new = (conn.clone(), ours);
+                let old = (cur.conn, cur.ours);
+                let (keep, spare) = if smaller_tag(&new.0, new.1, &old.0) {
+                    (new, old)
                 } else {
-                    cur.spare = None;
-                    (cur, conn.clone(), ours)
+                    (old, new)
                 };
-                if simultaneous {
-                    if other_ours {
-                        loser = Some(other.clone());
-                    }
-                    link.spare = Some((other, other_ours));
+                if spare.1 {
+                    loser = Some(spare.0.clone());
                 }
-                link
+                Link {
+                    conn: keep.0,
+                    ours: keep.1,
+                    spare: Some(spare),
+                }
             }
             Some(Conn::Connecting(q)) => {
                 for b in q {
@@ -146,6 +146,8 @@ pub(super) fn adopt(
                 }
                 Link::new(conn.clone(), ours)
             }
+            // None, a closed one, one that failed, or the peer's previous one (it opened
+            // another: it restarted, and the old one is dead).
             _ => Link::new(conn.clone(), ours),
         };
         conns.insert(addr, Conn::Ready(link));
