@@ -194,9 +194,19 @@ fn wait_briefly(t: &mut QuicTransport) {
 
 /// Waits on `to` (through `wait`) until the datagram `from` keeps sending arrives.
 fn exchange(from: &mut QuicTransport, to: &mut QuicTransport, wait: impl Fn(&mut QuicTransport)) {
-    let guard = Instant::now() + Duration::from_secs(60);
+    exchange_within(from, to, wait, Duration::from_secs(60));
+}
+
+/// [`exchange`], failing when nothing arrived within `limit`.
+fn exchange_within(
+    from: &mut QuicTransport,
+    to: &mut QuicTransport,
+    wait: impl Fn(&mut QuicTransport),
+    limit: Duration,
+) {
+    let guard = Instant::now() + limit;
     while !to.has_pending() {
-        assert!(Instant::now() < guard, "nothing arrived within the guard");
+        assert!(Instant::now() < guard, "nothing arrived within {limit:?}");
         from.send(to.local_addr(), b"hello").unwrap();
         from.flush().unwrap();
         wait(to);
@@ -354,21 +364,9 @@ fn a_simultaneous_open_settles_on_one_connection() {
     exchange(&mut b, &mut a, wait_briefly);
 }
 
-/// `t` keeps sending to `to` until `to` receives; both driven. Panics after `limit`.
-fn reach_within(t: &mut QuicTransport, to: &mut QuicTransport, limit: Duration) {
-    let end = Instant::now() + limit;
-    while !to.has_pending() {
-        assert!(Instant::now() < end, "not reached within {limit:?}");
-        t.send(to.local_addr(), b"again").unwrap();
-        t.flush().unwrap();
-        for w in [&mut *t, &mut *to] {
-            let soon = Time(w.now().0 + 10_000_000);
-            w.wait(Some(soon)).unwrap();
-        }
-        while t.recv(usize::MAX, &mut |_, _| {}).unwrap() > 0 {}
-    }
-    while to.recv(usize::MAX, &mut |_, _| {}).unwrap() > 0 {}
-}
+/// How soon a restarted peer must be reached again: well inside the 30-s idle timeout that
+/// would otherwise end the dead connection.
+const RESTART_REACHED_MAX: Duration = Duration::from_secs(5);
 
 /// A node that can crash: bound with the wire-loss hook (at no loss until it crashes).
 fn bind_crashable(id: QuicIdentity) -> QuicTransport {
@@ -405,7 +403,7 @@ fn a_connection_to_a_restarted_peer_is_reset_at_once() {
     // beta answers its first datagram with a stateless reset alpha accepts (the reset key
     // comes from beta's node key), so alpha opens a new connection.
     let (mut a, mut b) = alpha_and_a_restarted_beta();
-    reach_within(&mut a, &mut b, Duration::from_secs(5));
+    exchange_within(&mut a, &mut b, wait_briefly, RESTART_REACHED_MAX);
     assert_eq!(a.quic_stats().connects, 2);
 }
 
@@ -415,8 +413,8 @@ fn a_restarted_peer_that_speaks_first_hears_back() {
     // and its answer arrives either way: on the new one, or on the dead one, which the reset
     // closes so that the new one, kept as the spare, takes over.
     let (mut a, mut b) = alpha_and_a_restarted_beta();
-    reach_within(&mut b, &mut a, Duration::from_secs(5));
-    reach_within(&mut a, &mut b, Duration::from_secs(5));
+    exchange_within(&mut b, &mut a, wait_briefly, RESTART_REACHED_MAX);
+    exchange_within(&mut a, &mut b, wait_briefly, RESTART_REACHED_MAX);
     assert_eq!(
         a.quic_stats().connects,
         1,
