@@ -108,6 +108,8 @@ struct Counters {
     send_refused: AtomicU64,
     send_dropped: AtomicU64,
     recv_dropped: AtomicU64,
+    peer_resets: AtomicU64,
+    idle_timeouts: AtomicU64,
 }
 
 impl Counters {
@@ -121,6 +123,16 @@ impl Counters {
 
     fn add(counter: &AtomicU64, n: usize) {
         counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// A connection ended with `e`: counted when the peer reset it (its process restarted)
+    /// or it idled out (the peer went silent).
+    fn ended(&self, e: &quinn::ConnectionError) {
+        match e {
+            quinn::ConnectionError::Reset => Self::add(&self.peer_resets, 1),
+            quinn::ConnectionError::TimedOut => Self::add(&self.idle_timeouts, 1),
+            _ => {}
+        }
     }
 }
 
@@ -185,6 +197,10 @@ pub struct QuicStats {
     pub handshakes_refused: u64,
     /// Outgoing connection attempts that failed (see [`QuicCounters::connects_failed`]).
     pub connects_failed: u64,
+    /// Connections a peer reset: it had restarted (a stateless reset from its new process).
+    pub peer_resets: u64,
+    /// Connections that idled out: the peer was silent for the idle timeout.
+    pub idle_timeouts: u64,
 }
 
 /// A quinn endpoint driving one bundle.
@@ -381,6 +397,8 @@ impl QuicTransport {
             recv_dropped: c.recv_dropped(),
             handshakes_refused: c.refused(),
             connects_failed: c.connects_failed(),
+            peer_resets: c.0.peer_resets.load(Ordering::Relaxed),
+            idle_timeouts: c.0.idle_timeouts.load(Ordering::Relaxed),
             ..self.out.stats
         }
     }

@@ -158,7 +158,14 @@ pub(super) fn adopt(
     let (shared, tx) = (shared.clone(), tx.clone());
     tokio::spawn(async move {
         // Never wait for the bundle: quinn would then discard datagrams uncounted.
-        while let Ok(b) = conn.read_datagram().await {
+        loop {
+            let b = match conn.read_datagram().await {
+                Ok(b) => b,
+                Err(e) => {
+                    shared.counters.ended(&e);
+                    break;
+                }
+            };
             match tx.try_send((addr, b)) {
                 Ok(()) => {}
                 Err(mpsc::error::TrySendError::Full(_)) => {
