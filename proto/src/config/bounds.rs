@@ -22,10 +22,10 @@ pub const TOKEN_TIMEOUT_US_MIN: u64 = 100;
 pub const TOKEN_TIMEOUT_US_MAX: u64 = 10_000_000;
 /// `[timing] idle-pace-us` when not written (and the token timeout is above twice it): half the
 /// default token timer (10 ms), the most it allows. An idle cluster pulses 120–170 times a
-/// second instead of 10 000–20 000, and an idle token manager with 4 SIUs stays under 5 % of a
-/// core over UDP and QUIC alike (each idle wave wakes it several times: at 2 500 µs it
-/// measured 4.7–5.6 % over UDP and 6.2–8.8 % over QUIC, at 1 000 µs 8 % over UDP,
-/// `docs/bench.md`). The first isochron after a quiet spell pays no pace.
+/// second instead of 10 000–20 000; an idle token manager with 4 SIUs measured 2.6–2.9 % of a
+/// core over UDP and 4.5–6.3 % over QUIC (each idle wave wakes it several times: at 2 500 µs
+/// 4.5–5.6 % and 6.2–8.8 %, `docs/bench.md`). The first isochron after a quiet spell pays no
+/// pace.
 pub const IDLE_PACE_US_DEFAULT: u64 = 5_000;
 /// `[timing] idle-pace-us`, lower bound: 0 turns idle pacing off (waves at full speed always).
 pub const IDLE_PACE_US_MIN: u64 = 0;
