@@ -97,13 +97,14 @@ fn port_counters(p: &PortStats) -> [(&'static str, u64); 16] {
 }
 
 /// The QUIC transport's counters of failed handshakes and lost datagrams (`quic.*`).
-fn quic_counters(q: &QuicCounters) -> [(&'static str, u64); 5] {
+fn quic_counters(q: &QuicCounters) -> [(&'static str, u64); 6] {
     [
         ("quic.handshakes_refused", q.refused()),
         ("quic.connects_failed", q.connects_failed()),
         ("quic.datagrams_refused", q.send_refused()),
         ("quic.datagrams_dropped", q.send_dropped()),
         ("quic.datagrams_recv_dropped", q.recv_dropped()),
+        ("quic.transmits_failed", q.send_failed()),
     ]
 }
 

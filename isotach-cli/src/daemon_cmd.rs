@@ -224,6 +224,7 @@ async fn with_handshake_log<F: Future>(h: Option<QuicCounters>, run: F) -> F::Ou
         datagrams_refused = h.send_refused(),
         datagrams_dropped = h.send_dropped(),
         datagrams_recv_dropped = h.recv_dropped(),
+        transmits_failed = h.send_failed(),
         "QUIC transport stopped"
     );
     out

@@ -1,4 +1,4 @@
-//! QUIC backend (quinn 0.11, rustls with ring): AM frames travel as QUIC DATAGRAM frames, one
+//! QUIC backend (quinn-proto 0.11, rustls with ring): AM frames travel as QUIC DATAGRAM frames, one
 //! connection per node pair in use ([`conns`]: which one after a simultaneous open or a
 //! restart), both ends authenticated by certificates a cluster CA issued.
 //! A peer without such a certificate fails the TLS handshake, so its traffic never reaches
@@ -11,40 +11,42 @@
 //! socket for both roles, so a peer's connection comes from the address it listens on, which
 //! is its AM node address.
 //!
-//! quinn runs on a private current-thread tokio runtime that the caller's thread drives in its
-//! waits and flushes ([`drive`]: no thread hop per datagram; a background thread only for async
-//! callers). Received datagrams reach the transport through a bounded channel ([`RX_QUEUE`]);
-//! this backend allocates per message (quinn takes `Bytes`), unlike the UDP fast path.
+//! quinn-proto is sans-IO, and so is this backend's use of it ([`conns`]): the caller's own
+//! thread runs the endpoint in its waits and flushes — it receives from the socket (quinn-udp:
+//! `recvmmsg`, GRO), hands the datagrams and the time to quinn, fires due timers, and sends
+//! what the connections have to send (GSO) — with no runtime, task, channel or lock between
+//! the socket and the bundle. A wait blocks in `poll(2)` until a datagram arrives, the
+//! deadline, or the next QUIC timer. Received AM datagrams wait for the bundle in a bounded
+//! queue ([`RX_QUEUE`]); this backend allocates per message (quinn takes `Bytes`), unlike the
+//! UDP fast path.
 //!
 //! Every datagram that does not leave or arrive is counted ([`QuicCounters`]): those quinn
 //! refuses to send, those this backend drops rather than let quinn silently discard older
 //! ones (its send buffer full), those queued for a connection that failed or beyond
 //! [`CONNECT_QUEUE`], and received ones dropped because [`RX_QUEUE`] is full.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use tokio::runtime::Handle;
-use tokio::sync::mpsc;
+use bytes::{Bytes, BytesMut};
+use quinn_udp::RecvMeta;
 
 mod conns;
-mod drive;
 mod pki;
 mod setup;
+mod socket;
 mod wire_loss;
-use conns::{Conn, Shared, adopt};
-use drive::Driver;
+use conns::Conns;
 pub use pki::{
     CertAuthority, QuicIdentity, check_identity, identity_from_pem, make_ca, make_node_identity,
 };
 use setup::{configs, endpoint};
+use socket::Socket;
 use wire_loss::WireLoss;
 
-use super::{real_now, sleep_until_real, tokio_deadline, wall_incarnation};
+use super::{real_instant, real_now, sleep_until_real, wall_incarnation};
 use crate::AmError;
 use crate::transport::Transport;
 use crate::{NodeAddr, Time};
@@ -58,7 +60,7 @@ pub const ALPN: &[u8] = b"isotach-am/1";
 pub const CONNECT_QUEUE: usize = 256;
 /// Received datagrams waiting for the bundle.
 pub const RX_QUEUE: usize = 8192;
-/// Datagrams `send` queues before a flush hands them to quinn; one more flushes first.
+/// Datagrams `send` hands to quinn before a flush transmits them; one more transmits first.
 pub const SEND_QUEUE_MAX: usize = 1024;
 
 /// QUIC backend settings.
@@ -108,6 +110,7 @@ struct Counters {
     send_refused: AtomicU64,
     send_dropped: AtomicU64,
     recv_dropped: AtomicU64,
+    send_failed: AtomicU64,
     peer_resets: AtomicU64,
     idle_timeouts: AtomicU64,
 }
@@ -127,10 +130,10 @@ impl Counters {
 
     /// A connection ended with `e`: counted when the peer reset it (its process restarted)
     /// or it idled out (the peer went silent).
-    fn ended(&self, e: &quinn::ConnectionError) {
+    fn ended(&self, e: &quinn_proto::ConnectionError) {
         match e {
-            quinn::ConnectionError::Reset => Self::add(&self.peer_resets, 1),
-            quinn::ConnectionError::TimedOut => Self::add(&self.idle_timeouts, 1),
+            quinn_proto::ConnectionError::Reset => Self::add(&self.peer_resets, 1),
+            quinn_proto::ConnectionError::TimedOut => Self::add(&self.idle_timeouts, 1),
             _ => {}
         }
     }
@@ -176,6 +179,11 @@ impl QuicCounters {
     pub fn recv_dropped(&self) -> u64 {
         self.0.recv_dropped.load(Ordering::Relaxed)
     }
+    /// UDP transmits (a packet, or a GSO batch of them) the kernel refused: a full socket send
+    /// buffer, or an error for the path. Lost; QUIC sees the loss and AM sends again.
+    pub fn send_failed(&self) -> u64 {
+        self.0.send_failed.load(Ordering::Relaxed)
+    }
 }
 
 /// Counters of the QUIC driver.
@@ -187,6 +195,10 @@ pub struct QuicStats {
     pub send_refused: u64,
     /// Datagrams dropped before quinn (see [`QuicCounters::send_dropped`]).
     pub send_dropped: u64,
+    /// UDP transmits (a datagram, or a GSO batch of them) the kernel refused — a full socket
+    /// send buffer, or an error for the path: lost (QUIC sees the loss; AM sends its
+    /// datagrams again).
+    pub send_failed: u64,
     /// Connection attempts started.
     pub connects: u64,
     /// Datagrams received.
@@ -203,12 +215,14 @@ pub struct QuicStats {
     pub idle_timeouts: u64,
 }
 
-/// A quinn endpoint driving one bundle.
+/// A QUIC endpoint driving one bundle.
 pub struct QuicTransport {
-    driver: Driver,
-    out: Outgoing,
-    rx: mpsc::Receiver<(SocketAddr, Bytes)>,
-    stash: Option<(SocketAddr, Bytes)>,
+    /// Both boxed: quinn's endpoint and the receive slots' metadata are large, and a
+    /// transport moves into bundles and enums.
+    socket: Box<Socket>,
+    conns: Box<Conns>,
+    /// UDP datagrams received from the socket, on their way to quinn (capacity kept).
+    arrivals: Vec<(RecvMeta, BytesMut)>,
     local: SocketAddr,
     origin: Instant,
     inc: u64,
@@ -221,105 +235,8 @@ impl std::fmt::Debug for QuicTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QuicTransport")
             .field("local", &self.local)
-            .field("stats", &self.out.stats)
+            .field("stats", &self.conns.stats)
             .finish_non_exhaustive()
-    }
-}
-
-/// What sending takes, apart from the runtime that drives it: the connections, the endpoint
-/// that opens them, the channel their datagrams arrive on, and the datagrams `send` queued.
-struct Outgoing {
-    shared: Arc<Shared>,
-    endpoint: quinn::Endpoint,
-    tx: mpsc::Sender<(SocketAddr, Bytes)>,
-    /// Queued by [`Transport::send`], handed to quinn by the next flush (inside the runtime,
-    /// so waking a connection's driver costs no system call); at most [`SEND_QUEUE_MAX`].
-    queued: Vec<(SocketAddr, Bytes)>,
-    stats: QuicStats,
-}
-
-impl Outgoing {
-    /// Hands every queued datagram to quinn, in order, under one lock of the connections
-    /// (the buffer is kept).
-    fn send_queued(&mut self, rt: &Handle) {
-        let counters = &self.shared.counters;
-        let mut conns = self.shared.lock();
-        for (to, b) in self.queued.drain(..) {
-            match conns.get_mut(&to) {
-                Some(Conn::Ready(link)) => {
-                    if send_ready(counters, &link.conn, b) {
-                        self.stats.sent += 1;
-                    } else if link.conn.close_reason().is_some() && !link.replace_closed() {
-                        conns.remove(&to);
-                    }
-                }
-                Some(Conn::Connecting(q)) => {
-                    if q.len() < CONNECT_QUEUE {
-                        q.push_back(b);
-                    } else {
-                        Counters::add(&counters.send_dropped, 1);
-                    }
-                }
-                Some(Conn::Failed(at)) if at.elapsed() < Duration::from_millis(200) => {
-                    Counters::add(&counters.send_dropped, 1);
-                }
-                _ => {
-                    conns.insert(to, Conn::Connecting(VecDeque::from([b])));
-                    self.stats.connects += 1;
-                    connect(rt, &self.endpoint, &self.shared, &self.tx, to);
-                }
-            }
-        }
-    }
-}
-
-/// Opens a connection to `to` on a task of `rt` (which takes the connections' lock, so it
-/// waits for the caller to release it): adopted when up; on failure what waited for it is
-/// dropped and counted, and the address marked failed.
-fn connect(
-    rt: &Handle,
-    endpoint: &quinn::Endpoint,
-    shared: &Arc<Shared>,
-    tx: &mpsc::Sender<(SocketAddr, Bytes)>,
-    to: SocketAddr,
-) {
-    let (ep, shared, tx) = (endpoint.clone(), shared.clone(), tx.clone());
-    rt.spawn(async move {
-        let conn = match ep.connect(to, SERVER_NAME) {
-            Ok(c) => c.await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        match conn {
-            Ok(c) => adopt(&shared, &tx, c, true),
-            Err(e) => {
-                let h = &shared.counters;
-                h.failed(&h.connects_failed, format!("connection to {to}: {e}"));
-                let mut conns = shared.lock();
-                // What waited for this connection is lost. (If the peer's own connection
-                // came up meanwhile, it stays in use.)
-                if let Some(Conn::Connecting(q)) = conns.get(&to) {
-                    Counters::add(&h.send_dropped, q.len());
-                    conns.insert(to, Conn::Failed(Instant::now()));
-                }
-            }
-        }
-    });
-}
-
-/// Hands `b` to quinn on a ready connection; `false` (and counted) when it is not sent.
-fn send_ready(counters: &Counters, conn: &quinn::Connection, b: Bytes) -> bool {
-    // quinn makes room for a datagram by discarding older unsent ones: drop this one instead,
-    // so that every loss is counted.
-    if b.len() > conn.datagram_send_buffer_space() {
-        Counters::add(&counters.send_dropped, 1);
-        return false;
-    }
-    match conn.send_datagram(b) {
-        Ok(()) => true,
-        Err(_) => {
-            Counters::add(&counters.send_refused, 1);
-            false
-        }
     }
 }
 
@@ -337,44 +254,18 @@ impl QuicTransport {
         let (sc, cc) = configs(&cfg)?;
         let wire_loss = (cfg.wire_loss > 0.0)
             .then(|| Arc::new(WireLoss::new(cfg.wire_loss_seed, cfg.wire_loss)));
-        let driver = Driver::new()?;
-        let (local, mut endpoint) = {
-            let _g = driver.handle().enter();
-            endpoint(sc, &cfg, wire_loss.clone()).and_then(|e| Ok((e.local_addr()?, e)))?
-        };
-        endpoint.set_default_client_config(cc);
-        let shared = Arc::new(Shared::new());
-        let (tx, rx) = mpsc::channel(RX_QUEUE);
-        {
-            let (ep, shared, tx) = (endpoint.clone(), shared.clone(), tx.clone());
-            driver.handle().spawn(async move {
-                while let Some(incoming) = ep.accept().await {
-                    let (shared, tx) = (shared.clone(), tx.clone());
-                    let from = incoming.remote_address();
-                    tokio::spawn(async move {
-                        // A peer without a certificate from our CA fails here.
-                        match incoming.await {
-                            Ok(conn) => adopt(&shared, &tx, conn, false),
-                            Err(e) => {
-                                let h = &shared.counters;
-                                h.failed(&h.refused, format!("handshake from {from}: {e}"));
-                            }
-                        }
-                    });
-                }
-            });
-        }
+        let counters = Arc::new(Counters::default());
+        let socket = Box::new(Socket::bind(
+            cfg.bind,
+            wire_loss.clone(),
+            Arc::clone(&counters),
+        )?);
+        let local = socket.local_addr()?;
+        let endpoint = endpoint(sc, &cfg, !socket.may_fragment());
         Ok(Self {
-            driver,
-            out: Outgoing {
-                shared,
-                endpoint,
-                tx,
-                queued: Vec::new(),
-                stats: QuicStats::default(),
-            },
-            rx,
-            stash: None,
+            socket,
+            conns: Box::new(Conns::new(endpoint, cc, counters)),
+            arrivals: Vec::new(),
             local,
             origin: Instant::now(),
             inc: wall_incarnation(),
@@ -394,17 +285,19 @@ impl QuicTransport {
         QuicStats {
             send_refused: c.send_refused(),
             send_dropped: c.send_dropped(),
+            send_failed: c.send_failed(),
             recv_dropped: c.recv_dropped(),
             handshakes_refused: c.refused(),
             connects_failed: c.connects_failed(),
             peer_resets: c.0.peer_resets.load(Ordering::Relaxed),
             idle_timeouts: c.0.idle_timeouts.load(Ordering::Relaxed),
-            ..self.out.stats
+            ..self.conns.stats
         }
     }
 
-    /// Test hook: from now on lose UDP datagrams quinn sends with probability `loss` (the
-    /// draws restart from `wire_loss_seed`). Only for a transport bound with some wire loss.
+    /// Test hook: from now on lose UDP datagrams the endpoint sends with probability `loss`
+    /// (the draws restart from `wire_loss_seed`). Only for a transport bound with some wire
+    /// loss.
     pub fn set_wire_loss(&self, loss: f64) -> Result<(), AmError> {
         WireLoss::check(loss)?;
         let w = self.wire_loss.as_ref().ok_or(AmError::BadArg(
@@ -417,7 +310,7 @@ impl QuicTransport {
     /// A handle on the counters of failed handshakes and lost datagrams (valid after the
     /// transport moved into a bundle).
     pub fn counters(&self) -> QuicCounters {
-        QuicCounters(Arc::clone(&self.out.shared.counters))
+        QuicCounters(Arc::clone(&self.conns.counters))
     }
 
     /// The same handle as [`QuicTransport::counters`] (its handshake counters).
@@ -425,24 +318,35 @@ impl QuicTransport {
         self.counters()
     }
 
-    fn try_stash(&mut self) -> bool {
-        if self.stash.is_none() {
-            self.stash = self.rx.try_recv().ok();
+    /// One pass of the endpoint at `now`: what the socket holds goes to quinn, due timers
+    /// fire, and every connection with something to do acts and transmits.
+    fn drive(&mut self, now: Instant) -> Result<(), AmError> {
+        self.socket.recv_all(&mut self.arrivals)?;
+        for (meta, data) in self.arrivals.drain(..) {
+            self.conns
+                .handle_datagram(now, &meta, data, &mut self.socket);
         }
-        self.stash.is_some()
+        self.conns.handle_timeouts(now);
+        self.conns.drive(now, &mut self.socket);
+        Ok(())
+    }
+
+    /// How long a wait from `now` may block: until `deadline` or the next QUIC timer.
+    fn wait_limit(&mut self, now: Instant, deadline: Option<Instant>) -> Option<Duration> {
+        let until = match (deadline, self.conns.next_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        until.map(|u| u.saturating_duration_since(now))
     }
 }
 
 impl Drop for QuicTransport {
     fn drop(&mut self) {
-        // What `send` queued, then the close frames, leave before the driver stops its runtime
-        // (when it drops next).
-        let rt = self.driver.handle().clone();
-        let out = &mut self.out;
-        self.driver.flush_before_drop(|| {
-            out.send_queued(&rt);
-            out.endpoint.close(0u32.into(), b"bye");
-        });
+        // The close frames leave now, with anything handed over since the last flush.
+        let now = Instant::now();
+        self.conns.close_all(now);
+        self.conns.drive(now, &mut self.socket);
     }
 }
 
@@ -461,16 +365,15 @@ impl Transport for QuicTransport {
     }
     fn send(&mut self, to: NodeAddr, datagram: &[u8]) -> Result<(), AmError> {
         let NodeAddr::Ip(to) = to else { return Ok(()) };
-        if self.out.queued.len() >= SEND_QUEUE_MAX {
-            self.flush()?;
+        if self.conns.unsent >= SEND_QUEUE_MAX {
+            self.conns.drive(Instant::now(), &mut self.socket);
         }
-        self.out.queued.push((to, Bytes::copy_from_slice(datagram)));
+        self.conns
+            .send(to, Bytes::copy_from_slice(datagram), Instant::now);
         Ok(())
     }
     fn flush(&mut self) -> Result<(), AmError> {
-        let rt = self.driver.handle().clone();
-        let out = &mut self.out;
-        self.driver.flush_with(|| out.send_queued(&rt))
+        self.drive(Instant::now())
     }
     fn recv(
         &mut self,
@@ -479,75 +382,55 @@ impl Transport for QuicTransport {
     ) -> Result<usize, AmError> {
         let mut n = 0;
         while n < max {
-            let item = match self.stash.take() {
-                Some(i) => i,
-                None => match self.rx.try_recv() {
-                    Ok(i) => i,
-                    Err(_) => break,
-                },
+            let Some((from, b)) = self.conns.received.pop_front() else {
+                break;
             };
-            sink(NodeAddr::Ip(item.0), &item.1);
+            sink(NodeAddr::Ip(from), &b);
             n += 1;
         }
-        self.out.stats.received += n as u64;
+        self.conns.stats.received += n as u64;
         Ok(n)
     }
     fn has_pending(&mut self) -> bool {
-        self.try_stash()
+        !self.conns.received.is_empty()
     }
     fn wait(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
-        if !self.out.queued.is_empty() {
-            self.flush()?;
-        }
-        if self.try_stash() {
-            return Ok(true);
-        }
-        let d = deadline.map(|t| tokio_deadline(self.origin, t));
-        let rx = &mut self.rx;
-        let fut = async move {
-            match d {
-                Some(d) => tokio::time::timeout_at(d, rx.recv()).await.ok().flatten(),
-                None => rx.recv().await,
-            }
-        };
-        if let Some(got) = self.driver.block_on(fut)? {
-            self.stash = got;
-            return Ok(self.stash.is_some());
-        }
-        // On a current-thread runtime's thread we cannot block: the background thread drives
-        // quinn and this one sleep-polls.
+        let deadline = deadline.map(|t| real_instant(self.origin, t));
+        let mut now = Instant::now();
+        self.drive(now)?;
         loop {
-            if self.try_stash() {
+            if !self.conns.received.is_empty() {
                 return Ok(true);
             }
-            if deadline.is_some_and(|d| self.now() >= d) {
+            if deadline.is_some_and(|d| now >= d) {
                 return Ok(false);
             }
-            std::thread::sleep(Duration::from_micros(100));
+            let limit = self.wait_limit(now, deadline);
+            self.socket.wait(limit)?;
+            now = Instant::now();
+            self.drive(now)?;
         }
     }
     fn sleep_until(&mut self, t: Time) {
+        let _ = self.flush();
         sleep_until_real(self.now(), t);
     }
     async fn wait_async(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
-        // The caller's runtime cannot drive ours: a background thread does.
-        self.driver.background()?;
-        if !self.out.queued.is_empty() {
-            self.flush()?;
+        let deadline = deadline.map(|t| real_instant(self.origin, t));
+        let mut now = Instant::now();
+        self.drive(now)?;
+        loop {
+            if !self.conns.received.is_empty() {
+                return Ok(true);
+            }
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(false);
+            }
+            let limit = self.wait_limit(now, deadline);
+            self.socket.wait_async(limit).await?;
+            now = Instant::now();
+            self.drive(now)?;
         }
-        if self.try_stash() {
-            return Ok(true);
-        }
-        let d = deadline.map(|t| tokio_deadline(self.origin, t));
-        let got = match d {
-            Some(d) => tokio::time::timeout_at(d, self.rx.recv())
-                .await
-                .ok()
-                .flatten(),
-            None => self.rx.recv().await,
-        };
-        self.stash = got;
-        Ok(self.stash.is_some())
     }
 }
 

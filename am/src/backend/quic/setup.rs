@@ -6,7 +6,6 @@ use std::time::Duration;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use super::pki::tls_err;
-use super::wire_loss::{WireLoss, WireLossSocket};
 use super::{ALPN, QuicConfig};
 use crate::AmError;
 
@@ -14,7 +13,7 @@ use crate::AmError;
 /// a certificate of the cluster CA, TLS 1.3 only.
 pub(super) fn configs(
     cfg: &QuicConfig,
-) -> Result<(quinn::ServerConfig, quinn::ClientConfig), AmError> {
+) -> Result<(quinn_proto::ServerConfig, quinn_proto::ClientConfig), AmError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     roots
@@ -45,28 +44,28 @@ pub(super) fn configs(
     client.alpn_protocols = vec![ALPN.to_vec()];
 
     let transport = Arc::new(transport_config(cfg)?);
-    let qs = quinn::crypto::rustls::QuicServerConfig::try_from(server).map_err(tls_err)?;
-    let mut sc = quinn::ServerConfig::with_crypto(Arc::new(qs));
+    let qs = quinn_proto::crypto::rustls::QuicServerConfig::try_from(server).map_err(tls_err)?;
+    let mut sc = quinn_proto::ServerConfig::with_crypto(Arc::new(qs));
     sc.transport_config(transport.clone());
-    let qc = quinn::crypto::rustls::QuicClientConfig::try_from(client).map_err(tls_err)?;
-    let mut cc = quinn::ClientConfig::new(Arc::new(qc));
+    let qc = quinn_proto::crypto::rustls::QuicClientConfig::try_from(client).map_err(tls_err)?;
+    let mut cc = quinn_proto::ClientConfig::new(Arc::new(qc));
     cc.transport_config(transport);
     Ok((sc, cc))
 }
 
-/// A server-and-client endpoint on a socket bound to `cfg.bind`, losing what it sends as
-/// `loss` draws if given (a test hook). Call inside the backend's runtime.
+/// A server-and-client endpoint with `cfg`'s identity and server configuration `sc`;
+/// `allow_mtud` unless the socket lets the kernel fragment what it sends.
 pub(super) fn endpoint(
-    sc: quinn::ServerConfig,
+    sc: quinn_proto::ServerConfig,
     cfg: &QuicConfig,
-    loss: Option<Arc<WireLoss>>,
-) -> std::io::Result<quinn::Endpoint> {
-    let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
-    let mut socket = runtime.wrap_udp_socket(std::net::UdpSocket::bind(cfg.bind)?)?;
-    if let Some(loss) = loss {
-        socket = Arc::new(WireLossSocket::new(socket, loss));
-    }
-    quinn::Endpoint::new_with_abstract_socket(endpoint_config(cfg), Some(sc), socket, runtime)
+    allow_mtud: bool,
+) -> quinn_proto::Endpoint {
+    quinn_proto::Endpoint::new(
+        Arc::new(endpoint_config(cfg)),
+        Some(Arc::new(sc)),
+        allow_mtud,
+        None,
+    )
 }
 
 /// A secret of the node's own for `purpose`, derived from its private key (`key_der`) so that
@@ -83,7 +82,7 @@ fn node_secret(key_der: &[u8], purpose: &[u8]) -> ring::digest::Digest {
 /// under this key). The same after a restart, so a peer still sending on a connection to the
 /// node's previous process draws a reset it accepts, and that connection closes at once
 /// instead of at its idle timeout. Secret as the node key is: nobody else can forge resets.
-pub(super) fn reset_key(key_der: &[u8]) -> Arc<dyn quinn::crypto::HmacKey> {
+pub(super) fn reset_key(key_der: &[u8]) -> Arc<dyn quinn_proto::crypto::HmacKey> {
     let secret = node_secret(key_der, b"stateless reset key");
     Arc::new(ring::hmac::Key::new(
         ring::hmac::HMAC_SHA256,
@@ -94,9 +93,9 @@ pub(super) fn reset_key(key_der: &[u8]) -> Arc<dyn quinn::crypto::HmacKey> {
 /// The endpoint settings of a node with `cfg`'s identity: its reset key, and connection IDs
 /// it recognises as its own after a restart too (an endpoint answers a packet for an unknown
 /// connection with a reset only if the ID passes its generator's check).
-pub(super) fn endpoint_config(cfg: &QuicConfig) -> quinn::EndpointConfig {
+pub(super) fn endpoint_config(cfg: &QuicConfig) -> quinn_proto::EndpointConfig {
     let key_der = &cfg.identity.key_der;
-    let mut ec = quinn::EndpointConfig::new(reset_key(key_der));
+    let mut ec = quinn_proto::EndpointConfig::new(reset_key(key_der));
     let cid_key = node_secret(key_der, b"connection id key");
     let cid_key = u64::from_le_bytes(cid_key.as_ref()[..8].try_into().expect("a SHA-256 digest"));
     ec.cid_generator(move || Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key)));
@@ -114,16 +113,16 @@ const MAX_ACK_DELAY: Duration = Duration::from_millis(5);
 /// its own would wake the peer's thread for nothing. QUIC datagrams are never retransmitted
 /// by QUIC (AM does that), so a later acknowledgement only slows its congestion control's
 /// reaction by at most [`MAX_ACK_DELAY`].
-fn ack_frequency() -> quinn::AckFrequencyConfig {
-    let mut a = quinn::AckFrequencyConfig::default();
-    a.ack_eliciting_threshold(quinn::VarInt::from_u32(ACK_ELICITING_THRESHOLD))
+fn ack_frequency() -> quinn_proto::AckFrequencyConfig {
+    let mut a = quinn_proto::AckFrequencyConfig::default();
+    a.ack_eliciting_threshold(quinn_proto::VarInt::from_u32(ACK_ELICITING_THRESHOLD))
         .max_ack_delay(Some(MAX_ACK_DELAY));
     a
 }
 
 /// QUIC's transport settings for `cfg`.
-pub(super) fn transport_config(cfg: &QuicConfig) -> Result<quinn::TransportConfig, AmError> {
-    let mut transport = quinn::TransportConfig::default();
+pub(super) fn transport_config(cfg: &QuicConfig) -> Result<quinn_proto::TransportConfig, AmError> {
+    let mut transport = quinn_proto::TransportConfig::default();
     transport
         .initial_mtu(cfg.initial_mtu)
         // The path MTU never drops below the one AM frames are sized for: on loss that looks
