@@ -179,8 +179,9 @@ impl QuicCounters {
     pub fn recv_dropped(&self) -> u64 {
         self.0.recv_dropped.load(Ordering::Relaxed)
     }
-    /// UDP transmits (a packet, or a GSO batch of them) the kernel refused: a full socket send
-    /// buffer, or an error for the path. Lost; QUIC sees the loss and AM sends again.
+    /// UDP sends (a QUIC packet, or a GSO batch of them sent as one) the kernel refused: a
+    /// full socket send buffer, or an error for the path. Lost; QUIC sees the loss and AM
+    /// sends again.
     pub fn send_failed(&self) -> u64 {
         self.0.send_failed.load(Ordering::Relaxed)
     }
@@ -195,9 +196,9 @@ pub struct QuicStats {
     pub send_refused: u64,
     /// Datagrams dropped before quinn (see [`QuicCounters::send_dropped`]).
     pub send_dropped: u64,
-    /// UDP transmits (a datagram, or a GSO batch of them) the kernel refused — a full socket
-    /// send buffer, or an error for the path: lost (QUIC sees the loss; AM sends its
-    /// datagrams again).
+    /// UDP sends (a QUIC packet, or a GSO batch of them sent as one) the kernel refused — a
+    /// full socket send buffer, or an error for the path: lost (QUIC sees the loss; AM sends
+    /// its datagrams again).
     pub send_failed: u64,
     /// Connection attempts started.
     pub connects: u64,

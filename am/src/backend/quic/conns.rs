@@ -300,6 +300,7 @@ impl Conns {
             }
             self.drive_one(ch, now, socket, max_gso);
         }
+        socket.flush();
         self.unsent = 0;
     }
 

@@ -17,6 +17,8 @@ use quinn_udp::{RecvMeta, UdpSocketState};
 
 use super::Counters;
 use super::wire_loss::WireLoss;
+use crate::backend::udp::UdpStats;
+use crate::backend::udp::tx::{GSO_MAX_SEGMENTS, Outbox};
 
 /// Receive slots of one `recvmmsg` (each may hold a GRO batch of up to 64 datagrams).
 const RECV_SLOTS: usize = 8;
@@ -42,6 +44,15 @@ pub(super) struct Socket {
     loss: Option<Arc<WireLoss>>,
     /// The transport's counters (this counts `send_failed`).
     counters: Arc<Counters>,
+    /// Transmits wait here for [`Socket::flush`] (when no transmit needs a source address or
+    /// an ECN mark of its own): one `sendmmsg` for a pass's packets to every peer, one GSO
+    /// `sendmsg` per batch to one — as the UDP backend sends.
+    outbox: Outbox,
+    /// The outbox's send tally (its refusals become `send_failed`).
+    outbox_stats: UdpStats,
+    /// Bound to one address (not `0.0.0.0`): the kernel picks that source for every packet,
+    /// so transmits may go through the outbox.
+    bound_to_one_ip: bool,
 }
 
 impl Socket {
@@ -57,6 +68,8 @@ impl Socket {
         let _ = state.set_send_buffer_size((&sock).into(), SOCKET_BUFFER_BYTES);
         sock.set_nonblocking(true)?;
         let slot_bytes = state.gro_segments().max(1) * SEGMENT_BYTES_MAX;
+        let gso_max = state.max_gso_segments().clamp(1, GSO_MAX_SEGMENTS);
+        let bound_to_one_ip = !sock.local_addr()?.ip().is_unspecified();
         let tokio_sock = match tokio::runtime::Handle::try_current() {
             Ok(_) => Some(tokio::net::UdpSocket::from_std(sock.try_clone()?)?),
             Err(_) => None,
@@ -70,6 +83,9 @@ impl Socket {
             meta: [RecvMeta::default(); RECV_SLOTS],
             loss,
             counters,
+            outbox: Outbox::new(gso_max),
+            outbox_stats: UdpStats::default(),
+            bound_to_one_ip,
         })
     }
 
@@ -111,6 +127,26 @@ impl Socket {
         if self.loss.as_ref().is_some_and(|l| l.lose()) {
             return;
         }
+        if self.bound_to_one_ip {
+            // ECN marks are left off (quinn then finds the path does not carry them).
+            let seg = segment_size.unwrap_or(contents.len()).max(1);
+            for d in contents.chunks(seg) {
+                self.outbox.push(&self.sock, &mut self.outbox_stats, to, d);
+            }
+            return;
+        }
+        self.send_now(to, ecn, segment_size, src_ip, contents);
+    }
+
+    /// Sends one transmit at once, with its source address and ECN mark.
+    fn send_now(
+        &mut self,
+        to: SocketAddr,
+        ecn: Option<quinn_proto::EcnCodepoint>,
+        segment_size: Option<usize>,
+        src_ip: Option<std::net::IpAddr>,
+        contents: &[u8],
+    ) {
         let t = quinn_udp::Transmit {
             destination: to,
             ecn: ecn.and_then(|e| quinn_udp::EcnCodepoint::from_bits(e as u8)),
@@ -128,6 +164,14 @@ impl Socket {
                 Ok(()) => return,
             }
         }
+    }
+
+    /// Sends what waits in the outbox.
+    pub(super) fn flush(&mut self) {
+        let before = self.outbox_stats.send_dropped + self.outbox_stats.send_errors;
+        self.outbox.send_all(&self.sock, &mut self.outbox_stats);
+        let failed = self.outbox_stats.send_dropped + self.outbox_stats.send_errors - before;
+        Counters::add(&self.counters.send_failed, failed as usize);
     }
 
     /// Receives what is queued on the socket, without blocking, into `out`: each UDP datagram

@@ -21,7 +21,7 @@
 //! degrades to sleeping polls (100 µs).
 
 mod rx;
-mod tx;
+pub(super) mod tx;
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket as StdUdpSocket};

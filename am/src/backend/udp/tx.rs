@@ -1,5 +1,5 @@
-//! The send side of the UDP backend: datagrams wait in an outbox until the bundle flushes, then
-//! leave in as few system calls as the kernel allows.
+//! The send side of the UDP backend (and of the QUIC backend's socket): datagrams wait in an
+//! outbox until the bundle flushes, then leave in as few system calls as the kernel allows.
 //!
 //! Consecutive equal-size datagrams to one destination form one message, sent with a
 //! `UDP_SEGMENT` control message (GSO: the kernel cuts it into datagrams); a run of single
@@ -20,7 +20,7 @@ use super::UdpStats;
 /// Most bytes one GSO send carries (the largest UDP payload over IPv4).
 pub(super) const GSO_MAX_BYTES: usize = 65_507;
 /// Most segments one GSO send carries (the kernel's `UDP_MAX_SEGMENTS`).
-pub(super) const GSO_MAX_SEGMENTS: usize = 64;
+pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
 /// Most messages (single datagrams or GSO batches) the outbox holds before it sends.
 pub(super) const OUTBOX_MSGS_MAX: usize = 64;
 /// Bytes the outbox holds before it sends (its buffer never grows past this plus one GSO
@@ -41,7 +41,7 @@ struct OutMsg {
 }
 
 /// Datagrams waiting for the next flush.
-pub(super) struct Outbox {
+pub(crate) struct Outbox {
     buf: Vec<u8>,
     msgs: Vec<OutMsg>,
     /// Segments one message may carry: 1 without GSO.
@@ -49,7 +49,7 @@ pub(super) struct Outbox {
 }
 
 impl Outbox {
-    pub(super) fn new(gso_max: usize) -> Self {
+    pub(crate) fn new(gso_max: usize) -> Self {
         debug_assert!((1..=GSO_MAX_SEGMENTS).contains(&gso_max));
         Self {
             buf: Vec::with_capacity(OUTBOX_BYTES_MAX + GSO_MAX_BYTES),
@@ -75,7 +75,7 @@ impl Outbox {
     }
 
     /// Queues one datagram; sends what is queued first when the outbox is full.
-    pub(super) fn push(
+    pub(crate) fn push(
         &mut self,
         sock: &StdUdpSocket,
         stats: &mut UdpStats,
@@ -109,7 +109,7 @@ impl Outbox {
     /// Sends everything queued, in order: runs of single datagrams in one `sendmmsg`, each
     /// batch in one GSO `sendmsg`. What the kernel does not take (`EAGAIN`) is dropped and
     /// counted, as for any send: the AM core retransmits.
-    pub(super) fn send_all(&mut self, sock: &StdUdpSocket, stats: &mut UdpStats) {
+    pub(crate) fn send_all(&mut self, sock: &StdUdpSocket, stats: &mut UdpStats) {
         let mut i = 0;
         while i < self.msgs.len() {
             if self.msgs[i].n > 1 {
