@@ -228,6 +228,9 @@ pub struct QuicTransport {
     origin: Instant,
     inc: u64,
     max_datagram: usize,
+    /// The last wait emptied the socket: the flush that follows it (the caller's answer to
+    /// what the wait brought) skips the receive — the next wait starts with one.
+    socket_drained: bool,
     /// The loss below QUIC, when bound with some (a test hook).
     wire_loss: Option<Arc<WireLoss>>,
 }
@@ -271,6 +274,7 @@ impl QuicTransport {
             origin: Instant::now(),
             inc: wall_incarnation(),
             max_datagram: cfg.max_datagram,
+            socket_drained: false,
             wire_loss,
         })
     }
@@ -319,10 +323,13 @@ impl QuicTransport {
         self.counters()
     }
 
-    /// One pass of the endpoint at `now`: what the socket holds goes to quinn, due timers
-    /// fire, and every connection with something to do acts and transmits.
-    fn drive(&mut self, now: Instant) -> Result<(), AmError> {
-        self.socket.recv_all(&mut self.arrivals)?;
+    /// One pass of the endpoint at `now`: what the socket holds goes to quinn (unless
+    /// `receive` is false), due timers fire, and every connection with something to do acts
+    /// and transmits.
+    fn drive(&mut self, now: Instant, receive: bool) -> Result<(), AmError> {
+        if receive {
+            self.socket.recv_all(&mut self.arrivals)?;
+        }
         for (meta, data) in self.arrivals.drain(..) {
             self.conns
                 .handle_datagram(now, &meta, data, &mut self.socket);
@@ -374,7 +381,9 @@ impl Transport for QuicTransport {
         Ok(())
     }
     fn flush(&mut self) -> Result<(), AmError> {
-        self.drive(Instant::now())
+        // A node that only polls (never waits) receives in every flush.
+        let receive = !std::mem::take(&mut self.socket_drained);
+        self.drive(Instant::now(), receive)
     }
     fn recv(
         &mut self,
@@ -398,7 +407,8 @@ impl Transport for QuicTransport {
     fn wait(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
         let deadline = deadline.map(|t| real_instant(self.origin, t));
         let mut now = Instant::now();
-        self.drive(now)?;
+        self.drive(now, true)?;
+        self.socket_drained = true;
         loop {
             if !self.conns.received.is_empty() {
                 return Ok(true);
@@ -409,7 +419,7 @@ impl Transport for QuicTransport {
             let limit = self.wait_limit(now, deadline);
             self.socket.wait(limit)?;
             now = Instant::now();
-            self.drive(now)?;
+            self.drive(now, true)?;
         }
     }
     fn sleep_until(&mut self, t: Time) {
@@ -419,7 +429,8 @@ impl Transport for QuicTransport {
     async fn wait_async(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
         let deadline = deadline.map(|t| real_instant(self.origin, t));
         let mut now = Instant::now();
-        self.drive(now)?;
+        self.drive(now, true)?;
+        self.socket_drained = true;
         loop {
             if !self.conns.received.is_empty() {
                 return Ok(true);
@@ -430,7 +441,7 @@ impl Transport for QuicTransport {
             let limit = self.wait_limit(now, deadline);
             self.socket.wait_async(limit).await?;
             now = Instant::now();
-            self.drive(now)?;
+            self.drive(now, true)?;
         }
     }
 }
