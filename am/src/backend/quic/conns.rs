@@ -270,24 +270,27 @@ impl Conns {
             .min()
     }
 
-    /// Fires every timer due at `now`.
+    /// Fires every timer due at `now` (no allocation unless a connection retires).
     pub(super) fn handle_timeouts(&mut self, now: Instant) {
-        let mut due = Vec::new();
+        let mut retiring = Vec::new();
         for (&ch, e) in &mut self.entries {
+            let mut due = false;
             if e.conn.poll_timeout().is_some_and(|t| t <= now) {
                 e.conn.handle_timeout(now);
-                due.push((ch, false));
+                due = true;
             }
             if e.retire_at.is_some_and(|t| t <= now) {
                 e.retire_at = None;
-                due.push((ch, true));
+                retiring.push(ch);
+                due = true;
+            }
+            if due && !e.dirty {
+                e.dirty = true;
+                self.dirty.push(ch);
             }
         }
-        for (ch, retire) in due {
-            if retire {
-                self.retire(ch, now);
-            }
-            self.mark(ch);
+        for ch in retiring {
+            self.retire(ch, now);
         }
     }
 
