@@ -62,6 +62,12 @@ pub const CONNECT_QUEUE: usize = 256;
 pub const RX_QUEUE: usize = 8192;
 /// Datagrams `send` hands to quinn before a flush transmits them; one more transmits first.
 pub const SEND_QUEUE_MAX: usize = 1024;
+/// Connections an endpoint holds at most, counting those in their handshake and those
+/// closing: a node's peers are its switch's hosts and TMs, far fewer. An incoming one beyond
+/// it is refused (`handshakes_refused`), so a flood of handshakes from addresses that will
+/// never authenticate cannot grow the endpoint without bound; an outgoing one fails
+/// (`connects_failed`).
+pub const CONNECTIONS_MAX: usize = 4096;
 
 /// QUIC backend settings.
 #[derive(Clone, Debug)]
@@ -310,6 +316,12 @@ impl QuicTransport {
         ))?;
         w.set(loss);
         Ok(())
+    }
+
+    /// Test hook: hold at most `n` connections instead of [`CONNECTIONS_MAX`].
+    #[cfg(test)]
+    fn set_connections_max(&mut self, n: usize) {
+        self.conns.connections_max = n;
     }
 
     /// A handle on the counters of failed handshakes and lost datagrams (valid after the

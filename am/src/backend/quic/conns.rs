@@ -31,7 +31,7 @@ use quinn_proto::{
 use quinn_udp::RecvMeta;
 
 use super::socket::Socket;
-use super::{CONNECT_QUEUE, Counters, QuicStats, RX_QUEUE, SERVER_NAME};
+use super::{CONNECT_QUEUE, CONNECTIONS_MAX, Counters, QuicStats, RX_QUEUE, SERVER_NAME};
 
 /// How long the losing connection of a simultaneous open stays open, so that what was sent on
 /// it before both ends chose still arrives.
@@ -90,6 +90,8 @@ pub(super) struct Conns {
     pub(super) unsent: usize,
     /// quinn writes transmits and endpoint responses here.
     buf: Vec<u8>,
+    /// [`CONNECTIONS_MAX`] (lower in tests).
+    pub(super) connections_max: usize,
 }
 
 impl Conns {
@@ -105,6 +107,7 @@ impl Conns {
             stats: QuicStats::default(),
             unsent: 0,
             buf: Vec::new(),
+            connections_max: CONNECTIONS_MAX,
         }
     }
 
@@ -145,6 +148,17 @@ impl Conns {
     /// Opens a connection to `to` with `first` waiting for it.
     fn connect(&mut self, to: SocketAddr, first: Bytes, now: Instant) {
         self.stats.connects += 1;
+        if self.entries.len() >= self.connections_max {
+            let c = &self.counters;
+            let held = self.entries.len();
+            c.failed(
+                &c.connects_failed,
+                format!("connection to {to}: {held} connections held"),
+            );
+            Counters::add(&c.send_dropped, 1);
+            self.links.insert(to, Link::Failed(now));
+            return;
+        }
         match self
             .endpoint
             .connect(now, self.client.clone(), to, SERVER_NAME)
@@ -225,6 +239,25 @@ impl Conns {
                 }
                 Some(DatagramEvent::NewConnection(incoming)) => {
                     self.buf.clear();
+                    if self.entries.len() >= self.connections_max {
+                        let t = self.endpoint.refuse(incoming, &mut self.buf);
+                        let c = &self.counters;
+                        c.failed(
+                            &c.refused,
+                            format!(
+                                "handshake from {from}: {} connections held",
+                                self.entries.len()
+                            ),
+                        );
+                        socket.send(
+                            t.destination,
+                            t.ecn,
+                            t.segment_size,
+                            t.src_ip,
+                            &self.buf[..t.size],
+                        );
+                        continue;
+                    }
                     match self.endpoint.accept(incoming, now, &mut self.buf, None) {
                         Ok((ch, conn)) => {
                             self.entries.insert(ch, Entry::new(conn, false));

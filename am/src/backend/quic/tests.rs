@@ -469,3 +469,36 @@ fn full_size_bursts_arrive_whole() {
     }
     assert_eq!(a.quic_stats().send_failed, 0, "{:?}", a.quic_stats());
 }
+
+#[test]
+fn connections_beyond_the_limit_are_refused_and_counted() {
+    let ca = make_ca("test CA").unwrap();
+    let (mut a, mut b, mut c) = (
+        bind_node(&ca, "alpha"),
+        bind_node(&ca, "beta"),
+        bind_node(&ca, "gamma"),
+    );
+    a.set_connections_max(1);
+    exchange(&mut b, &mut a, wait_briefly);
+    // gamma's handshake is refused at once (not left to time out): alpha holds its one.
+    let guard = Instant::now() + Duration::from_secs(60);
+    while a.quic_stats().handshakes_refused == 0 || c.quic_stats().connects_failed == 0 {
+        let (sa, sc) = (a.quic_stats(), c.quic_stats());
+        assert!(Instant::now() < guard, "{sa:?} {sc:?}");
+        c.send(a.local_addr(), b"hello").unwrap();
+        c.flush().unwrap();
+        wait_briefly(&mut a);
+        wait_briefly(&mut c);
+    }
+    assert!(!a.has_pending(), "nothing of gamma's arrived");
+    assert!(
+        a.counters()
+            .last_error()
+            .unwrap()
+            .contains("connections held")
+    );
+    // alpha's own connection attempts beyond the limit fail too; beta stays reachable.
+    a.send(c.local_addr(), b"hello").unwrap();
+    assert!(a.quic_stats().connects_failed >= 1, "{:?}", a.quic_stats());
+    exchange(&mut b, &mut a, wait_briefly);
+}
