@@ -121,7 +121,7 @@ impl Conns {
     }
 
     /// Hands `b` to the connection to `to`, opening one if there is none (`now` is read only
-    /// then); it leaves at the next [`Conns::transmit`].
+    /// then); it leaves at the next [`Conns::drive`].
     pub(super) fn send(&mut self, to: SocketAddr, b: Bytes, now: impl FnOnce() -> Instant) {
         match self.links.get_mut(&to) {
             Some(Link::Ready { ch, .. }) => {
