@@ -1,6 +1,11 @@
 //! Transport backends: drivers around the sans-IO core.
 
+use std::io;
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use crate::Time;
 
@@ -40,5 +45,24 @@ pub(crate) fn tokio_deadline(origin: Instant, t: Time) -> tokio::time::Instant {
 pub(crate) fn sleep_until_real(now: Time, t: Time) {
     if t > now {
         std::thread::sleep(t.since(now));
+    }
+}
+
+/// Blocks in `poll(2)` until `fd` is readable or `timeout` passes (`None`: no limit), the
+/// timeout rounded up to whole milliseconds as `epoll` would; `true` if it may be readable
+/// (`false` also after a signal).
+pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
+    let timeout = match timeout {
+        Some(t) => {
+            let ms = i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+        }
+        None => PollTimeout::NONE,
+    };
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    match poll(&mut fds, timeout) {
+        Ok(0) | Err(Errno::EINTR) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(e) => Err(io::Error::from(e)),
     }
 }

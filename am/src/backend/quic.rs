@@ -235,7 +235,8 @@ pub struct QuicTransport {
     inc: u64,
     max_datagram: usize,
     /// The last wait emptied the socket: the flush that follows it (the caller's answer to
-    /// what the wait brought) skips the receive — the next wait starts with one.
+    /// what the wait brought) skips the receive — the next wait starts with one. Set by every
+    /// wait step, taken by the next flush.
     socket_drained: bool,
     /// The loss below QUIC, when bound with some (a test hook).
     wire_loss: Option<Arc<WireLoss>>,
@@ -351,14 +352,32 @@ impl QuicTransport {
         Ok(())
     }
 
-    /// How long a wait from `now` may block: until `deadline` or the next QUIC timer.
-    fn wait_limit(&mut self, now: Instant, deadline: Option<Instant>) -> Option<Duration> {
-        let until = match (deadline, self.conns.next_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        until.map(|u| u.saturating_duration_since(now))
+    /// One pass of a wait (until `deadline`): the endpoint driven; done when a datagram
+    /// waits or the deadline passed, else how long to block — until the deadline or the next
+    /// QUIC timer.
+    fn wait_step(&mut self, deadline: Option<Instant>) -> Result<WaitStep, AmError> {
+        let now = Instant::now();
+        self.drive(now, true)?;
+        self.socket_drained = true;
+        if !self.conns.received.is_empty() {
+            return Ok(WaitStep::Done(true));
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            return Ok(WaitStep::Done(false));
+        }
+        let until = deadline.into_iter().chain(self.conns.next_timeout()).min();
+        Ok(WaitStep::Block(
+            until.map(|u| u.saturating_duration_since(now)),
+        ))
     }
+}
+
+/// What a wait does after a [`QuicTransport::wait_step`].
+enum WaitStep {
+    /// Return whether a datagram waits.
+    Done(bool),
+    /// Block in the socket at most this long (`None`: no limit).
+    Block(Option<Duration>),
 }
 
 impl Drop for QuicTransport {
@@ -418,20 +437,11 @@ impl Transport for QuicTransport {
     }
     fn wait(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
         let deadline = deadline.map(|t| real_instant(self.origin, t));
-        let mut now = Instant::now();
-        self.drive(now, true)?;
-        self.socket_drained = true;
         loop {
-            if !self.conns.received.is_empty() {
-                return Ok(true);
-            }
-            if deadline.is_some_and(|d| now >= d) {
-                return Ok(false);
-            }
-            let limit = self.wait_limit(now, deadline);
-            self.socket.wait(limit)?;
-            now = Instant::now();
-            self.drive(now, true)?;
+            match self.wait_step(deadline)? {
+                WaitStep::Done(found) => return Ok(found),
+                WaitStep::Block(limit) => self.socket.wait(limit)?,
+            };
         }
     }
     fn sleep_until(&mut self, t: Time) {
@@ -440,20 +450,11 @@ impl Transport for QuicTransport {
     }
     async fn wait_async(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
         let deadline = deadline.map(|t| real_instant(self.origin, t));
-        let mut now = Instant::now();
-        self.drive(now, true)?;
-        self.socket_drained = true;
         loop {
-            if !self.conns.received.is_empty() {
-                return Ok(true);
-            }
-            if deadline.is_some_and(|d| now >= d) {
-                return Ok(false);
-            }
-            let limit = self.wait_limit(now, deadline);
-            self.socket.wait_async(limit).await?;
-            now = Instant::now();
-            self.drive(now, true)?;
+            match self.wait_step(deadline)? {
+                WaitStep::Done(found) => return Ok(found),
+                WaitStep::Block(limit) => self.socket.wait_async(limit).await?,
+            };
         }
     }
 }

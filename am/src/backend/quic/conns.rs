@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use quinn_proto::{
     ClientConfig, Connection, ConnectionHandle, DatagramEvent, EcnCodepoint, Endpoint, Event,
-    SendDatagramError,
+    Incoming, SendDatagramError,
 };
 
 use quinn_udp::RecvMeta;
@@ -83,11 +83,8 @@ impl Conns {
     }
 
     fn mark(&mut self, ch: ConnectionHandle) {
-        if let Some(e) = self.entries.get_mut(&ch)
-            && !e.dirty
-        {
-            e.dirty = true;
-            self.dirty.push(ch);
+        if let Some(e) = self.entries.get_mut(&ch) {
+            e.mark(ch, &mut self.dirty);
         }
     }
 
@@ -191,16 +188,13 @@ impl Conns {
         mut data: BytesMut,
         socket: &mut Socket,
     ) {
-        let from = meta.addr;
         let ecn = meta.ecn.and_then(|e| EcnCodepoint::from_bits(e as u8));
-        let stride = meta.stride;
-        let local_ip = meta.dst_ip;
         while !data.is_empty() {
-            let one = data.split_to(stride.clamp(1, data.len()));
+            let one = data.split_to(meta.stride.clamp(1, data.len()));
             self.buf.clear();
             let event = self
                 .endpoint
-                .handle(now, from, local_ip, ecn, one, &mut self.buf);
+                .handle(now, meta.addr, meta.dst_ip, ecn, one, &mut self.buf);
             match event {
                 Some(DatagramEvent::ConnectionEvent(ch, ev)) => {
                     if let Some(e) = self.entries.get_mut(&ch) {
@@ -209,57 +203,37 @@ impl Conns {
                     }
                 }
                 Some(DatagramEvent::NewConnection(incoming)) => {
-                    self.buf.clear();
-                    if self.entries.len() >= self.connections_max {
-                        let t = self.endpoint.refuse(incoming, &mut self.buf);
-                        let c = &self.counters;
-                        c.failed(
-                            &c.refused,
-                            format!(
-                                "handshake from {from}: {} connections held",
-                                self.entries.len()
-                            ),
-                        );
-                        socket.send(
-                            t.destination,
-                            t.ecn,
-                            t.segment_size,
-                            t.src_ip,
-                            &self.buf[..t.size],
-                        );
-                        continue;
-                    }
-                    match self.endpoint.accept(incoming, now, &mut self.buf, None) {
-                        Ok((ch, conn)) => {
-                            self.entries.insert(ch, Entry::new(conn, false));
-                            self.mark(ch);
-                        }
-                        Err(e) => {
-                            let c = &self.counters;
-                            c.failed(&c.refused, format!("handshake from {from}: {}", e.cause));
-                            if let Some(t) = e.response {
-                                socket.send(
-                                    t.destination,
-                                    t.ecn,
-                                    t.segment_size,
-                                    t.src_ip,
-                                    &self.buf[..t.size],
-                                );
-                            }
-                        }
-                    }
+                    self.incoming(incoming, now, socket);
                 }
-                Some(DatagramEvent::Response(t)) => {
-                    socket.send(
-                        t.destination,
-                        t.ecn,
-                        t.segment_size,
-                        t.src_ip,
-                        &self.buf[..t.size],
-                    );
-                }
+                Some(DatagramEvent::Response(t)) => socket.send(&t, &self.buf[..t.size]),
                 None => {}
             }
+        }
+    }
+
+    /// A peer opens a connection: accepted unless [`CONNECTIONS_MAX`] are held (then refused
+    /// at once); a refusal is counted and its answer sent.
+    fn incoming(&mut self, incoming: Incoming, now: Instant, socket: &mut Socket) {
+        let from = incoming.remote_address();
+        self.buf.clear();
+        let held = self.entries.len();
+        let (t, why) = if held >= self.connections_max {
+            let t = self.endpoint.refuse(incoming, &mut self.buf);
+            (Some(t), format!("{held} connections held"))
+        } else {
+            match self.endpoint.accept(incoming, now, &mut self.buf, None) {
+                Ok((ch, conn)) => {
+                    self.entries.insert(ch, Entry::new(conn, false));
+                    self.mark(ch);
+                    return;
+                }
+                Err(e) => (e.response, e.cause.to_string()),
+            }
+        };
+        let c = &self.counters;
+        c.failed(&c.refused, format!("handshake from {from}: {why}"));
+        if let Some(t) = t {
+            socket.send(&t, &self.buf[..t.size]);
         }
     }
 
@@ -267,10 +241,7 @@ impl Conns {
     pub(super) fn next_timeout(&mut self) -> Option<Instant> {
         self.entries
             .values_mut()
-            .filter_map(|e| match (e.conn.poll_timeout(), e.retire_at) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            })
+            .flat_map(|e| e.conn.poll_timeout().into_iter().chain(e.retire_at))
             .min()
     }
 
@@ -288,9 +259,8 @@ impl Conns {
                 retiring.push(ch);
                 due = true;
             }
-            if due && !e.dirty {
-                e.dirty = true;
-                self.dirty.push(ch);
+            if due {
+                e.mark(ch, &mut self.dirty);
             }
         }
         for ch in retiring {
@@ -336,13 +306,7 @@ impl Conns {
                 e.conn.poll_transmit(now, max_gso, &mut self.buf)
             } {
                 busy = true;
-                socket.send(
-                    t.destination,
-                    t.ecn,
-                    t.segment_size,
-                    t.src_ip,
-                    &self.buf[..t.size],
-                );
+                socket.send(&t, &self.buf[..t.size]);
             }
             match e.conn.poll() {
                 Some(Event::Connected) => self.adopt(ch, now),
@@ -377,14 +341,20 @@ impl Conns {
         }
     }
 
+    /// UDP datagrams quinn has built on every connection (a test hook).
+    #[cfg(test)]
+    pub(super) fn packets_sent(&self) -> u64 {
+        self.entries
+            .values()
+            .map(|e| e.conn.stats().udp_tx.datagrams)
+            .sum()
+    }
+
     /// Closes every connection (their close frames leave at the next drive).
     pub(super) fn close_all(&mut self, now: Instant) {
-        let all: Vec<ConnectionHandle> = self.entries.keys().copied().collect();
-        for ch in all {
-            if let Some(e) = self.entries.get_mut(&ch) {
-                e.conn.close(now, 0u32.into(), Bytes::from_static(b"bye"));
-            }
-            self.mark(ch);
+        for (&ch, e) in &mut self.entries {
+            e.conn.close(now, 0u32.into(), Bytes::from_static(b"bye"));
+            e.mark(ch, &mut self.dirty);
         }
         self.links.clear();
     }
@@ -399,6 +369,14 @@ impl Entry {
             retire_at: None,
             dirty: false,
             drained: false,
+        }
+    }
+
+    /// Queues it (`ch`) in `dirty` unless it waits there already.
+    fn mark(&mut self, ch: ConnectionHandle, dirty: &mut Vec<ConnectionHandle>) {
+        if !self.dirty {
+            self.dirty = true;
+            dirty.push(ch);
         }
     }
 }

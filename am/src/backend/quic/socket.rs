@@ -11,23 +11,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use nix::errno::Errno;
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use quinn_udp::{RecvMeta, UdpSocketState};
 
 use super::Counters;
 use super::wire_loss::WireLoss;
+use crate::backend::poll_readable;
 use crate::backend::udp::UdpStats;
-use crate::backend::udp::tx::{GSO_MAX_SEGMENTS, Outbox};
+use crate::backend::udp::rx::{RECV_BUF, RECV_SLOTS};
+use crate::backend::udp::tx::{GSO_MAX_BYTES, GSO_MAX_SEGMENTS, Outbox};
 
-/// Receive slots of one `recvmmsg` (each may hold a GRO batch of up to 64 datagrams).
-const RECV_SLOTS: usize = 8;
-/// The largest QUIC packet (UDP payload) sent or received: a node's `initial_mtu` is at most
-/// 1452 ([`super::QuicConfig`]) and path-MTU discovery stops there. A receive slot holds a GRO
-/// batch of these (smaller, it would truncate the batch and lose its tail).
+/// The largest QUIC packet (UDP payload) a node sends: its `initial_mtu` is at most 1452
+/// ([`super::QuicConfig`]) and path-MTU discovery stops there.
 const SEGMENT_BYTES_MAX: usize = 1500;
-/// Most bytes one GSO batch may carry: the largest UDP payload over IPv4.
-const GSO_BYTES_MAX: usize = 65_507;
 /// Socket buffers asked for (the kernel caps them at `rmem_max` / `wmem_max`): a wave's
 /// datagrams from every peer fit, so a busy moment loses nothing to a full buffer.
 const SOCKET_BUFFER_BYTES: usize = 4 << 20;
@@ -37,9 +32,9 @@ pub(super) struct Socket {
     state: UdpSocketState,
     /// Registered with the tokio runtime the transport was bound in, for `wait_async`.
     tokio_sock: Option<tokio::net::UdpSocket>,
-    /// [`RECV_SLOTS`] receive slots of `slot_bytes` (a GRO batch), allocated at bind.
+    /// [`RECV_SLOTS`] receive slots of [`RECV_BUF`] bytes (the kernel coalesces at most that
+    /// into one GRO batch), allocated at bind, as the UDP backend's.
     slots: Box<[u8]>,
-    slot_bytes: usize,
     meta: [RecvMeta; RECV_SLOTS],
     loss: Option<Arc<WireLoss>>,
     /// The transport's counters (this counts `send_failed`).
@@ -67,7 +62,6 @@ impl Socket {
         let _ = state.set_recv_buffer_size((&sock).into(), SOCKET_BUFFER_BYTES);
         let _ = state.set_send_buffer_size((&sock).into(), SOCKET_BUFFER_BYTES);
         sock.set_nonblocking(true)?;
-        let slot_bytes = state.gro_segments().max(1) * SEGMENT_BYTES_MAX;
         let gso_max = state.max_gso_segments().clamp(1, GSO_MAX_SEGMENTS);
         let bound_to_one_ip = !sock.local_addr()?.ip().is_unspecified();
         let tokio_sock = match tokio::runtime::Handle::try_current() {
@@ -78,8 +72,7 @@ impl Socket {
             sock,
             state,
             tokio_sock,
-            slots: vec![0; RECV_SLOTS * slot_bytes].into_boxed_slice(),
-            slot_bytes,
+            slots: vec![0; RECV_SLOTS * RECV_BUF].into_boxed_slice(),
             meta: [RecvMeta::default(); RECV_SLOTS],
             loss,
             counters,
@@ -105,7 +98,7 @@ impl Socket {
     pub(super) fn max_gso_segments(&self) -> usize {
         self.state
             .max_gso_segments()
-            .clamp(1, GSO_BYTES_MAX / SEGMENT_BYTES_MAX)
+            .clamp(1, GSO_MAX_BYTES / SEGMENT_BYTES_MAX)
     }
 
     /// May the kernel fragment what we send (then path-MTU discovery must stay off)?
@@ -113,56 +106,35 @@ impl Socket {
         self.state.may_fragment()
     }
 
-    /// Sends `contents` (one datagram, or a GSO batch of `segment_size` ones) to `to`. A full
-    /// send buffer or an error the kernel reports for this path loses it (counted), as the
-    /// network could.
-    pub(super) fn send(
-        &mut self,
-        to: SocketAddr,
-        ecn: Option<quinn_proto::EcnCodepoint>,
-        segment_size: Option<usize>,
-        src_ip: Option<std::net::IpAddr>,
-        contents: &[u8],
-    ) {
+    /// Sends transmit `t`, whose bytes are `contents` (one packet, or a GSO batch of
+    /// `t.segment_size` ones). A full send buffer or an error the kernel reports for this path
+    /// loses it (counted), as the network could.
+    pub(super) fn send(&mut self, t: &quinn_proto::Transmit, contents: &[u8]) {
+        debug_assert_eq!(contents.len(), t.size);
         if self.loss.as_ref().is_some_and(|l| l.lose()) {
             return;
         }
         if self.bound_to_one_ip {
             // ECN marks are left off (quinn then finds the path does not carry them).
-            let seg = segment_size.unwrap_or(contents.len()).max(1);
+            let seg = t.segment_size.unwrap_or(contents.len()).max(1);
             for d in contents.chunks(seg) {
-                self.outbox.push(&self.sock, &mut self.outbox_stats, to, d);
+                self.outbox
+                    .push(&self.sock, &mut self.outbox_stats, t.destination, d);
             }
             return;
         }
-        self.send_now(to, ecn, segment_size, src_ip, contents);
-    }
-
-    /// Sends one transmit at once, with its source address and ECN mark.
-    fn send_now(
-        &mut self,
-        to: SocketAddr,
-        ecn: Option<quinn_proto::EcnCodepoint>,
-        segment_size: Option<usize>,
-        src_ip: Option<std::net::IpAddr>,
-        contents: &[u8],
-    ) {
+        // At once, with its source address and ECN mark (quinn-udp retries `EINTR` itself).
         let t = quinn_udp::Transmit {
-            destination: to,
-            ecn: ecn.and_then(|e| quinn_udp::EcnCodepoint::from_bits(e as u8)),
+            destination: t.destination,
+            ecn: t
+                .ecn
+                .and_then(|e| quinn_udp::EcnCodepoint::from_bits(e as u8)),
             contents,
-            segment_size,
-            src_ip,
+            segment_size: t.segment_size,
+            src_ip: t.src_ip,
         };
-        loop {
-            match self.state.try_send((&self.sock).into(), &t) {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    Counters::add(&self.counters.send_failed, 1);
-                    return;
-                }
-                Ok(()) => return,
-            }
+        if self.state.try_send((&self.sock).into(), &t).is_err() {
+            Counters::add(&self.counters.send_failed, 1);
         }
     }
 
@@ -176,12 +148,11 @@ impl Socket {
 
     /// Receives what is queued on the socket, without blocking, into `out`: each UDP datagram
     /// (or GRO batch of them, `meta.stride` bytes each) copied into a buffer of its own, which
-    /// quinn takes. Returns how many were added.
-    pub(super) fn recv_all(&mut self, out: &mut Vec<(RecvMeta, BytesMut)>) -> io::Result<usize> {
-        let before = out.len();
+    /// quinn takes.
+    pub(super) fn recv_all(&mut self, out: &mut Vec<(RecvMeta, BytesMut)>) -> io::Result<()> {
         loop {
             let n = {
-                let mut chunks = self.slots.chunks_mut(self.slot_bytes);
+                let mut chunks = self.slots.chunks_mut(RECV_BUF);
                 let mut bufs: [IoSliceMut<'_>; RECV_SLOTS] = std::array::from_fn(|_| {
                     IoSliceMut::new(chunks.next().expect("RECV_SLOTS slots"))
                 });
@@ -198,30 +169,21 @@ impl Socket {
                 }
             };
             for (i, meta) in self.meta[..n].iter().enumerate() {
-                let at = i * self.slot_bytes;
-                let len = meta.len.min(self.slot_bytes);
+                let at = i * RECV_BUF;
+                let len = meta.len.min(RECV_BUF);
                 out.push((*meta, BytesMut::from(&self.slots[at..at + len])));
             }
             if n < RECV_SLOTS {
-                break;
+                return Ok(());
             }
         }
-        Ok(out.len() - before)
+        Ok(())
     }
 
     /// Blocks until a datagram is queued or `timeout` passes (`None`: no limit); `true` if one
     /// may be queued.
     pub(super) fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        let ms = timeout.map_or(-1, |t| {
-            i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
-        });
-        let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
-        let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, timeout) {
-            Ok(0) | Err(Errno::EINTR) => Ok(false),
-            Ok(_) => Ok(true),
-            Err(e) => Err(io::Error::from(e)),
-        }
+        poll_readable(self.sock.as_fd(), timeout)
     }
 
     /// The async form of [`Socket::wait`]: tokio readiness when bound inside a runtime, else

@@ -20,7 +20,7 @@
 //! runtime (the socket is registered with that runtime); built outside one, `wait_async`
 //! degrades to sleeping polls (100 µs).
 
-mod rx;
+pub(super) mod rx;
 pub(super) mod tx;
 
 use std::io;
@@ -28,15 +28,13 @@ use std::net::{SocketAddr, UdpSocket as StdUdpSocket};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{MsgFlags, setsockopt, sockopt};
 use nix::time::{ClockId, clock_gettime};
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::runtime::Handle;
 
-use super::{real_now, sleep_until_real, tokio_deadline, wall_incarnation};
+use super::{poll_readable, real_now, sleep_until_real, tokio_deadline, wall_incarnation};
 use crate::AmError;
 use crate::transport::Transport;
 use crate::{NodeAddr, Time};
@@ -405,20 +403,10 @@ impl Transport for UdpTransport {
                 now = self.now();
                 continue;
             }
-            // Short waits (SO_RCVTIMEO has jiffy resolution): poll(2), level-triggered, with
-            // the timeout rounded up to whole milliseconds, as epoll would.
-            let ms = left.map_or(0, |l| l.as_micros().div_ceil(1000));
-            let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
-            let mut fds = [PollFd::new(self.sock.as_fd(), PollFlags::POLLIN)];
+            // Short waits (SO_RCVTIMEO has jiffy resolution): poll(2), level-triggered.
             self.stats.poll_calls += 1;
-            match poll(&mut fds, timeout) {
-                Ok(0) | Err(Errno::EINTR) => {}
-                Ok(_) => {
-                    if self.fill_nonblocking()? {
-                        return Ok(true);
-                    }
-                }
-                Err(e) => return Err(io::Error::from(e).into()),
+            if poll_readable(self.sock.as_fd(), left)? && self.fill_nonblocking()? {
+                return Ok(true);
             }
             now = self.now();
         }

@@ -12,9 +12,9 @@ use std::os::fd::AsRawFd;
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg};
 
 /// Bytes of one receive slot (room for a GRO-coalesced batch).
-pub(super) const RECV_BUF: usize = 64 * 1024;
+pub(crate) const RECV_BUF: usize = 64 * 1024;
 /// Datagrams (or GRO batches) one receive system call brings at most.
-pub(super) const RECV_SLOTS: usize = 8;
+pub(crate) const RECV_SLOTS: usize = 8;
 
 /// What one call received into buffer `buf`: `len` bytes from `addr`, datagrams `stride` apart.
 #[derive(Clone, Copy, Debug)]

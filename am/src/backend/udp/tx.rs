@@ -18,7 +18,7 @@ use nix::sys::socket::{
 use super::UdpStats;
 
 /// Most bytes one GSO send carries (the largest UDP payload over IPv4).
-pub(super) const GSO_MAX_BYTES: usize = 65_507;
+pub(crate) const GSO_MAX_BYTES: usize = 65_507;
 /// Most segments one GSO send carries (the kernel's `UDP_MAX_SEGMENTS`).
 pub(crate) const GSO_MAX_SEGMENTS: usize = 64;
 /// Most messages (single datagrams or GSO batches) the outbox holds before it sends.
