@@ -316,8 +316,11 @@ impl Conns {
                 None if busy => {}
                 None => {
                     if e.drained {
+                        // Forgotten when lost; again here, so that a handle quinn may reuse
+                        // never reaches a link.
+                        let addr = e.conn.remote_address();
                         self.entries.remove(&ch);
-                        self.unlink(ch, now);
+                        self.forget(addr, ch, now);
                     }
                     return;
                 }

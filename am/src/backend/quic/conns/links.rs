@@ -50,25 +50,6 @@ pub(super) enum Link {
 }
 
 impl Conns {
-    /// Connection `ch` is gone: no link may name it (it was forgotten when lost; this keeps
-    /// a handle quinn may reuse from ever reaching a link).
-    pub(super) fn unlink(&mut self, ch: ConnectionHandle, now: Instant) {
-        for link in self.links.values_mut() {
-            match link {
-                Link::Connecting { ch: c, queue } if *c == ch => {
-                    Counters::add(&self.counters.send_dropped, queue.len());
-                    *link = Link::Failed(now);
-                }
-                Link::Ready { ch: c, spare } if *c == ch => match spare.take() {
-                    Some(s) => *c = s,
-                    None => *link = Link::Failed(now),
-                },
-                Link::Ready { spare, .. } if *spare == Some(ch) => *spare = None,
-                _ => {}
-            }
-        }
-    }
-
     /// Connection `ch` completed its handshake: it carries the datagrams to its peer, unless
     /// a simultaneous open's other connection wins the tags.
     pub(super) fn adopt(&mut self, ch: ConnectionHandle, now: Instant) {
@@ -126,27 +107,26 @@ impl Conns {
                 &c.connects_failed,
                 format!("connection to {addr}: {reason}"),
             );
-            // What waited for this connection is lost. (If the peer's own connection came up
-            // meanwhile, it stays in use.)
-            if let Some(Link::Connecting { ch: c_ch, queue }) = self.links.get(&addr)
-                && *c_ch == ch
-            {
-                Counters::add(&c.send_dropped, queue.len());
-                self.links.insert(addr, Link::Failed(now));
-            }
         } else if !connected {
             c.failed(&c.refused, format!("handshake from {addr}: {reason}"));
         }
-        self.forget(addr, ch);
+        self.forget(addr, ch, now);
     }
 
-    /// `ch`, to `addr`, is closed: if it was in use its spare takes over (or the link goes);
-    /// if it was the spare, there is none.
-    fn forget(&mut self, addr: SocketAddr, ch: ConnectionHandle) {
-        let Some(Link::Ready { ch: cur, spare }) = self.links.get(&addr) else {
-            return;
+    /// `ch`, to `addr`, is closed (or gone): if datagrams waited for it they are lost and the
+    /// address is marked failed; if it was in use its spare takes over (or the link goes); if
+    /// it was the spare, there is none. (A connection that lost to the peer's own stays out of
+    /// the link, which the peer's keeps.)
+    pub(super) fn forget(&mut self, addr: SocketAddr, ch: ConnectionHandle, now: Instant) {
+        let (cur, spare) = match self.links.get(&addr) {
+            Some(Link::Connecting { ch: c, queue }) if *c == ch => {
+                Counters::add(&self.counters.send_dropped, queue.len());
+                self.links.insert(addr, Link::Failed(now));
+                return;
+            }
+            Some(Link::Ready { ch: cur, spare }) => (*cur, *spare),
+            _ => return,
         };
-        let (cur, spare) = (*cur, *spare);
         if spare == Some(ch) {
             self.links.insert(
                 addr,
@@ -178,7 +158,7 @@ impl Conns {
                 0u32.into(),
                 Bytes::from_static(b"duplicate connection"),
             );
-            self.forget(addr, ch);
+            self.forget(addr, ch, now);
         }
     }
 
