@@ -40,6 +40,12 @@ pub trait Transport: Send {
         let _ = now;
         self.wait(deadline)
     }
+    /// [`Transport::wait_from`] for a caller that expects nothing to arrive before `deadline`
+    /// (a token manager holding an idle wave back): a backend that spins before it sleeps
+    /// while traffic flows ([`crate::backend::spin`]) sleeps at once.
+    fn wait_quiet(&mut self, now: Time, deadline: Option<Time>) -> Result<bool, AmError> {
+        self.wait_from(now, deadline)
+    }
     /// Let time pass until `t` without watching for datagrams (virtual time: jump).
     fn sleep_until(&mut self, t: Time);
     /// The async form of [`Transport::wait`].

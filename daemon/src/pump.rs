@@ -98,6 +98,12 @@ pub trait Role {
     fn take_relink(&mut self) -> bool {
         false
     }
+    /// Is nothing expected to arrive before the role's own next timer (a token manager
+    /// holding an idle wave back)? Then the loop's wait sleeps at once instead of spinning
+    /// ([`isotach_am::Transport::wait_quiet`]). By default traffic may come any time.
+    fn quiet(&self) -> bool {
+        false
+    }
 }
 
 /// Counters of the pump.

@@ -124,7 +124,12 @@ impl<R: Publish, T: Transport> Daemon<R, T> {
             if taken >= ARRIVALS_MAX {
                 continue;
             }
-            self.transport.wait_from(now, Some(self.deadline(now)))?;
+            let deadline = Some(self.deadline(now));
+            if self.pump.role().quiet() {
+                self.transport.wait_quiet(now, deadline)?;
+            } else {
+                self.transport.wait_from(now, deadline)?;
+            }
         }
         R::log_stop(&self.pump);
         Ok(self.pump.into_role())

@@ -136,6 +136,10 @@ impl Role for TmRole {
 
     /// A token manager has no local peer.
     fn local_turn_ended(&mut self, _now_us: u64) {}
+    fn quiet(&self) -> bool {
+        // An idle wave waits for its pace timer: the SIUs' tokens are all in.
+        self.tm.pacing()
+    }
     fn local_turn_coming(&self) -> bool {
         false
     }
@@ -245,5 +249,56 @@ mod tests {
             !r.back(1, Generation::new(8)) && !doomed(&r, 1, Generation::new(7), &m),
             "back"
         );
+    }
+    /// A token from host `port` of wave `wave`, or the reset that starts generation 1.
+    fn token(port: u16, wave: u64, restart: bool) -> Vec<u8> {
+        Token {
+            seq: isotach_proto::WaveSeq::of_wave(wave),
+            source_port: port,
+            generation: Generation::new(1),
+            restart,
+            ..Token::default()
+        }
+        .to_bytes()
+        .to_vec()
+    }
+
+    #[test]
+    fn the_role_is_quiet_only_while_its_tm_holds_an_idle_wave() {
+        use isotach_proto::config::{Limits, Timing};
+        let pace_us = 5_000;
+        let mut role = TmRole::new(TokenManager::new(TmConfig {
+            switch: 0,
+            topology: Arc::new(isotach_proto::topology::Topology::line(2, 1).unwrap()),
+            timing: Timing {
+                token_timeout_us: 4 * pace_us,
+                epoch_pulses: 8,
+                idle_pace_us: pace_us,
+            },
+            limits: Limits::default(),
+        }));
+        let mut take = |now_us, peer, mut bytes: Vec<u8>| {
+            assert_eq!(
+                role.handle_packet(now_us, peer, &mut bytes),
+                Verdict::Consumed
+            );
+            while role.poll_output(now_us, 0).is_some() {}
+            role.quiet()
+        };
+        assert!(
+            !take(0, 0, token(0, 0, true)),
+            "wave 1 went out: tokens are due"
+        );
+        assert!(
+            !take(10, 0, token(0, 1, false)),
+            "host 1's token is still due"
+        );
+        assert!(
+            take(10, 1, token(1, 1, false)),
+            "wave 2 waits for its pace timer"
+        );
+        role.handle_timeout(10 + pace_us);
+        while role.poll_output(10 + pace_us, 0).is_some() {}
+        assert!(!role.quiet(), "wave 2 went out");
     }
 }

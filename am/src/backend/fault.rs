@@ -181,6 +181,9 @@ impl<T: Transport> Transport for Faulty<T> {
     fn wait_from(&mut self, now: Time, deadline: Option<Time>) -> Result<bool, AmError> {
         self.inner.wait_from(now, deadline)
     }
+    fn wait_quiet(&mut self, now: Time, deadline: Option<Time>) -> Result<bool, AmError> {
+        self.inner.wait_quiet(now, deadline)
+    }
     fn sleep_until(&mut self, t: Time) {
         self.inner.sleep_until(t);
     }

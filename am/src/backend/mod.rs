@@ -13,6 +13,7 @@ pub mod chan;
 pub mod fault;
 pub mod mem;
 pub mod quic;
+pub mod spin;
 pub mod udp;
 
 /// The incarnation of a real-time node: the wall clock in microseconds, so a process that

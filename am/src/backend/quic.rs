@@ -25,6 +25,7 @@
 //! ones (its send buffer full), those queued for a connection that failed or beyond
 //! [`CONNECT_QUEUE`], and received ones dropped because [`RX_QUEUE`] is full.
 
+use super::spin::{SPIN_DEFAULT, SpinPolicy};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -89,6 +90,10 @@ pub struct QuicConfig {
     pub wire_loss: f64,
     /// Seed of the draws behind `wire_loss`.
     pub wire_loss_seed: u64,
+    /// How long a blocking wait may poll the socket, yielding the CPU, before it sleeps in
+    /// the kernel, while traffic is flowing ([`SpinPolicy`]; default [`SPIN_DEFAULT`], zero:
+    /// never). `wait_async` does not spin.
+    pub spin: Duration,
 }
 
 impl QuicConfig {
@@ -103,6 +108,7 @@ impl QuicConfig {
             idle_timeout: Duration::from_secs(30),
             wire_loss: 0.0,
             wire_loss_seed: 0,
+            spin: SPIN_DEFAULT,
         }
     }
 }
@@ -238,6 +244,7 @@ pub struct QuicTransport {
     /// what the wait brought) skips the receive — the next wait starts with one. Set by every
     /// wait step, taken by the next flush.
     socket_drained: bool,
+    spin: SpinPolicy,
     /// The loss below QUIC, when bound with some (a test hook).
     wire_loss: Option<Arc<WireLoss>>,
 }
@@ -282,6 +289,7 @@ impl QuicTransport {
             inc: wall_incarnation(),
             max_datagram: cfg.max_datagram,
             socket_drained: false,
+            spin: SpinPolicy::new(cfg.spin),
             wire_loss,
         })
     }
@@ -370,6 +378,27 @@ impl QuicTransport {
             until.map(|u| u.saturating_duration_since(now)),
         ))
     }
+
+    /// A blocking wait that spins up to `spin` before it sleeps.
+    fn wait_with(&mut self, deadline: Option<Time>, spin: Duration) -> Result<bool, AmError> {
+        let deadline = deadline.map(|t| real_instant(self.origin, t));
+        let start = Instant::now();
+        let spin_until = start + spin;
+        loop {
+            match self.wait_step(deadline)? {
+                WaitStep::Done(found) => {
+                    // How soon traffic came decides whether the next wait spins.
+                    self.spin.record(found.then(|| start.elapsed()));
+                    return Ok(found);
+                }
+                WaitStep::Block(limit) => {
+                    if !self.socket.spin(spin_until, limit)? {
+                        self.socket.wait(limit)?;
+                    }
+                }
+            };
+        }
+    }
 }
 
 /// What a wait does after a [`QuicTransport::wait_step`].
@@ -436,13 +465,10 @@ impl Transport for QuicTransport {
         !self.conns.received.is_empty()
     }
     fn wait(&mut self, deadline: Option<Time>) -> Result<bool, AmError> {
-        let deadline = deadline.map(|t| real_instant(self.origin, t));
-        loop {
-            match self.wait_step(deadline)? {
-                WaitStep::Done(found) => return Ok(found),
-                WaitStep::Block(limit) => self.socket.wait(limit)?,
-            };
-        }
+        self.wait_with(deadline, self.spin.spin_for())
+    }
+    fn wait_quiet(&mut self, _now: Time, deadline: Option<Time>) -> Result<bool, AmError> {
+        self.wait_with(deadline, Duration::ZERO)
     }
     fn sleep_until(&mut self, t: Time) {
         let _ = self.flush();

@@ -251,6 +251,9 @@ impl<R: Role + Inspect> Role for Watched<R> {
     fn take_relink(&mut self) -> bool {
         self.inner.take_relink()
     }
+    fn quiet(&self) -> bool {
+        self.inner.quiet()
+    }
 }
 
 /// The AM settings of the simulated links: the daemons' (`Links::am_config`) with the

@@ -8,7 +8,7 @@ use std::io::{self, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use quinn_udp::{RecvMeta, UdpSocketState};
@@ -184,6 +184,21 @@ impl Socket {
     /// may be queued.
     pub(super) fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
         poll_readable(self.sock.as_fd(), timeout)
+    }
+
+    /// Polls for a datagram, yielding the CPU between polls, until `spin_until` or the end of
+    /// `limit` from now, whichever is first; `true` once one may be queued (the spin half of
+    /// [`super::SpinPolicy`]'s spin-then-sleep).
+    pub(super) fn spin(&self, spin_until: Instant, limit: Option<Duration>) -> io::Result<bool> {
+        let now = Instant::now();
+        let until = limit.map_or(spin_until, |l| spin_until.min(now + l));
+        while Instant::now() < until {
+            std::thread::yield_now();
+            if self.wait(Some(Duration::ZERO))? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The async form of [`Socket::wait`]: tokio readiness when bound inside a runtime, else

@@ -34,6 +34,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::runtime::Handle;
 
+use super::spin::{SPIN_DEFAULT, SpinPolicy};
 use super::{poll_readable, real_now, sleep_until_real, tokio_deadline, wall_incarnation};
 use crate::AmError;
 use crate::transport::Transport;
@@ -80,6 +81,9 @@ pub struct UdpConfig {
     /// Send equal-size datagrams to one destination in one GSO `sendmsg` (if the kernel
     /// supports `UDP_SEGMENT`; default on).
     pub gso: bool,
+    /// How long a wait may poll the socket, yielding the CPU, before it sleeps in the kernel,
+    /// while traffic is flowing ([`SpinPolicy`]; default [`SPIN_DEFAULT`], zero: never).
+    pub spin: Duration,
 }
 
 impl UdpConfig {
@@ -92,6 +96,7 @@ impl UdpConfig {
             recv_buffer_bytes: 4 << 20,
             send_buffer_bytes: 4 << 20,
             gso: true,
+            spin: SPIN_DEFAULT,
         }
     }
 }
@@ -113,6 +118,8 @@ pub struct UdpStats {
     pub recv_calls: u64,
     /// `poll(2)` calls made by waits too short for a blocking receive.
     pub poll_calls: u64,
+    /// Waits that data ended while they spun, without sleeping ([`SpinPolicy`]).
+    pub spin_served: u64,
 }
 
 /// A UDP socket driving one bundle.
@@ -130,6 +137,7 @@ pub struct UdpTransport {
     max_datagram: usize,
     /// The socket's current `SO_RCVTIMEO` (`None` = never set; `Some(None)` = infinite).
     rcvtimeo: Option<Option<Duration>>,
+    spin: SpinPolicy,
     stats: UdpStats,
 }
 
@@ -217,6 +225,7 @@ impl UdpTransport {
             inc: wall_incarnation(),
             max_datagram: cfg.max_datagram,
             rcvtimeo: None,
+            spin: SpinPolicy::new(cfg.spin),
             stats: UdpStats::default(),
         })
     }
@@ -301,6 +310,84 @@ impl UdpTransport {
             None => fut.await,
         }
     }
+
+    /// A wait that spins up to `spin` before it sleeps.
+    fn wait_with(
+        &mut self,
+        now: Time,
+        deadline: Option<Time>,
+        spin: Duration,
+    ) -> Result<bool, AmError> {
+        self.send_all();
+        if self.rx.pending() {
+            return Ok(true);
+        }
+        let served = if self.spin_until(now, deadline, spin)? {
+            self.stats.spin_served += 1;
+            true
+        } else {
+            self.sleep_from(now, deadline)?
+        };
+        // One clock read per wait: how soon traffic came decides whether the next one spins.
+        let waited = self.now().since(now);
+        self.spin.record(served.then_some(waited));
+        Ok(served)
+    }
+
+    /// Polls the socket, yielding the CPU between polls, for up to `budget` (not past
+    /// `deadline`); `true` once something arrived.
+    fn spin_until(
+        &mut self,
+        now: Time,
+        deadline: Option<Time>,
+        budget: Duration,
+    ) -> Result<bool, AmError> {
+        if budget.is_zero() {
+            return Ok(false);
+        }
+        let until = deadline.map_or(now.plus(budget), |d| d.min(now.plus(budget)));
+        loop {
+            std::thread::yield_now();
+            if self.fill_nonblocking()? {
+                return Ok(true);
+            }
+            if self.now() >= until {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Sleeps in the kernel until something arrives or `deadline` passes.
+    fn sleep_from(&mut self, mut now: Time, deadline: Option<Time>) -> Result<bool, AmError> {
+        loop {
+            if self.rx.pending() {
+                return Ok(true);
+            }
+            let left = match deadline {
+                Some(d) => {
+                    if now >= d {
+                        return Ok(false);
+                    }
+                    Some(d.since(now))
+                }
+                None => None,
+            };
+            if left.is_none_or(|l| l >= BLOCKING_RECV_MIN) {
+                // One system call: sleep in recvmsg and come back with the datagram.
+                if self.blocking_fill(left)? {
+                    return Ok(true);
+                }
+                now = self.now();
+                continue;
+            }
+            // Short waits (SO_RCVTIMEO has jiffy resolution): poll(2), level-triggered.
+            self.stats.poll_calls += 1;
+            if poll_readable(self.sock.as_fd(), left)? && self.fill_nonblocking()? {
+                return Ok(true);
+            }
+            now = self.now();
+        }
+    }
 }
 
 impl Drop for UdpTransport {
@@ -380,36 +467,11 @@ impl Transport for UdpTransport {
         let now = self.now();
         self.wait_from(now, deadline)
     }
-    fn wait_from(&mut self, mut now: Time, deadline: Option<Time>) -> Result<bool, AmError> {
-        self.send_all();
-        loop {
-            if self.rx.pending() {
-                return Ok(true);
-            }
-            let left = match deadline {
-                Some(d) => {
-                    if now >= d {
-                        return Ok(false);
-                    }
-                    Some(d.since(now))
-                }
-                None => None,
-            };
-            if left.is_none_or(|l| l >= BLOCKING_RECV_MIN) {
-                // One system call: sleep in recvmsg and come back with the datagram.
-                if self.blocking_fill(left)? {
-                    return Ok(true);
-                }
-                now = self.now();
-                continue;
-            }
-            // Short waits (SO_RCVTIMEO has jiffy resolution): poll(2), level-triggered.
-            self.stats.poll_calls += 1;
-            if poll_readable(self.sock.as_fd(), left)? && self.fill_nonblocking()? {
-                return Ok(true);
-            }
-            now = self.now();
-        }
+    fn wait_from(&mut self, now: Time, deadline: Option<Time>) -> Result<bool, AmError> {
+        self.wait_with(now, deadline, self.spin.spin_for())
+    }
+    fn wait_quiet(&mut self, now: Time, deadline: Option<Time>) -> Result<bool, AmError> {
+        self.wait_with(now, deadline, Duration::ZERO)
     }
     fn sleep_until(&mut self, t: Time) {
         self.send_all();

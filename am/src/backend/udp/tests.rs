@@ -4,9 +4,16 @@
 use super::*;
 use crate::transport::Transport;
 
+/// A loopback transport that never spins: what these tests count is which system calls a
+/// wait makes, and a spinning wait polls instead (tested apart).
 fn bind(gso: bool) -> UdpTransport {
+    bind_spinning(gso, Duration::ZERO)
+}
+
+fn bind_spinning(gso: bool, spin: Duration) -> UdpTransport {
     let mut cfg = UdpConfig::new("127.0.0.1:0".parse().expect("address"));
     cfg.gso = gso;
+    cfg.spin = spin;
     UdpTransport::with_config(cfg).expect("bind a loopback socket")
 }
 
@@ -205,4 +212,51 @@ fn a_five_millisecond_wait_is_one_blocking_receive_not_a_poll() {
         .wait_from(now, Some(now.plus(Duration::from_millis(2))))
         .expect("short wait");
     assert!(b.udp_stats().poll_calls >= 1);
+}
+
+/// Sends one datagram from `a` to `b` and waits at `b` (the datagram is in `b`'s socket before
+/// the wait starts, so what the wait does is not a matter of scheduling); `b`'s stats after.
+fn served_wait(a: &mut UdpTransport, b: &mut UdpTransport, i: u32, quiet: bool) -> UdpStats {
+    a.send(addr(b), &datagram(i, 100)).expect("send");
+    a.flush().expect("flush");
+    let now = b.now();
+    let deadline = Some(now.plus(Duration::from_millis(100)));
+    let got = if quiet {
+        b.wait_quiet(now, deadline)
+    } else {
+        b.wait_from(now, deadline)
+    };
+    assert!(got.expect("wait"), "datagram {i} was sent before the wait");
+    assert_eq!(drain(b, 1).len(), 1);
+    b.udp_stats()
+}
+
+#[test]
+fn waits_spin_only_while_traffic_flows_and_never_when_told_it_is_quiet() {
+    let mut a = bind(true);
+    let mut b = bind_spinning(true, Duration::from_millis(1));
+    // Cold: the first wait sleeps in the kernel (it finds the datagram at once).
+    assert_eq!(served_wait(&mut a, &mut b, 1, false).spin_served, 0);
+    // That wait was served at once: traffic flows, so the next one spins and is served so.
+    assert_eq!(served_wait(&mut a, &mut b, 2, false).spin_served, 1);
+    assert_eq!(served_wait(&mut a, &mut b, 3, false).spin_served, 2);
+    // A caller that expects nothing (an idle token manager) does not spin.
+    assert_eq!(served_wait(&mut a, &mut b, 4, true).spin_served, 2);
+    // A wait that ends at its deadline with nothing cools the policy down.
+    let now = b.now();
+    assert!(
+        !b.wait_from(now, Some(now.plus(Duration::from_micros(200))))
+            .expect("wait")
+    );
+    assert_eq!(served_wait(&mut a, &mut b, 5, false).spin_served, 2);
+    assert_eq!(served_wait(&mut a, &mut b, 6, false).spin_served, 3);
+}
+
+#[test]
+fn a_transport_bound_without_a_spin_budget_never_spins() {
+    let mut a = bind(true);
+    let mut b = bind(true);
+    for i in 0..4 {
+        assert_eq!(served_wait(&mut a, &mut b, i, false).spin_served, 0);
+    }
 }
