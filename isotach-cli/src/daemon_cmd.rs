@@ -10,7 +10,7 @@ use crate::philo_app::{PhiloParams, forks_map, latency_summary, run_philosopher}
 use crate::{EXIT_FAILED, UsageError};
 use clap::Args;
 use isotach_am::backend::quic::{QuicConfig, QuicCounters, QuicTransport};
-use isotach_am::backend::udp::UdpTransport;
+use isotach_am::backend::udp::{UdpConfig, UdpTransport};
 use isotach_am::{Tag, Transport};
 use isotach_daemon::DaemonError;
 use isotach_daemon::run::{Daemon, Publish, SiuDaemon, SiuSnapshot, TmDaemon, TmSnapshot};
@@ -180,12 +180,19 @@ fn named<T>(found: Option<T>, config: &Path, what: &str, name: &str) -> anyhow::
 }
 
 /// Binds the daemon's transport at `listen`.
-fn bind(link: Link, listen: SocketAddr) -> anyhow::Result<Bound> {
+fn bind(link: Link, listen: SocketAddr, spin_us: u64) -> anyhow::Result<Bound> {
     let bind_err = |e: isotach_am::AmError| anyhow::anyhow!("bind {listen}: {e}");
+    let spin = Duration::from_micros(spin_us);
     Ok(match link {
-        Link::Udp => Bound::Udp(UdpTransport::bind(listen).map_err(bind_err)?),
+        Link::Udp => {
+            let mut cfg = UdpConfig::new(listen);
+            cfg.spin = spin;
+            Bound::Udp(UdpTransport::with_config(cfg).map_err(bind_err)?)
+        }
         Link::Quic(identity) => {
-            let t = QuicTransport::bind(QuicConfig::new(listen, identity)).map_err(bind_err)?;
+            let mut cfg = QuicConfig::new(listen, identity);
+            cfg.spin = spin;
+            let t = QuicTransport::bind(cfg).map_err(bind_err)?;
             let counters = t.counters();
             Bound::Quic(t, counters)
         }
@@ -350,7 +357,7 @@ fn run_daemon<P: NodePlan>(
     init_logs("info");
     // Bound outside the runtime: the daemon's own thread waits on the socket, and a socket
     // registered with the runtime's reactor would wake it on every datagram for nothing.
-    let bound = bind(link, plan.listen())?;
+    let bound = bind(link, plan.listen(), cluster.transport.spin_us)?;
     runtime()?.block_on(async move {
         match bound {
             Bound::Udp(t) => serve(plan, t, tag, None, name, ops, configured).await?,
@@ -429,11 +436,12 @@ pub(crate) fn run_philo(args: PhiloArgs) -> anyhow::Result<ExitCode> {
     init_logs("warn");
     let started = Instant::now();
     let timeout = Duration::from_secs(args.timeout_s);
+    let spin = Duration::from_micros(cluster.transport.spin_us);
     if args.embedded_siu {
         let plan = siu_plan(&cluster, host)
             .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
         let listen = plan.listen;
-        return match bind(link, listen)? {
+        return match bind(link, listen, cluster.transport.spin_us)? {
             Bound::Udp(t) => philo_over(EmbeddedSiu::new(plan, t, tag)?, &args, &cluster, started),
             Bound::Quic(t, _) => {
                 philo_over(EmbeddedSiu::new(plan, t, tag)?, &args, &cluster, started)
@@ -442,11 +450,11 @@ pub(crate) fn run_philo(args: PhiloArgs) -> anyhow::Result<ExitCode> {
     }
     match link {
         Link::Udp => {
-            let link = AmSiuLink::connect_udp(app, siu, tag, timeout)?;
+            let link = AmSiuLink::connect_udp(app, siu, tag, timeout, spin)?;
             philo_over(link, &args, &cluster, started)
         }
         Link::Quic(identity) => {
-            let link = AmSiuLink::connect_quic(app, siu, identity, tag, timeout)?;
+            let link = AmSiuLink::connect_quic(app, siu, identity, tag, timeout, spin)?;
             philo_over(link, &args, &cluster, started)
         }
     }

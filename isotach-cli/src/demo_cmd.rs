@@ -14,7 +14,7 @@ use isotach_am::backend::chan::{ChanNet, ChanTransport};
 use isotach_am::backend::quic::{
     QuicConfig, QuicIdentity, QuicTransport, make_ca, make_node_identity,
 };
-use isotach_am::backend::udp::UdpTransport;
+use isotach_am::backend::udp::{UdpConfig, UdpTransport};
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
 use isotach_am::{NodeAddr, Tag, Transport};
 use isotach_daemon::DaemonError;
@@ -22,7 +22,7 @@ use isotach_daemon::embedded::EmbeddedSiu;
 use isotach_daemon::run::{Daemon, Publish, SiuDaemon, TmDaemon};
 use isotach_daemon::siu::{SiuGauges, siu_plan};
 use isotach_daemon::tm::tm_plan;
-use isotach_proto::config::{ClusterConfig, Timing};
+use isotach_proto::config::{ClusterConfig, SPIN_US_DEFAULT, Timing};
 use isotach_smm::am_link::AmSiuLink;
 use isotach_smm::{Smm, SmmConfig, SmmLimits, SmmNode};
 use serde::Serialize;
@@ -120,9 +120,11 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn bind() -> anyhow::Result<UdpTransport> {
-    let any: SocketAddr = "127.0.0.1:0".parse()?;
-    UdpTransport::bind(any).map_err(|e| anyhow::anyhow!("bind a loopback UDP socket: {e}"))
+/// A loopback UDP socket whose waits spin up to `spin` while traffic flows.
+fn bind(spin: Duration) -> anyhow::Result<UdpTransport> {
+    let mut cfg = UdpConfig::new("127.0.0.1:0".parse()?);
+    cfg.spin = spin;
+    UdpTransport::with_config(cfg).map_err(|e| anyhow::anyhow!("bind a loopback UDP socket: {e}"))
 }
 
 fn bind_quic(identity: QuicIdentity) -> anyhow::Result<QuicTransport> {
@@ -171,7 +173,8 @@ struct Nodes<D, A> {
 /// Starts a token manager and `n` SIU daemons (the same drivers as `isotach tm` / `isotach
 /// siu`) on a two-worker tokio runtime, over fresh loopback UDP sockets.
 pub(crate) fn start_loopback_cluster(n: usize) -> anyhow::Result<LoopbackCluster> {
-    start_loopback_cluster_with(n, SiuPlacement::Daemon, Timing::default())
+    let spin = Duration::from_micros(SPIN_US_DEFAULT);
+    start_loopback_cluster_with(n, SiuPlacement::Daemon, Timing::default(), spin)
 }
 
 /// Where each host's SIU runs.
@@ -196,17 +199,22 @@ impl SiuPlacement {
 
 /// [`start_loopback_cluster`] with the SIUs placed as `placement` says (embedded SIUs are
 /// built, bound and not yet running, and left in [`LoopbackCluster::embedded`]) and the given
-/// protocol timing (e.g. idle pacing off).
+/// protocol timing (e.g. idle pacing off); every wait spins up to `spin` while traffic flows.
 pub(crate) fn start_loopback_cluster_with(
     n: usize,
     placement: SiuPlacement,
     timing: Timing,
+    spin: Duration,
 ) -> anyhow::Result<LoopbackCluster> {
     // Every socket is a plain blocking one: each daemon, application and embedded SIU waits
     // in its own on its own thread.
-    let tm = bind()?;
-    let sius = (0..n).map(|_| bind()).collect::<anyhow::Result<Vec<_>>>()?;
-    let apps = (0..n).map(|_| bind()).collect::<anyhow::Result<Vec<_>>>()?;
+    let tm = bind(spin)?;
+    let sius = (0..n)
+        .map(|_| bind(spin))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let apps = (0..n)
+        .map(|_| bind(spin))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let with_addr = |t: UdpTransport| {
         let a = t.socket_addr();
         (t, a)

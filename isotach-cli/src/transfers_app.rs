@@ -96,16 +96,17 @@ pub(crate) fn run(args: TransfersArgs) -> anyhow::Result<ExitCode> {
     let tag = Tag(cluster.transport.tag);
     crate::admin::logs::init("warn");
     let timeout = Duration::from_secs(args.timeout_s);
+    let spin = Duration::from_micros(cluster.transport.spin_us);
     let deadline = Instant::now() + timeout;
     let out = match link {
         Link::Udp => over(
-            AmSiuLink::connect_udp(app, siu, tag, timeout)?,
+            AmSiuLink::connect_udp(app, siu, tag, timeout, spin)?,
             &args,
             &cluster,
             deadline,
         ),
         Link::Quic(identity) => over(
-            AmSiuLink::connect_quic(app, siu, identity, tag, timeout)?,
+            AmSiuLink::connect_quic(app, siu, identity, tag, timeout, spin)?,
             &args,
             &cluster,
             deadline,

@@ -125,6 +125,9 @@ pub struct TransportConfig {
     /// The directory holding every node's `NAME.pem` and `NAME.key` (`certs`), as `isotach
     /// cert issue` writes them, resolved against the config file's directory.
     pub certs: Option<PathBuf>,
+    /// How long a daemon's or application's wait polls its socket, yielding the CPU, before
+    /// it sleeps in the kernel while traffic flows (`spin-us`, µs; 0: never).
+    pub spin_us: u64,
 }
 
 impl Default for TransportConfig {
@@ -134,6 +137,7 @@ impl Default for TransportConfig {
             tag: DEFAULT_TAG,
             ca: None,
             certs: None,
+            spin_us: SPIN_US_DEFAULT,
         }
     }
 }

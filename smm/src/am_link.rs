@@ -7,7 +7,7 @@
 
 use crate::driver::{LinkError, SiuLink};
 use isotach_am::backend::quic::{QuicConfig, QuicIdentity, QuicTransport};
-use isotach_am::backend::udp::UdpTransport;
+use isotach_am::backend::udp::{UdpConfig, UdpTransport};
 use isotach_am::port::{LinkEvent, PacketPort};
 use isotach_am::{NodeAddr, Status, Tag, Transport};
 use std::net::SocketAddr;
@@ -33,14 +33,19 @@ fn link_err(e: impl std::fmt::Display) -> LinkError {
 
 impl AmSiuLink<UdpTransport> {
     /// Binds `bind` (the host's `app` address) and connects to the SIU at `siu` over AM on
-    /// UDP with tag `tag`, waiting at most `timeout` for it to answer.
+    /// UDP with tag `tag`, waiting at most `timeout` for it to answer. Waits spin up to
+    /// `spin` before they sleep while traffic flows (`[transport] spin-us`).
     pub fn connect_udp(
         bind: SocketAddr,
         siu: SocketAddr,
         tag: Tag,
         timeout: Duration,
+        spin: Duration,
     ) -> Result<Self, LinkError> {
-        let t = UdpTransport::bind(bind).map_err(|e| LinkError(format!("bind {bind}: {e}")))?;
+        let mut cfg = UdpConfig::new(bind);
+        cfg.spin = spin;
+        let t =
+            UdpTransport::with_config(cfg).map_err(|e| LinkError(format!("bind {bind}: {e}")))?;
         let port = PacketPort::new(t, &[NodeAddr::Ip(siu)], tag).map_err(link_err)?;
         Self::connect(port, timeout)
     }
@@ -49,16 +54,19 @@ impl AmSiuLink<UdpTransport> {
 impl AmSiuLink<QuicTransport> {
     /// Binds `bind` (the host's `app` address) and connects to the SIU at `siu` over AM on
     /// QUIC, presenting `identity` (a certificate the cluster CA signed; the SIU's must be
-    /// signed by the same CA), with tag `tag`, waiting at most `timeout` for it to answer.
+    /// signed by the same CA), with tag `tag`, waiting at most `timeout` for it to answer;
+    /// waits spin as in [`AmSiuLink::connect_udp`].
     pub fn connect_quic(
         bind: SocketAddr,
         siu: SocketAddr,
         identity: QuicIdentity,
         tag: Tag,
         timeout: Duration,
+        spin: Duration,
     ) -> Result<Self, LinkError> {
-        let t = QuicTransport::bind(QuicConfig::new(bind, identity))
-            .map_err(|e| LinkError(format!("bind {bind}: {e}")))?;
+        let mut cfg = QuicConfig::new(bind, identity);
+        cfg.spin = spin;
+        let t = QuicTransport::bind(cfg).map_err(|e| LinkError(format!("bind {bind}: {e}")))?;
         let port = PacketPort::new(t, &[NodeAddr::Ip(siu)], tag).map_err(link_err)?;
         Self::connect(port, timeout)
     }
@@ -228,6 +236,20 @@ mod tests {
 
     fn app(net: &ChanNet) -> ChanTransport {
         net.node()
+    }
+
+    #[test]
+    fn a_config_without_spin_us_spins_as_long_as_a_transport_bound_without_one() {
+        // Two crates, one default: the cluster config (`[transport] spin-us`) and the
+        // backends (`UdpConfig::new`, `QuicConfig::new`) must agree.
+        assert_eq!(
+            isotach_am::backend::spin::SPIN_DEFAULT,
+            Duration::from_micros(isotach_proto::config::SPIN_US_DEFAULT)
+        );
+        assert_eq!(
+            isotach_am::backend::spin::SPIN_MAX,
+            Duration::from_micros(isotach_proto::config::SPIN_US_MAX)
+        );
     }
 
     #[test]

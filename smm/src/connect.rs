@@ -36,7 +36,7 @@ use crate::embedded::EmbeddedSiu;
 use crate::{JoinReport, MemoryMap, SmmConfig, SmmLimits, SmmNode};
 use isotach_am::Tag;
 use isotach_am::backend::quic::{QuicConfig, QuicTransport, identity_from_pem};
-use isotach_am::backend::udp::UdpTransport;
+use isotach_am::backend::udp::{UdpConfig, UdpTransport};
 use isotach_proto::config::{ClusterConfig, TransportKind};
 use isotach_proto::topology::HostId;
 use std::path::{Path, PathBuf};
@@ -231,6 +231,7 @@ fn attach(
 ) -> Result<AmLink, ConnectError> {
     let in_use = |e: &LinkError| e.0.contains("in use");
     let (timeout, embedded) = (opts.timeout, opts.embedded_siu);
+    let spin = Duration::from_micros(cluster.transport.spin_us);
     let taken = || ConnectError::AlreadyAttached {
         host: host_name.to_string(),
         addr: if embedded { plan.siu } else { plan.app },
@@ -251,11 +252,13 @@ fn attach(
     match cluster.transport.kind {
         TransportKind::Udp if embedded => {
             let sp = siu_plan()?;
-            let t = UdpTransport::bind(sp.listen).map_err(bind_err)?;
+            let mut udp = UdpConfig::new(sp.listen);
+            udp.spin = spin;
+            let t = UdpTransport::with_config(udp).map_err(bind_err)?;
             let siu = EmbeddedSiu::new(sp, t, plan.tag).map_err(embed_err)?;
             Ok(AmLink::EmbeddedUdp(Box::new(siu)))
         }
-        TransportKind::Udp => AmSiuLink::connect_udp(plan.app, plan.siu, plan.tag, timeout)
+        TransportKind::Udp => AmSiuLink::connect_udp(plan.app, plan.siu, plan.tag, timeout, spin)
             .map(AmLink::Udp)
             .map_err(|e| if in_use(&e) { taken() } else { e.into() }),
         TransportKind::Quic => {
@@ -271,12 +274,13 @@ fn attach(
                     .map_err(|e| ConnectError::Config(format!("{}: {e}", files.cert.display())))?;
             if embedded {
                 let sp = siu_plan()?;
-                let t =
-                    QuicTransport::bind(QuicConfig::new(sp.listen, identity)).map_err(bind_err)?;
+                let mut quic = QuicConfig::new(sp.listen, identity);
+                quic.spin = spin;
+                let t = QuicTransport::bind(quic).map_err(bind_err)?;
                 let siu = EmbeddedSiu::new(sp, t, plan.tag).map_err(embed_err)?;
                 return Ok(AmLink::EmbeddedQuic(Box::new(siu)));
             }
-            AmSiuLink::connect_quic(plan.app, plan.siu, identity, plan.tag, timeout)
+            AmSiuLink::connect_quic(plan.app, plan.siu, identity, plan.tag, timeout, spin)
                 .map(AmLink::Quic)
                 .map_err(|e| if in_use(&e) { taken() } else { e.into() })
         }

@@ -29,7 +29,7 @@ use hdrhistogram::Histogram;
 use isotach_am::NodeAddr;
 use isotach_am::backend::udp::UdpTransport;
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
-use isotach_proto::config::Timing;
+use isotach_proto::config::{SPIN_US_DEFAULT, SPIN_US_MAX, SPIN_US_MIN, Timing};
 use isotach_proto::packet::Width;
 use isotach_proto::topology::{HostId, Topology};
 use isotach_smm::am_link::AmSiuLink;
@@ -74,9 +74,20 @@ pub(crate) struct CommonArgs {
     /// thread, no kernel hop between them) or as a separate SIU daemon over loopback UDP.
     #[arg(long, value_enum, default_value_t = SiuPlacement::Embedded)]
     pub(super) siu: SiuPlacement,
+    /// How long each daemon's and application's wait polls its socket before it sleeps,
+    /// while traffic flows, µs (`[transport] spin-us`; 0: every wait sleeps at once).
+    #[arg(long, default_value_t = SPIN_US_DEFAULT, value_parser = clap::value_parser!(u64).range(SPIN_US_MIN..=SPIN_US_MAX))]
+    pub(super) spin_us: u64,
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub(super) json: bool,
+}
+
+impl CommonArgs {
+    /// `--spin-us` as a duration.
+    pub(super) fn spin(&self) -> Duration {
+        Duration::from_micros(self.spin_us)
+    }
 }
 
 /// `isotach bench tokens`.
@@ -108,6 +119,8 @@ struct TokensReport {
     mode: &'static str,
     /// Where the SIUs ran (`embedded` or `daemon`).
     siu: &'static str,
+    /// `--spin-us`.
+    spin_us: u64,
     pulses: u64,
     pulses_per_s: f64,
     pulse_period_us: f64,
@@ -130,6 +143,8 @@ struct IsochronsReport {
     mode: &'static str,
     /// Where the SIUs ran (`embedded` or `daemon`).
     siu: &'static str,
+    /// `--spin-us`.
+    spin_us: u64,
     outstanding: u32,
     ops_per_isochron: u32,
     isochrons: u64,
@@ -185,7 +200,7 @@ fn start_with(c: &CommonArgs, timing: Timing) -> anyhow::Result<(RawUdpBaseline,
         .context("raw UDP baseline (before)")?;
     Ok((
         base,
-        start_loopback_cluster_with(usize::from(c.hosts), c.siu, timing)?,
+        start_loopback_cluster_with(usize::from(c.hosts), c.siu, timing, c.spin())?,
     ))
 }
 
@@ -441,6 +456,7 @@ pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
         seconds: c.seconds,
         mode: raw.mode,
         siu: c.siu.name(),
+        spin_us: c.spin_us,
         pulses,
         pulses_per_s: pps,
         pulse_period_us: period,
@@ -599,6 +615,7 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
         seconds: c.seconds,
         mode: raw.mode,
         siu: c.siu.name(),
+        spin_us: c.spin_us,
         outstanding: a.outstanding,
         ops_per_isochron: a.ops,
         isochrons: isos,

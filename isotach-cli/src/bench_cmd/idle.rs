@@ -26,7 +26,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use cluster::{Cluster, host0_link, start_cluster, token_timeout_for};
 use isotach_am::Tag;
-use isotach_proto::config::{DEFAULT_TAG, IDLE_PACE_US_DEFAULT, IDLE_PACE_US_MAX};
+use isotach_proto::config::{DEFAULT_TAG, IDLE_PACE_US_DEFAULT, IDLE_PACE_US_MAX, SPIN_US_DEFAULT};
 use isotach_proto::packet::Width;
 use isotach_smm::am_link::AmSiuLink;
 use isotach_smm::{Addr, MemoryMap, SiuLink, Smm, SmmConfig, SmmLimits, SmmNode};
@@ -278,6 +278,8 @@ fn run_phase(a: &IdleArgs, idle_pace_us: u64, name: &str, tck: u64) -> anyhow::R
     let hosts = usize::from(a.hosts);
     let c = start_cluster(a.transport, hosts, idle_pace_us, name)?;
     let tag = Tag(DEFAULT_TAG);
+    // The daemons' config leaves `[transport] spin-us` at its default: so does host 0's app.
+    let spin = Duration::from_micros(SPIN_US_DEFAULT);
     let refused = |e: isotach_smm::LinkError| {
         anyhow::anyhow!(
             "host 0: connect to the SIU over {}: {e}",
@@ -286,11 +288,11 @@ fn run_phase(a: &IdleArgs, idle_pace_us: u64, name: &str, tck: u64) -> anyhow::R
     };
     match host0_link(&c)? {
         Link::Udp => {
-            let link = AmSiuLink::connect_udp(c.app0, c.siu0, tag, STARTUP_MAX);
+            let link = AmSiuLink::connect_udp(c.app0, c.siu0, tag, STARTUP_MAX, spin);
             measure(a, &c, app(link.map_err(refused)?, hosts)?, name, tck)
         }
         Link::Quic(id) => {
-            let link = AmSiuLink::connect_quic(c.app0, c.siu0, id, tag, STARTUP_MAX);
+            let link = AmSiuLink::connect_quic(c.app0, c.siu0, id, tag, STARTUP_MAX, spin);
             measure(a, &c, app(link.map_err(refused)?, hosts)?, name, tck)
         }
     }

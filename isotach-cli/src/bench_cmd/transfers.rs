@@ -93,6 +93,8 @@ struct TransfersReport {
     mode: &'static str,
     /// Where the SIUs ran (`embedded` or `daemon`).
     siu: &'static str,
+    /// `--spin-us`.
+    spin_us: u64,
     transfers: u64,
     transfers_per_s: f64,
     transfer_latency_p50_us: f64,
@@ -481,6 +483,7 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
         clients: a.clients as usize,
         seconds: c.seconds,
         assign_round: a.idiom == Idiom::SchedAssign,
+        spin: c.spin(),
     });
     let (unordered_per_s, unordered_p50) = match &unordered {
         Ok(u) => (u.transfers_per_s, u.latency_p50_us),
@@ -512,6 +515,7 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
         seconds: c.seconds,
         mode: raw.mode,
         siu: c.siu.name(),
+        spin_us: c.spin_us,
         transfers: count,
         transfers_per_s: per_s,
         transfer_latency_p50_us: p50,

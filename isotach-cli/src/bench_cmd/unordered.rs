@@ -14,7 +14,7 @@ use super::daemons::latency_hist;
 use super::transfers::Bank;
 use isotach_am::NodeAddr;
 use isotach_am::Transport;
-use isotach_am::backend::udp::UdpTransport;
+use isotach_am::backend::udp::{UdpConfig, UdpTransport};
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
 use isotach_proto::packet::MEM_MESSAGE_LEN;
 use isotach_rng::Rng;
@@ -46,6 +46,8 @@ pub(crate) struct UnorderedParams {
     pub(crate) seconds: f64,
     /// The assigns go out once the reads are answered (sched-assign); `add` has one round.
     pub(crate) assign_round: bool,
+    /// How long a wait polls before it sleeps (the ordered run's `--spin-us`).
+    pub(crate) spin: Duration,
 }
 
 /// What it measured.
@@ -282,7 +284,9 @@ pub(crate) fn unordered_transfers(p: &UnorderedParams) -> Result<UnorderedNumber
     let n = p.bank.hosts;
     let mut sockets = Vec::with_capacity(n);
     for _ in 0..n {
-        let t = UdpTransport::bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        let mut cfg = UdpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
+        cfg.spin = p.spin;
+        let t = UdpTransport::with_config(cfg)
             .map_err(|e| format!("binding a loopback socket: {e}"))?;
         sockets.push(t);
     }
@@ -337,6 +341,7 @@ mod tests {
             clients: 2,
             seconds: 0.2,
             assign_round: true,
+            spin: Duration::from_micros(50),
         })
         .unwrap();
         assert!(n.transfers_per_s > 0.0 && n.latency_p50_us > 0.0);
@@ -356,6 +361,7 @@ mod tests {
                 clients: 4,
                 seconds: 0.2,
                 assign_round: false,
+                spin: Duration::ZERO,
             }));
         });
         let n = rx

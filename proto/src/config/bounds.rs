@@ -72,6 +72,16 @@ pub const ISOCHRON_OPEN_US_MAX_MIN: u64 = 1_000;
 /// `[limits] isochron-open-us-max`, upper bound (60 s): an open isochron holds the wave
 /// (requirement 26), so it stalls logical time for the whole cluster for up to this long.
 pub const ISOCHRON_OPEN_US_MAX_MAX: u64 = 60_000_000;
+/// `[transport] spin-us` when not written: under load a daemon's next datagram comes tens of
+/// microseconds after its last, so a wait that polls that long before it sleeps usually skips
+/// the wake-up (`bench transfers --idiom add` 69–89k → 124–143k transfers/s on the 2-core VM,
+/// `docs/bench.md`, "Spin before sleeping").
+pub const SPIN_US_DEFAULT: u64 = 50;
+/// `[transport] spin-us`, lower bound: 0 never spins (every wait sleeps in the kernel).
+pub const SPIN_US_MIN: u64 = 0;
+/// `[transport] spin-us`, upper bound (1 ms): past it a wait is a busy loop that holds a core
+/// for as long as the gap between waves.
+pub const SPIN_US_MAX: u64 = 1_000;
 /// `[transport] tag`, lower bound: 0 matches no message.
 pub const TAG_MIN: u64 = 1;
 /// `[transport] tag`, upper bound: `u64::MAX` matches every tag.
@@ -89,7 +99,7 @@ pub struct Bound {
 }
 
 /// The bounds of every number in `[timing]`, `[limits]` and `[transport]`.
-pub const BOUNDS: [Bound; 9] = [
+pub const BOUNDS: [Bound; 10] = [
     Bound {
         key: "timing.token-timeout-us",
         min: TOKEN_TIMEOUT_US_MIN,
@@ -134,6 +144,11 @@ pub const BOUNDS: [Bound; 9] = [
         key: "transport.tag",
         min: TAG_MIN,
         max: TAG_MAX,
+    },
+    Bound {
+        key: "transport.spin-us",
+        min: SPIN_US_MIN,
+        max: SPIN_US_MAX,
     },
 ];
 

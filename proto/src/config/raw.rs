@@ -3,7 +3,9 @@
 //! timing and limits against their bounds, duplicate addresses, and where an error is (line,
 //! column, key).
 
-use super::bounds::{TAG_MAX, TAG_MIN, out_of_range, range_for};
+use super::bounds::{
+    SPIN_US_DEFAULT, SPIN_US_MAX, SPIN_US_MIN, TAG_MAX, TAG_MIN, out_of_range, range_for,
+};
 use super::{DEFAULT_TAG, Limits, Span, Timing, TransportConfig, TransportKind};
 use crate::topology::Topology;
 use serde::Deserialize;
@@ -31,6 +33,8 @@ pub(super) struct RawTransport {
     pub(super) ca: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) certs: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) spin_us: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -238,9 +242,20 @@ pub(super) fn transport(
         Some(p) => Ok(Some(PathBuf::from(p.get_ref()))),
         None => Ok(None),
     };
+    let spin_us = match &raw.spin_us {
+        None => SPIN_US_DEFAULT,
+        Some(v) => u64::try_from(*v.get_ref())
+            .ok()
+            .filter(|n| (SPIN_US_MIN..=SPIN_US_MAX).contains(n))
+            .ok_or_else(|| {
+                let m = out_of_range(v.get_ref(), SPIN_US_MIN, SPIN_US_MAX, "");
+                (v.span(), "transport.spin-us", m)
+            })?,
+    };
     Ok(TransportConfig {
         kind: raw.kind,
         tag,
+        spin_us,
         ca: path(&raw.ca, "transport.ca")?,
         certs: path(&raw.certs, "transport.certs")?,
     })

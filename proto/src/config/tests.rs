@@ -544,12 +544,14 @@ fn every_bound_admits_its_range_and_refuses_one_beyond_naming_key_value_and_rang
             "limits.queue-packets-max",
             "limits.isochron-open-us-max",
             "transport.tag",
+            "transport.spin-us",
         ]
     );
     for b in BOUNDS {
-        // Only idle pacing has a meaningful 0 (off).
+        // Only idle pacing and spinning have a meaningful 0 (off).
         assert!(
-            (b.min >= 1 || b.key == "timing.idle-pace-us") && b.min < b.max,
+            (b.min >= 1 || ["timing.idle-pace-us", "transport.spin-us"].contains(&b.key))
+                && b.min < b.max,
             "{b:?}"
         );
         // Tags beyond i64 are written as strings.
@@ -569,6 +571,7 @@ fn every_bound_admits_its_range_and_refuses_one_beyond_naming_key_value_and_rang
                 "limits.pulses-ahead-max" => u64::from(c.limits.pulses_ahead_max),
                 "limits.queue-packets-max" => c.limits.queue_packets_max as u64,
                 "limits.isochron-open-us-max" => c.limits.isochron_open_us_max,
+                "transport.spin-us" => c.transport.spin_us,
                 _ => c.transport.tag,
             };
             assert_eq!(got, v, "{} taken as written", b.key);
