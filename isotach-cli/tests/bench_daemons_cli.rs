@@ -47,15 +47,22 @@ fn bench_tokens_reports_pulse_rate_and_baseline() {
             "pulses_per_s",
             "pulse_period_us",
             "raw_udp_rtt_p50_us",
+            "raw_udp_spin_rtt_p50_us",
             "period_to_raw_rtt_ratio",
         ],
     );
+    // The daemons spin before they sleep (the default), so the ratio's baseline does too.
+    let period = v["pulse_period_us"].as_f64().unwrap();
+    let spin_rtt = v["raw_udp_spin_rtt_p50_us"].as_f64().unwrap();
+    assert_eq!(v["spin_us"], 50);
+    assert!((v["period_to_raw_rtt_ratio"].as_f64().unwrap() - period / spin_rtt).abs() < 1e-6);
 }
 
 #[test]
 fn bench_isochrons_reports_latency_rate_and_baseline() {
-    // Both placements of the SIU: embedded in each application (the default) and daemons.
-    for siu in ["embedded", "daemon"] {
+    // Both placements of the SIU: embedded in each application (the default) and daemons,
+    // the second with waits that never spin (then the baseline does not either).
+    for (siu, spin_us) in [("embedded", "50"), ("daemon", "0")] {
         let v = json_ok(&isotach(&[
             "bench",
             "isochrons",
@@ -63,6 +70,8 @@ fn bench_isochrons_reports_latency_rate_and_baseline() {
             "3",
             "--siu",
             siu,
+            "--spin-us",
+            spin_us,
             "--seconds",
             "0.2",
             "--rtt-iters",
@@ -83,6 +92,15 @@ fn bench_isochrons_reports_latency_rate_and_baseline() {
                 "raw_udp_rtt_p50_us",
             ],
         );
+        let raw = match spin_us {
+            "0" => {
+                assert!(v["raw_udp_spin_rtt_p50_us"].is_null());
+                v["raw_udp_rtt_p50_us"].as_f64().unwrap()
+            }
+            _ => v["raw_udp_spin_rtt_p50_us"].as_f64().unwrap(),
+        };
+        let p50 = v["isochron_latency_p50_us"].as_f64().unwrap();
+        assert!((v["latency_to_raw_rtt_ratio"].as_f64().unwrap() - p50 / raw).abs() < 1e-6);
     }
 }
 
@@ -144,6 +162,8 @@ fn bench_daemons_bad_flags_exit_2() {
         &["bench", "isochrons", "--ops", "0"],
         &["bench", "isochrons", "--hosts", "65"],
         &["bench", "isochrons", "--bogus"],
+        &["bench", "isochrons", "--spin-us", "1001"],
+        &["bench", "transfers", "--spin-us", "-1"],
         &["bench", "transfers", "--accounts", "1"],
         &["bench", "transfers", "--clients", "0"],
         &["bench", "transfers", "--idiom", "locks"],

@@ -25,6 +25,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use isotach_am::backend::quic::{make_ca, make_node_identity};
+use isotach_am::backend::spin::SPIN_DEFAULT;
 use isotach_am::{
     AmError, Bundle, Config, EndpointName, EpId, HandlerId, NodeAddr, Tag, TransIdx, Transport,
 };
@@ -112,6 +113,10 @@ pub(crate) struct BenchReport {
     pub raw_udp_rtt_p50_us: f64,
     /// 99th percentile of the same.
     pub raw_udp_rtt_p99_us: f64,
+    /// Raw UDP ping-pong with both sides polling before they sleep, as AM's waits do
+    /// (`SPIN_DEFAULT`, `[transport] spin-us`): the baseline of `rtt_ratio_udp` and
+    /// `rtt_ratio_quic`.
+    pub raw_udp_spin_rtt_p50_us: f64,
     /// Raw UDP ping-pong from an unconnected client socket (`sendto`/`recvfrom`, a route
     /// lookup per send, as an AM bundle that talks to many peers must do). Information only:
     /// `rtt_ratio_udp` is against the connected `raw_udp_rtt_p50_us`.
@@ -132,7 +137,7 @@ pub(crate) struct BenchReport {
     pub am_udp_bulk_64k_rtt_p50_us: f64,
     /// 99th percentile of the same.
     pub am_udp_bulk_64k_rtt_p99_us: f64,
-    /// `am_udp_rtt_p50_us / raw_udp_rtt_p50_us`.
+    /// `am_udp_rtt_p50_us / raw_udp_spin_rtt_p50_us` (both spin before they sleep).
     pub(crate) rtt_ratio_udp: f64,
     /// `am_udp_rtt_p50_us / raw_tcp_rtt_p50_us`.
     pub(crate) rtt_ratio_udp_vs_tcp: f64,
@@ -167,7 +172,7 @@ pub(crate) struct BenchReport {
     pub am_quic_bulk_64k_rtt_p50_us: f64,
     /// 99th percentile of the same.
     pub am_quic_bulk_64k_rtt_p99_us: f64,
-    /// `am_quic_rtt_p50_us / raw_udp_rtt_p50_us`.
+    /// `am_quic_rtt_p50_us / raw_udp_spin_rtt_p50_us`.
     pub(crate) rtt_ratio_quic: f64,
     /// Short requests per second over QUIC with full credits.
     pub(crate) am_quic_msgs_per_s: f64,
@@ -441,17 +446,20 @@ pub(crate) fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
     let cfg = Config::default();
     let mut udp = RawUdp::new(at(ports[0]), true)?;
     let mut udp_unc = RawUdp::new(at(ports[0]), false)?;
+    let mut udp_spin = RawUdp::spinning(at(ports[6]), SPIN_DEFAULT)?;
     let mut tcp = RawTcp::new(at(ports[2]))?;
     let mut c = Client::new(udp_bundle(opts.datagram_bytes, &cfg)?, at(ports[3]))?;
-    let (mut hu, mut huu, mut ht, mut ha) = (hist(), hist(), hist(), hist());
+    let (mut hu, mut huu, mut ht, mut ha, mut hs) = (hist(), hist(), hist(), hist(), hist());
     let per = opts.rtt_iters.div_ceil(RTT_BLOCKS);
     for _ in 0..RTT_BLOCKS {
         udp.block(per + per / 9, &mut hu)?;
         c.rtt_into(0, per, per / 10, &mut ha)?;
         tcp.block(per + per / 9, &mut ht)?;
         udp_unc.block(per + per / 9, &mut huu)?;
+        udp_spin.block(per + per / 9, &mut hs)?;
     }
-    drop((udp, udp_unc, tcp));
+    drop((udp, udp_unc, tcp, udp_spin));
+    r.raw_udp_spin_rtt_p50_us = us(&hs, 0.5);
     (r.raw_udp_rtt_p50_us, r.raw_udp_rtt_p99_us) = p50_p99(&hu);
     r.raw_udp_unconnected_rtt_p50_us = us(&huu, 0.5);
     (r.raw_tcp_rtt_p50_us, r.raw_tcp_rtt_p99_us) = p50_p99(&ht);
@@ -485,7 +493,7 @@ pub(crate) fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
         opts.datagram_bytes,
         true,
     )?;
-    r.rtt_ratio_udp = ratio(r.am_udp_rtt_p50_us, r.raw_udp_rtt_p50_us);
+    r.rtt_ratio_udp = ratio(r.am_udp_rtt_p50_us, r.raw_udp_spin_rtt_p50_us);
     r.rtt_ratio_udp_vs_tcp = ratio(r.am_udp_rtt_p50_us, r.raw_tcp_rtt_p50_us);
     r.bulk_ratio_udp = ratio(r.am_udp_bulk_mb_per_s, r.raw_udp_stream_mb_per_s);
     r.bulk_ratio_udp_vs_gso = ratio(r.am_udp_bulk_mb_per_s, r.raw_udp_gso_stream_mb_per_s);
@@ -506,7 +514,7 @@ pub(crate) fn run_bench(opts: BenchOptions) -> Result<BenchReport, BenchError> {
         ) = s.medium_1k_rtt_us;
         (r.am_quic_bulk_64k_rtt_p50_us, r.am_quic_bulk_64k_rtt_p99_us) = s.bulk_64k_rtt_us;
         (r.am_quic_msgs_per_s, r.am_quic_bulk_mb_per_s) = (s.msgs_per_s, s.bulk_mb_per_s);
-        r.rtt_ratio_quic = ratio(r.am_quic_rtt_p50_us, r.raw_udp_rtt_p50_us);
+        r.rtt_ratio_quic = ratio(r.am_quic_rtt_p50_us, r.raw_udp_spin_rtt_p50_us);
     }
     link.finish()?;
     r.elapsed_s = start.elapsed().as_secs_f64();
@@ -531,6 +539,7 @@ mod tests {
             "rtt_ratio_udp",
             "am_quic_rtt_p50_us",
             "raw_tcp_rtt_p50_us",
+            "raw_udp_spin_rtt_p50_us",
             "am_udp_msgs_per_s",
             "am_udp_bulk_mb_per_s",
             "raw_udp_stream_mb_per_s",
@@ -546,12 +555,22 @@ mod tests {
             in_process: true,
             ..BenchOptions::quick()
         };
-        let mut b = RawUdpBaseline::start(&opts).unwrap();
+        let mut b = RawUdpBaseline::start(&opts, Duration::ZERO).unwrap();
         b.measure(100).unwrap();
         b.measure(100).unwrap();
         assert_eq!(b.samples(), 180);
         assert!(b.p50_us() > 0.0 && b.p99_us() >= b.p50_us());
+        assert_eq!(
+            b.spin_p50_us(),
+            None,
+            "no spin budget, no spinning baseline"
+        );
         assert_eq!(b.mode(), "threads");
+        b.finish().unwrap();
+        // With a budget every block is measured both ways, against the peer's spinning echo.
+        let mut b = RawUdpBaseline::start(&opts, SPIN_DEFAULT).unwrap();
+        b.measure(100).unwrap();
+        assert!(b.spin_p50_us().is_some_and(|us| us > 0.0));
         b.finish().unwrap();
     }
 }

@@ -128,6 +128,8 @@ struct TokensReport {
     raw_udp_rtt_p50_us: f64,
     raw_udp_rtt_p99_us: f64,
     raw_udp_samples: u64,
+    /// The raw round trip with both sides spinning (`--spin-us` > 0); the ratios use it then.
+    raw_udp_spin_rtt_p50_us: Option<f64>,
     period_to_raw_rtt_ratio: f64,
     startup_s: f64,
     elapsed_s: f64,
@@ -159,6 +161,8 @@ struct IsochronsReport {
     raw_udp_rtt_p50_us: f64,
     raw_udp_rtt_p99_us: f64,
     raw_udp_samples: u64,
+    /// The raw round trip with both sides spinning (`--spin-us` > 0); the ratios use it then.
+    raw_udp_spin_rtt_p50_us: Option<f64>,
     latency_to_raw_rtt_ratio: f64,
     startup_s: f64,
     elapsed_s: f64,
@@ -181,7 +185,7 @@ fn baseline(c: &CommonArgs) -> anyhow::Result<RawUdpBaseline> {
         in_process: c.in_process,
         ..BenchOptions::default()
     };
-    RawUdpBaseline::start(&opts).context("starting the raw UDP baseline's peer")
+    RawUdpBaseline::start(&opts, c.spin()).context("starting the raw UDP baseline's peer")
 }
 
 fn half_iters(c: &CommonArgs) -> anyhow::Result<usize> {
@@ -210,6 +214,16 @@ pub(super) struct RawNumbers {
     pub(super) p50_us: f64,
     pub(super) p99_us: f64,
     pub(super) samples: u64,
+    /// Both sides spinning as the run's waits do (`None` with `--spin-us 0`).
+    pub(super) spin_p50_us: Option<f64>,
+}
+
+impl RawNumbers {
+    /// The round trip the run is compared with: spinning when its waits spin, so a ratio
+    /// compares like with like.
+    pub(super) fn like_p50_us(&self) -> f64 {
+        self.spin_p50_us.unwrap_or(self.p50_us)
+    }
 }
 
 /// Stops the daemons (their errors go to `problems`), measures the second half of the raw
@@ -228,6 +242,7 @@ pub(super) fn finish(
         p50_us: base.p50_us(),
         p99_us: base.p99_us(),
         samples: base.samples(),
+        spin_p50_us: base.spin_p50_us(),
     };
     base.finish().context("stopping the baseline's peer")?;
     Ok(raw)
@@ -464,7 +479,8 @@ pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
         raw_udp_rtt_p50_us: raw.p50_us,
         raw_udp_rtt_p99_us: raw.p99_us,
         raw_udp_samples: raw.samples,
-        period_to_raw_rtt_ratio: ratio(period, raw.p50_us),
+        raw_udp_spin_rtt_p50_us: raw.spin_p50_us,
+        period_to_raw_rtt_ratio: ratio(period, raw.like_p50_us()),
         startup_s,
         elapsed_s: started.elapsed().as_secs_f64(),
         ok: problems.is_empty(),
@@ -634,7 +650,8 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
         raw_udp_rtt_p50_us: raw.p50_us,
         raw_udp_rtt_p99_us: raw.p99_us,
         raw_udp_samples: raw.samples,
-        latency_to_raw_rtt_ratio: ratio(p50, raw.p50_us),
+        raw_udp_spin_rtt_p50_us: raw.spin_p50_us,
+        latency_to_raw_rtt_ratio: ratio(p50, raw.like_p50_us()),
         startup_s,
         elapsed_s: started.elapsed().as_secs_f64(),
         ok: problems.is_empty(),

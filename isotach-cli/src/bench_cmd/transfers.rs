@@ -103,6 +103,8 @@ struct TransfersReport {
     total_conserved: bool,
     raw_udp_rtt_p50_us: f64,
     raw_udp_samples: u64,
+    /// The raw round trip with both sides spinning (`--spin-us` > 0); the ratio uses it then.
+    raw_udp_spin_rtt_p50_us: Option<f64>,
     latency_to_raw_rtt_ratio: f64,
     unordered_transfers_per_s: f64,
     unordered_latency_p50_us: f64,
@@ -524,7 +526,8 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
         total_conserved,
         raw_udp_rtt_p50_us: raw.p50_us,
         raw_udp_samples: raw.samples,
-        latency_to_raw_rtt_ratio: ratio(p50, raw.p50_us),
+        raw_udp_spin_rtt_p50_us: raw.spin_p50_us,
+        latency_to_raw_rtt_ratio: ratio(p50, raw.like_p50_us()),
         unordered_transfers_per_s: unordered_per_s,
         unordered_latency_p50_us: unordered_p50,
         ordered_to_unordered_ratio: ratio(per_s, unordered_per_s),

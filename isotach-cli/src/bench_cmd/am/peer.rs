@@ -13,6 +13,7 @@ use isotach_am::backend::quic::{QuicConfig, QuicIdentity, QuicTransport};
 use isotach_am::backend::udp::{UdpConfig, UdpTransport};
 use isotach_am::{Bundle, Config, NodeAddr, Transport};
 
+use super::raw::{ECHO_SPIN, recv_spinning};
 use super::{BENCH_SEG, BenchError, BenchOptions, H_DONE, H_ECHO, RAW_PING_BYTES, TAG, hex, unhex};
 
 /// Raw stream counters, published with relaxed atomics (no lock on the receive path).
@@ -108,6 +109,10 @@ pub(super) fn port(a: NodeAddr) -> u16 {
     }
 }
 
+/// The ports of the peer's `READY` line: raw UDP echo, stream sink, TCP echo, AM over UDP, AM
+/// over QUIC, GSO stream sink, spinning raw UDP echo.
+pub(super) const PEER_PORTS: usize = 7;
+
 /// The peer side. Reads `<datagram_bytes> <ca_hex> <cert_hex> <key_hex>` from `input`,
 /// prints `READY <raw_udp> <raw_stream> <tcp> <am_udp> <am_quic> <raw_gso_stream>` (ports),
 /// then answers `STREAM` / `GSOSTREAM` with `<bytes> <datagrams> <span_ns>` until `QUIT` or
@@ -141,6 +146,22 @@ pub(crate) fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), B
         while !st.load(Ordering::Relaxed) {
             if let Ok((n, from)) = echo.recv_from(&mut buf) {
                 let _ = echo.send_to(&buf[..n], from);
+            }
+        }
+        Ok(())
+    }));
+
+    // Raw UDP echo that spins before it sleeps (the baseline of runs whose waits spin).
+    let spin_echo = UdpSocket::bind("127.0.0.1:0")?;
+    spin_echo.set_nonblocking(true)?;
+    let spin_echo_port = spin_echo.local_addr()?.port();
+    let st = stop.clone();
+    threads.push(std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        let idle = Duration::from_millis(100);
+        while !st.load(Ordering::Relaxed) {
+            if let Ok((n, from)) = recv_spinning(&spin_echo, &mut buf, ECHO_SPIN, idle) {
+                let _ = spin_echo.send_to(&buf[..n], from);
             }
         }
         Ok(())
@@ -231,7 +252,8 @@ pub(crate) fn run_peer(input: impl Read, mut output: impl Write) -> Result<(), B
 
     writeln!(
         output,
-        "READY {echo_port} {sink_port} {tcp_port} {am_udp_port} {am_quic_port} {gsink_port}"
+        "READY {echo_port} {sink_port} {tcp_port} {am_udp_port} {am_quic_port} {gsink_port} \
+         {spin_echo_port}"
     )?;
     output.flush()?;
     loop {
@@ -336,13 +358,13 @@ impl PeerLink {
         }
         Ok(l)
     }
-    /// Sends the peer its setup line (see [`run_peer`]); returns the six ports of its
+    /// Sends the peer its setup line (see [`run_peer`]); returns the seven ports of its
     /// `READY` line.
     pub(super) fn setup(
         &mut self,
         datagram_bytes: usize,
         id: &QuicIdentity,
-    ) -> Result<[u16; 6], BenchError> {
+    ) -> Result<[u16; PEER_PORTS], BenchError> {
         writeln!(
             self.out,
             "{datagram_bytes} {} {} {}",
@@ -357,7 +379,7 @@ impl PeerLink {
             .skip(1)
             .filter_map(|p| p.parse().ok())
             .collect();
-        match <[u16; 6]>::try_from(ports) {
+        match <[u16; PEER_PORTS]>::try_from(ports) {
             Ok(ports) if ready.starts_with("READY") => Ok(ports),
             _ => Err(BenchError::Peer(format!("bad READY line {ready:?}"))),
         }

@@ -1,9 +1,12 @@
 //! The raw baselines of `isotach bench am` (UDP and TCP ping-pong, raw UDP streams) and the
 //! raw UDP round trip other benchmarks report against ([`RawUdpBaseline`]).
 
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use hdrhistogram::Histogram;
 
@@ -11,11 +14,49 @@ use super::peer::{PeerLink, Side, pin_to_cpu, start_peer};
 use super::{BenchError, BenchOptions, RAW_PING_BYTES, hist, mode, record, us};
 use isotach_am::backend::quic::{make_ca, make_node_identity};
 
-/// Raw UDP ping-pong client (blocking `send` + `recv`).
+/// How long the peer's spinning echo polls before it sleeps: longer than any round trip of
+/// the ping-pong, so while the baseline runs it never sleeps.
+pub(super) const ECHO_SPIN: Duration = Duration::from_millis(1);
+
+/// How long a receive on a non-blocking socket waits in all (a lost datagram).
+const RECV_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Receives one datagram on the non-blocking socket `s`, polling it, yielding the CPU between
+/// polls, for up to `spin` before it sleeps in `poll(2)` (at most `timeout` in all): the raw
+/// form of the AM backends' spin-then-sleep (`[transport] spin-us`).
+pub(super) fn recv_spinning(
+    s: &UdpSocket,
+    buf: &mut [u8],
+    spin: Duration,
+    timeout: Duration,
+) -> io::Result<(usize, SocketAddr)> {
+    let start = Instant::now();
+    loop {
+        match s.recv_from(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            got => return got,
+        }
+        let waited = start.elapsed();
+        if waited < spin {
+            std::thread::yield_now();
+            continue;
+        }
+        let left = timeout.saturating_sub(waited);
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(s.as_fd(), PollFlags::POLLIN)];
+        if left.is_zero() || poll(&mut fds, PollTimeout::from(ms))? == 0 {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+    }
+}
+
+/// Raw UDP ping-pong client (`send` + `recv`: blocking, or spinning first).
 pub(super) struct RawUdp {
     s: UdpSocket,
     /// `Some(peer)`: unconnected (`send_to`/`recv_from`).
     to: Option<SocketAddr>,
+    /// `Some(budget)`: the socket is non-blocking and every receive spins first.
+    spin: Option<Duration>,
     buf: [u8; 2048],
     lost: usize,
 }
@@ -26,13 +67,23 @@ impl RawUdp {
         if connected {
             s.connect(peer)?;
         }
-        s.set_read_timeout(Some(Duration::from_millis(200)))?;
+        s.set_read_timeout(Some(RECV_TIMEOUT))?;
         Ok(Self {
             s,
             to: (!connected).then_some(peer),
+            spin: None,
             buf: [0; 2048],
             lost: 0,
         })
+    }
+
+    /// A connected client whose receives poll for up to `spin` before they sleep (the peer
+    /// at `peer` must echo the same way: its spinning echo).
+    pub(super) fn spinning(peer: SocketAddr, spin: Duration) -> Result<Self, BenchError> {
+        let mut c = Self::new(peer, true)?;
+        c.s.set_nonblocking(true)?;
+        c.spin = Some(spin);
+        Ok(c)
     }
 
     /// `iters` round trips; the first tenth are warm-up and not recorded.
@@ -40,9 +91,12 @@ impl RawUdp {
         let msg = [0x5Au8; RAW_PING_BYTES];
         for i in 0..iters {
             let t0 = Instant::now();
-            let got = match self.to {
-                None => self.s.send(&msg).and_then(|_| self.s.recv(&mut self.buf)),
-                Some(to) => self
+            let got = match (self.to, self.spin) {
+                (None, Some(spin)) => self.s.send(&msg).and_then(|_| {
+                    recv_spinning(&self.s, &mut self.buf, spin, RECV_TIMEOUT).map(|(n, _)| n)
+                }),
+                (None, None) => self.s.send(&msg).and_then(|_| self.s.recv(&mut self.buf)),
+                (Some(to), _) => self
                     .s
                     .send_to(&msg, to)
                     .and_then(|_| self.s.recv_from(&mut self.buf).map(|(n, _)| n)),
@@ -105,7 +159,7 @@ pub(super) fn raw_stream(
     let per_send = if gso {
         let seg = i32::try_from(dgram).unwrap_or(0);
         nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::UdpGsoSegment, &seg)
-            .map_err(std::io::Error::from)?;
+            .map_err(io::Error::from)?;
         (65_507 / dgram).clamp(1, 64)
     } else {
         1
@@ -149,6 +203,9 @@ pub(crate) struct RawUdpBaseline {
     link: PeerLink,
     udp: RawUdp,
     hist: Histogram<u64>,
+    /// The same ping-pong against the peer's spinning echo, spinning on this side too (when
+    /// the run under test spins: `[transport] spin-us` > 0).
+    spin: Option<(RawUdp, Histogram<u64>)>,
     pin: bool,
 }
 
@@ -162,17 +219,25 @@ impl std::fmt::Debug for RawUdpBaseline {
 }
 
 impl RawUdpBaseline {
-    /// Starts the peer (only `peer_args`, `peer_exe` and `in_process` of `opts` matter).
-    pub(crate) fn start(opts: &BenchOptions) -> Result<Self, BenchError> {
+    /// Starts the peer (only `peer_args`, `peer_exe` and `in_process` of `opts` matter). With
+    /// a `spin` budget every block is also measured spinning on both sides.
+    pub(crate) fn start(opts: &BenchOptions, spin: Duration) -> Result<Self, BenchError> {
         let ca = make_ca("isotach bench CA")?;
         let theirs = make_node_identity(&ca, "bench-peer")?;
         let mut link = start_peer(opts)?;
         let ports = link.setup(opts.datagram_bytes, &theirs)?;
-        let udp = RawUdp::new(SocketAddr::from(([127, 0, 0, 1], ports[0])), true)?;
+        let at = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let udp = RawUdp::new(at(ports[0]), true)?;
+        let spin = if spin.is_zero() {
+            None
+        } else {
+            Some((RawUdp::spinning(at(ports[6]), spin)?, hist()))
+        };
         Ok(Self {
             link,
             udp,
             hist: hist(),
+            spin,
             pin: !opts.in_process,
         })
     }
@@ -180,12 +245,17 @@ impl RawUdpBaseline {
     /// Adds `iters` round trips (the first tenth are warm-up, not recorded).
     pub(crate) fn measure(&mut self, iters: usize) -> Result<(), BenchError> {
         let (udp, h, pin) = (&mut self.udp, &mut self.hist, self.pin);
+        let spin = self.spin.as_mut();
         std::thread::scope(|s| {
             s.spawn(move || {
                 if pin {
                     pin_to_cpu(Side::Driver);
                 }
-                udp.block(iters, h)
+                udp.block(iters, h)?;
+                match spin {
+                    Some((udp, h)) => udp.block(iters, h),
+                    None => Ok(()),
+                }
             })
             .join()
             .map_err(|_| BenchError::Peer("raw ping-pong thread panicked".into()))?
@@ -195,6 +265,12 @@ impl RawUdpBaseline {
     /// Median round trip so far, µs (0 before any sample).
     pub(crate) fn p50_us(&self) -> f64 {
         us(&self.hist, 0.5)
+    }
+
+    /// Median round trip so far with both sides spinning, µs (`None`: started without a spin
+    /// budget).
+    pub(crate) fn spin_p50_us(&self) -> Option<f64> {
+        self.spin.as_ref().map(|(_, h)| us(h, 0.5))
     }
 
     /// 99th percentile round trip so far, µs.
@@ -214,7 +290,7 @@ impl RawUdpBaseline {
 
     /// Stops the peer and waits for it.
     pub(crate) fn finish(self) -> Result<(), BenchError> {
-        drop(self.udp);
+        drop((self.udp, self.spin));
         self.link.finish()
     }
 }
