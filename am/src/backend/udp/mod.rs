@@ -348,7 +348,9 @@ impl UdpTransport {
         let until = deadline.map_or(now.plus(budget), |d| d.min(now.plus(budget)));
         loop {
             std::thread::yield_now();
-            if self.fill_nonblocking()? {
+            // A zero-timeout poll reads the queue without its lock; the receive (which takes
+            // it, against the sender's enqueue) only once something is there.
+            if poll_readable(self.sock.as_fd(), Some(Duration::ZERO))? && self.fill_nonblocking()? {
                 return Ok(true);
             }
             if self.now() >= until {
