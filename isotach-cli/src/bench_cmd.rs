@@ -9,6 +9,7 @@ use std::process::ExitCode;
 pub(crate) mod am;
 mod daemons;
 mod idle;
+mod isochrons;
 mod redis;
 pub(crate) mod transfers;
 mod unordered;
@@ -38,7 +39,7 @@ enum What {
     /// Isochron latency (issue to local part executed at the issuer) and sref rate of the real
     /// daemons with every host issuing continuously, against the raw UDP round trip between
     /// two processes.
-    Isochrons(daemons::IsochronsArgs),
+    Isochrons(isochrons::IsochronsArgs),
     /// The bank workload: atomic transfers between random accounts replicated on two hosts,
     /// over the real daemons, with the total checked at the end; against the raw UDP round
     /// trip, the same messages sent unordered, and Redis (`EVAL` transfers) when
@@ -77,7 +78,7 @@ pub(crate) fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.what {
         What::Am(a) => am(&a),
         What::Tokens(a) => daemons::tokens(&a),
-        What::Isochrons(a) => daemons::isochrons(&a),
+        What::Isochrons(a) => isochrons::isochrons(&a),
         What::Transfers(a) => transfers::transfers(&a),
         What::Idle(a) => idle::idle(&a),
     }
