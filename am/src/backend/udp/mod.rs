@@ -326,9 +326,11 @@ impl UdpTransport {
             self.stats.spin_served += 1;
             true
         } else {
+            // After a spin that found nothing, what is left of the wait starts later.
+            let now = if spin.is_zero() { now } else { self.now() };
             self.sleep_from(now, deadline)?
         };
-        // One clock read per wait: how soon traffic came decides whether the next one spins.
+        // A clock read per wait: how soon traffic came decides whether the next one spins.
         let waited = self.now().since(now);
         self.spin.record(served.then_some(waited));
         Ok(served)

@@ -23,7 +23,8 @@ const RECV_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// Receives one datagram on the non-blocking socket `s`, polling it, yielding the CPU between
 /// polls, for up to `spin` before it sleeps in `poll(2)` (at most `timeout` in all): the raw
-/// form of the AM backends' spin-then-sleep (`[transport] spin-us`).
+/// form of the AM backends' spin-then-sleep (`[transport] spin-us`), polled the same way — a
+/// zero-timeout `poll`, and a receive only once the socket is readable.
 pub(super) fn recv_spinning(
     s: &UdpSocket,
     buf: &mut [u8],
@@ -31,21 +32,27 @@ pub(super) fn recv_spinning(
     timeout: Duration,
 ) -> io::Result<(usize, SocketAddr)> {
     let start = Instant::now();
-    loop {
-        match s.recv_from(buf) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            got => return got,
-        }
-        let waited = start.elapsed();
-        if waited < spin {
-            std::thread::yield_now();
-            continue;
-        }
-        let left = timeout.saturating_sub(waited);
-        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+    let readable = |wait: Duration| -> io::Result<bool> {
+        let ms = u16::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(u16::MAX);
         let mut fds = [PollFd::new(s.as_fd(), PollFlags::POLLIN)];
-        if left.is_zero() || poll(&mut fds, PollTimeout::from(ms))? == 0 {
+        Ok(poll(&mut fds, PollTimeout::from(ms))? > 0)
+    };
+    loop {
+        let waited = start.elapsed();
+        let ready = if waited < spin {
+            readable(Duration::ZERO)?
+        } else if waited < timeout {
+            readable(timeout - waited)?
+        } else {
             return Err(io::ErrorKind::TimedOut.into());
+        };
+        if ready {
+            match s.recv_from(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                got => return got,
+            }
+        } else if waited < spin {
+            std::thread::yield_now();
         }
     }
 }
