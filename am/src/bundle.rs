@@ -15,60 +15,8 @@ use crate::{
 use crate::{Config, Core, Dispatch, SendReq, Stats};
 use crate::{Reply, Request, Returned};
 
-type ReqFn = Box<dyn FnMut(Request<'_>) + Send>;
-type RepFn = Box<dyn FnMut(Reply<'_>) + Send>;
-type RetFn = Box<dyn FnMut(&Returned) + Send>;
-
-enum Entry {
-    Unset,
-    Request(ReqFn),
-    Reply(RepFn),
-}
-
-struct Table {
-    entries: Vec<Entry>,
-    ret: Option<RetFn>,
-}
-
-struct Tables(Vec<Option<Table>>);
-
-impl Tables {
-    fn table(&self, ep: EpId) -> Option<&Table> {
-        self.0.get(usize::from(ep.0)).and_then(Option::as_ref)
-    }
-    fn table_mut(&mut self, ep: EpId) -> Result<&mut Table, AmError> {
-        self.0
-            .get_mut(usize::from(ep.0))
-            .and_then(Option::as_mut)
-            .ok_or(AmError::BadEndpoint(ep))
-    }
-}
-
-impl Dispatch for Tables {
-    fn handler_kind(&self, ep: EpId, h: HandlerId) -> HandlerKind {
-        match self.table(ep).and_then(|t| t.entries.get(usize::from(h.0))) {
-            Some(Entry::Request(_)) => HandlerKind::Request,
-            Some(Entry::Reply(_)) => HandlerKind::Reply,
-            _ => HandlerKind::Unset,
-        }
-    }
-    fn on_request(&mut self, req: Request<'_>) {
-        let (ep, h) = (req.endpoint(), req.handler());
-        if let Ok(t) = self.table_mut(ep)
-            && let Some(Entry::Request(f)) = t.entries.get_mut(usize::from(h.0))
-        {
-            f(req);
-        }
-    }
-    fn on_reply(&mut self, rep: Reply<'_>) {
-        let (ep, h) = (rep.endpoint(), rep.handler());
-        if let Ok(t) = self.table_mut(ep)
-            && let Some(Entry::Reply(f)) = t.entries.get_mut(usize::from(h.0))
-        {
-            f(rep);
-        }
-    }
-}
+mod tables;
+use tables::{Entry, Table, Tables};
 
 /// Most self-addressed (loopback) datagrams waiting; more are dropped and retransmitted.
 const LOOP_QUEUE: usize = 1024;
