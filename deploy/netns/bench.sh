@@ -32,6 +32,8 @@
 #   --jitter-us J    jitter of that delay, µs (5; netem reorders packets when it jitters)
 #   --loss-pct P     packet loss on every link and direction, percent (0)
 #   --unshaped       no netem: the links are plain veth pairs (for kernels without netem)
+#   --embedded-siu   each host's SIU runs inside its application process (`isotach transfers
+#                    --embedded-siu`) instead of as an `isotach siu` daemon
 #   --pings N        pings in each baseline series (200, at 10 ms intervals)
 #   --json           print one JSON object on stdout instead of the summary lines
 #
@@ -58,7 +60,7 @@ NETNS_WHAT="netns bench"
 usage() {
     echo "usage: $0 [--hosts N] [--leaves L] [--seconds S] [--clients C] [--accounts A]" \
         "[--idiom sched-assign|add] [--delay-us D] [--jitter-us J] [--loss-pct P] [--unshaped]" \
-        "[--pings N] [--json] | $0 --probe" >&2
+        "[--embedded-siu] [--pings N] [--json] | $0 --probe" >&2
     exit 2
 }
 bad() {
@@ -118,7 +120,7 @@ fi
 
 # --- arguments ------------------------------------------------------------------------------------
 HOSTS=8 LEAVES=2 WINDOW_S=3 CLIENTS=4 ACCOUNTS=256 IDIOM=sched-assign
-DELAY_US=50 JITTER_US=5 LOSS_PCT=0 SHAPED=1 SHAPING_GIVEN=0 PINGS=200 JSON=0
+DELAY_US=50 JITTER_US=5 LOSS_PCT=0 SHAPED=1 SHAPING_GIVEN=0 PINGS=200 JSON=0 EMBEDDED=0
 # in_range VALUE LO HI: VALUE is an integer in LO..=HI.
 in_range() { [[ $1 =~ ^[0-9]{1,9}$ ]] && (($1 >= $2 && $1 <= $3)); }
 # decimal VALUE: a non-negative decimal number.
@@ -128,6 +130,7 @@ while (($#)); do
     case $flag in
     --unshaped) SHAPED=0 && shift && continue ;;
     --json) JSON=1 && shift && continue ;;
+    --embedded-siu) EMBEDDED=1 && shift && continue ;;
     --hosts | --leaves | --seconds | --clients | --accounts | --idiom | --delay-us | --jitter-us | \
         --loss-pct | --pings) ;;
     *) bad "unknown argument \`$flag\`" ;;
@@ -315,13 +318,18 @@ cpu_busy_pct() {
 for ((j = 0; j <= LEAVES; j++)); do
     netns_start daemon "tm-s$j" "$PREFIX-s$j" tm --config "$CONFIG" --name "s$j"
 done
-for ((i = 0; i < HOSTS; i++)); do
-    netns_start daemon "siu-h$i" "$PREFIX-h$i" siu --config "$CONFIG" --host "h$i"
-done
+SIU_PLACEMENT=daemon APP_SIU=()
+if ((EMBEDDED)); then
+    SIU_PLACEMENT=embedded APP_SIU=(--embedded-siu)
+else
+    for ((i = 0; i < HOSTS; i++)); do
+        netns_start daemon "siu-h$i" "$PREFIX-h$i" siu --config "$CONFIG" --host "h$i"
+    done
+fi
 for ((i = 0; i < HOSTS; i++)); do
     netns_start app "app-h$i" "$PREFIX-h$i" transfers --config "$CONFIG" --host "h$i" --json \
         --seconds "$WINDOW_S" --clients "$CLIENTS" --accounts "$ACCOUNTS" --idiom "$IDIOM" \
-        --timeout-s "$DEADLINE_S" --latency-file "$WORK/latency-h$i.txt"
+        --timeout-s "$DEADLINE_S" --latency-file "$WORK/latency-h$i.txt" "${APP_SIU[@]}"
 done
 CPU0=$(cpu_ticks)
 netns_wait_apps "$DEADLINE_S"
@@ -372,8 +380,8 @@ WAVES_JSON=$(for ((j = 0; j <= LEAVES; j++)); do printf '"s%d":%s,' "$j" "${TM_W
 if ((JSON)); then
     printf '{"hosts":%d,"leaves":%d,"tms":%d,"seconds":%s,"clients_per_host":%d,"accounts":%d,' \
         "$HOSTS" "$LEAVES" "$TMS" "$WINDOW_S" "$CLIENTS" "$ACCOUNTS"
-    printf '"idiom":"%s","shaped":%s,"delay_us":%d,"jitter_us":%d,"loss_pct":%s,' \
-        "$IDIOM" "$( ((SHAPED)) && echo true || echo false)" "$((SHAPED ? DELAY_US : 0))" \
+    printf '"idiom":"%s","siu":"%s","shaped":%s,"delay_us":%d,"jitter_us":%d,"loss_pct":%s,' \
+        "$IDIOM" "$SIU_PLACEMENT" "$( ((SHAPED)) && echo true || echo false)" "$((SHAPED ? DELAY_US : 0))" \
         "$((SHAPED ? JITTER_US : 0))" "$LOSS_PCT"
     printf '"ping_samples":%d,"ping_links":%d,"ping_rtt_p50_us":%s,"ping_rtt_avg_us":%s,"ping_same_leaf_rtt_p50_us":%s,' \
         "$PING_N" "$PING_LINKS" "$PING_P50" "$PING_AVG" "$PING_SAME_P50"
@@ -396,6 +404,6 @@ else
     echo "netns bench: transfer latency p50 ${LAT_P50} µs = ${P50_RATIO} x ping, p99 ${LAT_P99} µs = ${P99_RATIO} x ping"
     echo "netns bench: ${TRANSFERS} transfers, ${PER_S}/s = ${PER_RTT} per ping round trip; token manager waves: ${WAVES_JSON%,}"
     echo "netns bench: the machine's $(nproc) CPUs were ${CPU_BUSY_PCT}% busy while the applications ran (load average before the run: $LOAD_BEFORE)"
-    echo "$NETNS_WHAT: ok: $HOSTS hosts x $CLIENTS clients ($IDIOM) over $TMS token managers in ${ELAPSED}s; total conserved; daemons stopped cleanly"
+    echo "$NETNS_WHAT: ok: $HOSTS hosts x $CLIENTS clients ($IDIOM, SIUs $SIU_PLACEMENT) over $TMS token managers in ${ELAPSED}s; total conserved; daemons stopped cleanly"
 fi
 exit 0

@@ -100,7 +100,7 @@ pub(crate) struct PhiloArgs {
 }
 
 /// A daemon's transport, of the kind the config names.
-enum Bound {
+pub(crate) enum Bound {
     Udp(UdpTransport),
     Quic(QuicTransport, QuicCounters),
 }
@@ -180,7 +180,7 @@ fn named<T>(found: Option<T>, config: &Path, what: &str, name: &str) -> anyhow::
 }
 
 /// Binds the daemon's transport at `listen`.
-fn bind(link: Link, listen: SocketAddr, spin_us: u64) -> anyhow::Result<Bound> {
+pub(crate) fn bind(link: Link, listen: SocketAddr, spin_us: u64) -> anyhow::Result<Bound> {
     let bind_err = |e: isotach_am::AmError| anyhow::anyhow!("bind {listen}: {e}");
     let spin = Duration::from_micros(spin_us);
     Ok(match link {

@@ -1,6 +1,6 @@
 //! `isotach transfers`: the bank workload of `isotach bench transfers` as one application
-//! process on one host, over its SIU daemon (every host of the config runs one; see
-//! `deploy/netns/bench.sh`).
+//! process on one host, over its SIU daemon or, with `--embedded-siu`, over an SIU in this
+//! process (every host of the config runs one; see `deploy/netns/bench.sh`).
 //!
 //! The accounts, the idioms and the window are those of `bench transfers`
 //! (`bench_cmd/transfers.rs`): page `p` holds accounts `p, p + H, …` with copies at hosts `p`
@@ -16,13 +16,15 @@ use crate::bench_cmd::transfers::{
     Bank, HostTransfers, Idiom, Load, check_accounts, host_transfers, limits,
 };
 use crate::cluster_io::{Link, load};
-use crate::daemon_cmd::app_host;
+use crate::daemon_cmd::{Bound, app_host, bind};
 use crate::philo_app::forks_map;
 use clap::Args;
 use hdrhistogram::Histogram;
 use isotach_am::Tag;
+use isotach_daemon::siu::siu_plan;
 use isotach_proto::config::ClusterConfig;
 use isotach_smm::am_link::AmSiuLink;
+use isotach_smm::embedded::EmbeddedSiu;
 use isotach_smm::{SiuLink, Smm, SmmConfig, SmmNode};
 use serde::Serialize;
 use std::io::Write;
@@ -31,9 +33,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Run the bank transfer workload on this host over its SIU daemon. Every host of the config
-/// runs one; host 0 checks at the end that the total is conserved. Exits 0 when this host's
-/// transfers all settled (and, on host 0, the total is conserved).
+/// Run the bank transfer workload on this host over its SIU (a daemon, or embedded). Every host
+/// of the config runs one; host 0 checks at the end that the total is conserved. Exits 0 when
+/// this host's transfers all settled (and, on host 0, the total is conserved).
 #[derive(Debug, Args)]
 pub(crate) struct TransfersArgs {
     /// Cluster config (TOML).
@@ -63,6 +65,11 @@ pub(crate) struct TransfersArgs {
     /// value (3 significant digits), for merging the hosts' quantiles.
     #[arg(long, value_name = "FILE")]
     latency_file: Option<PathBuf>,
+    /// Run this host's SIU inside this process, bound to the host's `siu` address (start no
+    /// `isotach siu` for this host): no kernel hop between the application and its SIU. See
+    /// docs/operations.md, "Embedded SIU".
+    #[arg(long)]
+    embedded_siu: bool,
     /// Print one JSON object on stdout.
     #[arg(long)]
     json: bool,
@@ -72,6 +79,8 @@ pub(crate) struct TransfersArgs {
 #[derive(Debug, Serialize)]
 struct HostReport {
     host: String,
+    /// Where this host's SIU ran: `embedded` (`--embedded-siu`) or `daemon`.
+    siu: &'static str,
     idiom: Idiom,
     clients: u32,
     accounts: u32,
@@ -98,19 +107,29 @@ pub(crate) fn run(args: TransfersArgs) -> anyhow::Result<ExitCode> {
     let timeout = Duration::from_secs(args.timeout_s);
     let spin = Duration::from_micros(cluster.transport.spin_us);
     let deadline = Instant::now() + timeout;
-    let out = match link {
-        Link::Udp => over(
-            AmSiuLink::connect_udp(app, siu, tag, timeout, spin)?,
-            &args,
-            &cluster,
-            deadline,
-        ),
-        Link::Quic(identity) => over(
-            AmSiuLink::connect_quic(app, siu, identity, tag, timeout, spin)?,
-            &args,
-            &cluster,
-            deadline,
-        ),
+    let out = if args.embedded_siu {
+        let plan = siu_plan(&cluster, host)
+            .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
+        let listen = plan.listen;
+        match bind(link, listen, cluster.transport.spin_us)? {
+            Bound::Udp(t) => over(EmbeddedSiu::new(plan, t, tag)?, &args, &cluster, deadline),
+            Bound::Quic(t, _) => over(EmbeddedSiu::new(plan, t, tag)?, &args, &cluster, deadline),
+        }
+    } else {
+        match link {
+            Link::Udp => over(
+                AmSiuLink::connect_udp(app, siu, tag, timeout, spin)?,
+                &args,
+                &cluster,
+                deadline,
+            ),
+            Link::Quic(identity) => over(
+                AmSiuLink::connect_quic(app, siu, identity, tag, timeout, spin)?,
+                &args,
+                &cluster,
+                deadline,
+            ),
+        }
     };
     let out = match out {
         Ok(o) => o,
@@ -175,6 +194,11 @@ fn report(args: &TransfersArgs, auditor: bool, out: &HostTransfers) -> HostRepor
     let total_conserved = auditor.then_some(out.audit_sum == Some(0));
     HostReport {
         host: args.host.clone(),
+        siu: if args.embedded_siu {
+            "embedded"
+        } else {
+            "daemon"
+        },
         idiom: args.idiom,
         clients: args.clients,
         accounts: args.accounts,

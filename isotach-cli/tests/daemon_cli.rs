@@ -184,6 +184,71 @@ fn a_philosopher_with_an_embedded_siu_eats_beside_a_daemon_host() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The bank workload (`isotach transfers`) with one host's SIU embedded in its application
+/// and the other's a daemon: both finish, and host 0's audit finds the total conserved.
+#[test]
+fn a_transfers_host_with_an_embedded_siu_runs_beside_a_daemon_host() {
+    let dir = scratch("transfers-embedded");
+    let a = free_addrs(5);
+    let cfg = dir.join("cluster.toml");
+    std::fs::write(&cfg, two_host_config(&a)).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let run = [
+        "--seconds",
+        "0.3",
+        "--accounts",
+        "16",
+        "--idiom",
+        "add",
+        "--json",
+    ];
+    let mut procs = Procs(Vec::new());
+    let (adm_tm, adm_beta) = (free_tcp(), free_tcp());
+    let alpha = [
+        &[
+            "transfers",
+            "--config",
+            cfg,
+            "--host",
+            "alpha",
+            "--embedded-siu",
+        ][..],
+        &run,
+    ]
+    .concat();
+    let beta = [&["transfers", "--config", cfg, "--host", "beta"][..], &run].concat();
+    for (label, args) in [
+        ("transfers-alpha", alpha),
+        ("transfers-beta", beta),
+        (
+            "siu-beta",
+            vec![
+                "siu", "--config", cfg, "--host", "beta", "--admin", &adm_beta,
+            ],
+        ),
+        (
+            "tm0",
+            vec!["tm", "--config", cfg, "--name", "tm0", "--admin", &adm_tm],
+        ),
+    ] {
+        procs.0.push(spawn(&dir, label, &args));
+    }
+    let mut watch = Watchdog::new(&dir, &[("tm0", &adm_tm), ("siu-beta", &adm_beta)]);
+    finish_then_stop(&dir, &mut procs, &mut watch, &[0, 1], &[2, 3]);
+    // Host 0 (alpha) audits: its JSON line says where its SIU ran and that the total held.
+    let out = std::fs::read_to_string(dir.join("transfers-alpha.log")).unwrap();
+    let line = out
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .expect("a JSON line");
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(v["siu"], "embedded", "{out}");
+    assert_eq!(v["total_conserved"], true, "{out}");
+    assert!(v["transfers"].as_u64().is_some_and(|n| n > 0), "{out}");
+    drop(procs);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn bad_address_in_config_exits_2_naming_file_line_and_key() {
     let dir = scratch("badcfg");

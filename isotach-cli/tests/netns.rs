@@ -304,6 +304,7 @@ fn netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping() {
         serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
     assert_eq!(v["ok"], true, "{v}");
     assert_eq!(v["total_conserved"], true, "{v}");
+    assert_eq!(v["siu"], "daemon", "{v}");
     assert_eq!((v["hosts"].as_u64(), v["tms"].as_u64()), (Some(8), Some(3)));
     assert_eq!(v["shaped"], shaping[0] != "--unshaped", "{v}");
     assert!(number(&v, "transfers") > 0.0, "{v}");
@@ -344,6 +345,48 @@ fn netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping() {
         let same = number(&v, "ping_same_leaf_rtt_p50_us");
         assert!(same >= 175.0, "{v}");
     }
+}
+
+/// The same bench with every host's SIU inside its application (`--embedded-siu`: no `isotach
+/// siu` daemons), smaller: the bank still balances over the tree.
+#[test]
+fn netns_bench_runs_the_bank_with_embedded_sius() {
+    let test = "netns_bench_runs_the_bank_with_embedded_sius";
+    let Some(shaping) = bench_shaping(test) else {
+        return;
+    };
+    let prefix = format!("isotach-e{}", std::process::id());
+    let mut args = vec![
+        "--hosts",
+        "4",
+        "--leaves",
+        "1",
+        "--seconds",
+        "1",
+        "--pings",
+        "20",
+    ];
+    args.extend(&shaping);
+    args.extend(["--embedded-siu", "--json"]);
+    let deadline = DEADLINE_S.to_string();
+    let out = succeeded(
+        "bench.sh",
+        run_script(
+            "bench.sh",
+            &args,
+            &[("DEADLINE_S", &deadline)],
+            &prefix,
+            |_| (),
+        ),
+    );
+    let line = out.lines().last().unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["siu"], "embedded", "{v}");
+    assert_eq!(v["total_conserved"], true, "{v}");
+    assert_eq!((v["hosts"].as_u64(), v["tms"].as_u64()), (Some(4), Some(2)));
+    assert!(number(&v, "transfers") > 0.0, "{v}");
 }
 
 #[test]
