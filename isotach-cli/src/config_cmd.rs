@@ -76,6 +76,8 @@ struct Summary {
     host_names: Vec<String>,
     transport: &'static str,
     tag: String,
+    /// `[transport] spin-us`: how long a wait polls before it sleeps while traffic flows.
+    spin_us: u64,
     certificates_checked: usize,
     map: Option<MapSummary>,
     warnings: Vec<Warning>,
@@ -133,6 +135,7 @@ fn check(file: &Path, map: Option<&Path>) -> Result<Summary, UsageError> {
             TransportKind::Quic => "quic",
             TransportKind::Udp => "udp",
         },
+        spin_us: config.transport.spin_us,
         tag: format!("{:#018x}", config.transport.tag),
         certificates_checked,
         map,
@@ -304,6 +307,14 @@ fn print_summary(s: &Summary) {
             "  transport:            udp (no authentication: trusted LAN only), tag {}",
             s.tag
         ),
+    }
+    if s.spin_us == 0 {
+        println!("  spin:                 off (every wait sleeps at once)");
+    } else {
+        println!(
+            "  spin:                 {} us (while traffic flows, before a wait sleeps)",
+            s.spin_us
+        );
     }
     match &s.map {
         Some(m) => println!(

@@ -97,6 +97,7 @@ fn the_example_config_passes() {
         "window:",
         "transport:            quic (mutual TLS)",
         "6 node certificates ok",
+        "spin:                 50 us",
     ] {
         assert!(text.contains(want), "{want} missing in {text}");
     }
@@ -117,6 +118,7 @@ fn the_example_config_passes() {
     assert_eq!(v["transport"], "quic");
     assert_eq!(v["tag"], "0x1507ac4000000001");
     assert_eq!(v["certificates_checked"], 6);
+    assert_eq!(v["spin_us"], 50);
 }
 
 /// A two-node QUIC config in `dir` (certificates in `dir/pki`).
