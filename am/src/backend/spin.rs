@@ -12,7 +12,11 @@
 //! each would turn an idle daemon's few percent of a core into many. So the policy spins
 //! only when the previous wait was served within [`WARM_FACTOR`] × the budget.
 
-use std::time::Duration;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use super::poll_readable;
 
 /// A wait served within this many spin budgets means traffic is flowing: the next one spins.
 pub const WARM_FACTOR: u32 = 4;
@@ -39,11 +43,6 @@ impl SpinPolicy {
         }
     }
 
-    /// The configured budget.
-    pub fn budget(&self) -> Duration {
-        self.budget
-    }
-
     /// How long the next wait may spin before it sleeps (zero: sleep at once).
     pub fn spin_for(&self) -> Duration {
         if self.warm {
@@ -59,6 +58,20 @@ impl SpinPolicy {
         self.warm =
             !self.budget.is_zero() && served_after.is_some_and(|w| w <= self.budget * WARM_FACTOR);
     }
+}
+
+/// The spin half of spin-then-sleep: yields the CPU and checks whether `fd` is readable until
+/// it is (`true`) or `until` passes (`false`). The check is a zero-timeout `poll`, which reads
+/// the receive queue without its lock; a receive on every turn would take that lock against
+/// the sender's enqueue and pick bulk datagrams up one by one.
+pub(crate) fn until_readable(fd: BorrowedFd<'_>, until: Instant) -> io::Result<bool> {
+    while Instant::now() < until {
+        std::thread::yield_now();
+        if poll_readable(fd, Some(Duration::ZERO))? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 #[cfg(test)]
@@ -92,6 +105,8 @@ mod tests {
         let mut p = SpinPolicy::new(Duration::ZERO);
         p.record(Some(Duration::ZERO));
         assert_eq!(p.spin_for(), Duration::ZERO);
-        assert_eq!(SpinPolicy::new(Duration::from_secs(1)).budget(), SPIN_MAX);
+        let mut p = SpinPolicy::new(Duration::from_secs(1));
+        p.record(Some(Duration::ZERO));
+        assert_eq!(p.spin_for(), SPIN_MAX);
     }
 }

@@ -186,19 +186,11 @@ impl Socket {
         poll_readable(self.sock.as_fd(), timeout)
     }
 
-    /// Polls for a datagram, yielding the CPU between polls, until `spin_until` or the end of
-    /// `limit` from now, whichever is first; `true` once one may be queued (the spin half of
-    /// [`super::SpinPolicy`]'s spin-then-sleep).
+    /// Spins until `spin_until` or the end of `limit` from now, whichever is first; `true`
+    /// once a datagram may be queued ([`crate::backend::spin::until_readable`]).
     pub(super) fn spin(&self, spin_until: Instant, limit: Option<Duration>) -> io::Result<bool> {
-        let now = Instant::now();
-        let until = limit.map_or(spin_until, |l| spin_until.min(now + l));
-        while Instant::now() < until {
-            std::thread::yield_now();
-            if self.wait(Some(Duration::ZERO))? {
-                return Ok(true);
-            }
-        }
-        Ok(false)
+        let until = limit.map_or(spin_until, |l| spin_until.min(Instant::now() + l));
+        crate::backend::spin::until_readable(self.sock.as_fd(), until)
     }
 
     /// The async form of [`Socket::wait`]: tokio readiness when bound inside a runtime, else

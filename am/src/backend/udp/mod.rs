@@ -34,8 +34,10 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::runtime::Handle;
 
-use super::spin::{SPIN_DEFAULT, SpinPolicy};
-use super::{poll_readable, real_now, sleep_until_real, tokio_deadline, wall_incarnation};
+use super::spin::{self, SPIN_DEFAULT, SpinPolicy};
+use super::{
+    poll_readable, real_instant, real_now, sleep_until_real, tokio_deadline, wall_incarnation,
+};
 use crate::AmError;
 use crate::transport::Transport;
 use crate::{NodeAddr, Time};
@@ -98,6 +100,11 @@ impl UdpConfig {
             gso: true,
             spin: SPIN_DEFAULT,
         }
+    }
+
+    /// The same with waits that spin up to `spin` ([`UdpConfig::spin`]).
+    pub fn with_spin(self, spin: Duration) -> Self {
+        Self { spin, ..self }
     }
 }
 
@@ -336,8 +343,7 @@ impl UdpTransport {
         Ok(served)
     }
 
-    /// Polls the socket, yielding the CPU between polls, for up to `budget` (not past
-    /// `deadline`); `true` once something arrived.
+    /// Spins for up to `budget` (not past `deadline`): `true` once something arrived.
     fn spin_until(
         &mut self,
         now: Time,
@@ -348,17 +354,13 @@ impl UdpTransport {
             return Ok(false);
         }
         let until = deadline.map_or(now.plus(budget), |d| d.min(now.plus(budget)));
-        loop {
-            std::thread::yield_now();
-            // A zero-timeout poll reads the queue without its lock; the receive (which takes
-            // it, against the sender's enqueue) only once something is there.
-            if poll_readable(self.sock.as_fd(), Some(Duration::ZERO))? && self.fill_nonblocking()? {
+        let until = real_instant(self.origin, until);
+        while spin::until_readable(self.sock.as_fd(), until)? {
+            if self.fill_nonblocking()? {
                 return Ok(true);
             }
-            if self.now() >= until {
-                return Ok(false);
-            }
         }
+        Ok(false)
     }
 
     /// Sleeps in the kernel until something arrives or `deadline` passes.
