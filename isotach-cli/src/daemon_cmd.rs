@@ -180,19 +180,16 @@ fn named<T>(found: Option<T>, config: &Path, what: &str, name: &str) -> anyhow::
 }
 
 /// Binds the daemon's transport at `listen`.
-pub(crate) fn bind(link: Link, listen: SocketAddr, spin_us: u64) -> anyhow::Result<Bound> {
+pub(crate) fn bind(link: Link, listen: SocketAddr, spin: Duration) -> anyhow::Result<Bound> {
     let bind_err = |e: isotach_am::AmError| anyhow::anyhow!("bind {listen}: {e}");
-    let spin = Duration::from_micros(spin_us);
     Ok(match link {
         Link::Udp => {
-            let mut cfg = UdpConfig::new(listen);
-            cfg.spin = spin;
+            let cfg = UdpConfig::new(listen).with_spin(spin);
             Bound::Udp(UdpTransport::with_config(cfg).map_err(bind_err)?)
         }
         Link::Quic(identity) => {
-            let mut cfg = QuicConfig::new(listen, identity);
-            cfg.spin = spin;
-            let t = QuicTransport::bind(cfg).map_err(bind_err)?;
+            let t = QuicTransport::bind(QuicConfig::new(listen, identity).with_spin(spin))
+                .map_err(bind_err)?;
             let counters = t.counters();
             Bound::Quic(t, counters)
         }
@@ -357,7 +354,7 @@ fn run_daemon<P: NodePlan>(
     init_logs("info");
     // Bound outside the runtime: the daemon's own thread waits on the socket, and a socket
     // registered with the runtime's reactor would wake it on every datagram for nothing.
-    let bound = bind(link, plan.listen(), cluster.transport.spin_us)?;
+    let bound = bind(link, plan.listen(), cluster.transport.spin())?;
     runtime()?.block_on(async move {
         match bound {
             Bound::Udp(t) => serve(plan, t, tag, None, name, ops, configured).await?,
@@ -436,12 +433,12 @@ pub(crate) fn run_philo(args: PhiloArgs) -> anyhow::Result<ExitCode> {
     init_logs("warn");
     let started = Instant::now();
     let timeout = Duration::from_secs(args.timeout_s);
-    let spin = Duration::from_micros(cluster.transport.spin_us);
+    let spin = cluster.transport.spin();
     if args.embedded_siu {
         let plan = siu_plan(&cluster, host)
             .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
         let listen = plan.listen;
-        return match bind(link, listen, cluster.transport.spin_us)? {
+        return match bind(link, listen, spin)? {
             Bound::Udp(t) => philo_over(EmbeddedSiu::new(plan, t, tag)?, &args, &cluster, started),
             Bound::Quic(t, _) => {
                 philo_over(EmbeddedSiu::new(plan, t, tag)?, &args, &cluster, started)

@@ -14,6 +14,7 @@ use isotach_am::backend::chan::{ChanNet, ChanTransport};
 use isotach_am::backend::quic::{
     QuicConfig, QuicIdentity, QuicTransport, make_ca, make_node_identity,
 };
+use isotach_am::backend::spin::SPIN_DEFAULT;
 use isotach_am::backend::udp::{UdpConfig, UdpTransport};
 use isotach_am::port::{DEFAULT_TAG, PacketPort};
 use isotach_am::{NodeAddr, Tag, Transport};
@@ -22,7 +23,7 @@ use isotach_daemon::embedded::EmbeddedSiu;
 use isotach_daemon::run::{Daemon, Publish, SiuDaemon, TmDaemon};
 use isotach_daemon::siu::{SiuGauges, siu_plan};
 use isotach_daemon::tm::tm_plan;
-use isotach_proto::config::{ClusterConfig, SPIN_US_DEFAULT, Timing};
+use isotach_proto::config::{ClusterConfig, Timing};
 use isotach_smm::am_link::AmSiuLink;
 use isotach_smm::{Smm, SmmConfig, SmmLimits, SmmNode};
 use serde::Serialize;
@@ -122,8 +123,7 @@ pub(crate) fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
 
 /// A loopback UDP socket whose waits spin up to `spin` while traffic flows.
 fn bind(spin: Duration) -> anyhow::Result<UdpTransport> {
-    let mut cfg = UdpConfig::new("127.0.0.1:0".parse()?);
-    cfg.spin = spin;
+    let cfg = UdpConfig::new("127.0.0.1:0".parse()?).with_spin(spin);
     UdpTransport::with_config(cfg).map_err(|e| anyhow::anyhow!("bind a loopback UDP socket: {e}"))
 }
 
@@ -173,7 +173,7 @@ struct Nodes<D, A> {
 /// Starts a token manager and `n` SIU daemons (the same drivers as `isotach tm` / `isotach
 /// siu`) on a two-worker tokio runtime, over fresh loopback UDP sockets.
 pub(crate) fn start_loopback_cluster(n: usize) -> anyhow::Result<LoopbackCluster> {
-    let spin = Duration::from_micros(SPIN_US_DEFAULT);
+    let spin = SPIN_DEFAULT;
     start_loopback_cluster_with(n, SiuPlacement::Daemon, Timing::default(), spin)
 }
 

@@ -105,13 +105,13 @@ pub(crate) fn run(args: TransfersArgs) -> anyhow::Result<ExitCode> {
     let tag = Tag(cluster.transport.tag);
     crate::admin::logs::init("warn");
     let timeout = Duration::from_secs(args.timeout_s);
-    let spin = Duration::from_micros(cluster.transport.spin_us);
+    let spin = cluster.transport.spin();
     let deadline = Instant::now() + timeout;
     let out = if args.embedded_siu {
         let plan = siu_plan(&cluster, host)
             .map_err(|e| UsageError(format!("{}: {e}", args.config.display())))?;
         let listen = plan.listen;
-        match bind(link, listen, cluster.transport.spin_us)? {
+        match bind(link, listen, spin)? {
             Bound::Udp(t) => over(EmbeddedSiu::new(plan, t, tag)?, &args, &cluster, deadline),
             Bound::Quic(t, _) => over(EmbeddedSiu::new(plan, t, tag)?, &args, &cluster, deadline),
         }

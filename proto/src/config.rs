@@ -130,6 +130,13 @@ pub struct TransportConfig {
     pub spin_us: u64,
 }
 
+impl TransportConfig {
+    /// `spin_us` as a duration.
+    pub fn spin(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.spin_us)
+    }
+}
+
 impl Default for TransportConfig {
     fn default() -> Self {
         Self {

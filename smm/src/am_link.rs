@@ -42,8 +42,7 @@ impl AmSiuLink<UdpTransport> {
         timeout: Duration,
         spin: Duration,
     ) -> Result<Self, LinkError> {
-        let mut cfg = UdpConfig::new(bind);
-        cfg.spin = spin;
+        let cfg = UdpConfig::new(bind).with_spin(spin);
         let t =
             UdpTransport::with_config(cfg).map_err(|e| LinkError(format!("bind {bind}: {e}")))?;
         let port = PacketPort::new(t, &[NodeAddr::Ip(siu)], tag).map_err(link_err)?;
@@ -64,8 +63,7 @@ impl AmSiuLink<QuicTransport> {
         timeout: Duration,
         spin: Duration,
     ) -> Result<Self, LinkError> {
-        let mut cfg = QuicConfig::new(bind, identity);
-        cfg.spin = spin;
+        let cfg = QuicConfig::new(bind, identity).with_spin(spin);
         let t = QuicTransport::bind(cfg).map_err(|e| LinkError(format!("bind {bind}: {e}")))?;
         let port = PacketPort::new(t, &[NodeAddr::Ip(siu)], tag).map_err(link_err)?;
         Self::connect(port, timeout)

@@ -231,7 +231,7 @@ fn attach(
 ) -> Result<AmLink, ConnectError> {
     let in_use = |e: &LinkError| e.0.contains("in use");
     let (timeout, embedded) = (opts.timeout, opts.embedded_siu);
-    let spin = Duration::from_micros(cluster.transport.spin_us);
+    let spin = cluster.transport.spin();
     let taken = || ConnectError::AlreadyAttached {
         host: host_name.to_string(),
         addr: if embedded { plan.siu } else { plan.app },
@@ -252,8 +252,7 @@ fn attach(
     match cluster.transport.kind {
         TransportKind::Udp if embedded => {
             let sp = siu_plan()?;
-            let mut udp = UdpConfig::new(sp.listen);
-            udp.spin = spin;
+            let udp = UdpConfig::new(sp.listen).with_spin(spin);
             let t = UdpTransport::with_config(udp).map_err(bind_err)?;
             let siu = EmbeddedSiu::new(sp, t, plan.tag).map_err(embed_err)?;
             Ok(AmLink::EmbeddedUdp(Box::new(siu)))
@@ -274,8 +273,7 @@ fn attach(
                     .map_err(|e| ConnectError::Config(format!("{}: {e}", files.cert.display())))?;
             if embedded {
                 let sp = siu_plan()?;
-                let mut quic = QuicConfig::new(sp.listen, identity);
-                quic.spin = spin;
+                let quic = QuicConfig::new(sp.listen, identity).with_spin(spin);
                 let t = QuicTransport::bind(quic).map_err(bind_err)?;
                 let siu = EmbeddedSiu::new(sp, t, plan.tag).map_err(embed_err)?;
                 return Ok(AmLink::EmbeddedQuic(Box::new(siu)));

@@ -111,6 +111,11 @@ impl QuicConfig {
             spin: SPIN_DEFAULT,
         }
     }
+
+    /// The same with waits that spin up to `spin` ([`QuicConfig::spin`]).
+    pub fn with_spin(self, spin: Duration) -> Self {
+        Self { spin, ..self }
+    }
 }
 
 /// Handshake outcomes and lost datagrams, counted by the caller's thread and quinn's tasks.

@@ -26,7 +26,8 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use cluster::{Cluster, host0_link, start_cluster, token_timeout_for};
 use isotach_am::Tag;
-use isotach_proto::config::{DEFAULT_TAG, IDLE_PACE_US_DEFAULT, IDLE_PACE_US_MAX, SPIN_US_DEFAULT};
+use isotach_am::backend::spin::SPIN_DEFAULT;
+use isotach_proto::config::{DEFAULT_TAG, IDLE_PACE_US_DEFAULT, IDLE_PACE_US_MAX};
 use isotach_proto::packet::Width;
 use isotach_smm::am_link::AmSiuLink;
 use isotach_smm::{Addr, MemoryMap, SiuLink, Smm, SmmConfig, SmmLimits, SmmNode};
@@ -279,7 +280,7 @@ fn run_phase(a: &IdleArgs, idle_pace_us: u64, name: &str, tck: u64) -> anyhow::R
     let c = start_cluster(a.transport, hosts, idle_pace_us, name)?;
     let tag = Tag(DEFAULT_TAG);
     // The daemons' config leaves `[transport] spin-us` at its default: so does host 0's app.
-    let spin = Duration::from_micros(SPIN_US_DEFAULT);
+    let spin = SPIN_DEFAULT;
     let refused = |e: isotach_smm::LinkError| {
         anyhow::anyhow!(
             "host 0: connect to the SIU over {}: {e}",

@@ -284,8 +284,7 @@ pub(crate) fn unordered_transfers(p: &UnorderedParams) -> Result<UnorderedNumber
     let n = p.bank.hosts;
     let mut sockets = Vec::with_capacity(n);
     for _ in 0..n {
-        let mut cfg = UdpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)));
-        cfg.spin = p.spin;
+        let cfg = UdpConfig::new(SocketAddr::from(([127, 0, 0, 1], 0))).with_spin(p.spin);
         let t = UdpTransport::with_config(cfg)
             .map_err(|e| format!("binding a loopback socket: {e}"))?;
         sockets.push(t);

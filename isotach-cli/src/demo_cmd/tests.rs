@@ -83,7 +83,7 @@ impl Pair {
             idle_pace_us: 0,
             ..Timing::default()
         };
-        let spin = Duration::from_micros(isotach_proto::config::SPIN_US_DEFAULT);
+        let spin = isotach_am::backend::spin::SPIN_DEFAULT;
         let mut lc = start_loopback_cluster_with(2, SiuPlacement::Embedded, timing, spin).unwrap();
         let mut other = lc.embedded.pop().expect("host 1's SIU");
         let mut me = lc.embedded.pop().expect("host 0's SIU");

@@ -11,9 +11,8 @@ fn bind(gso: bool) -> UdpTransport {
 }
 
 fn bind_spinning(gso: bool, spin: Duration) -> UdpTransport {
-    let mut cfg = UdpConfig::new("127.0.0.1:0".parse().expect("address"));
+    let mut cfg = UdpConfig::new("127.0.0.1:0".parse().expect("address")).with_spin(spin);
     cfg.gso = gso;
-    cfg.spin = spin;
     UdpTransport::with_config(cfg).expect("bind a loopback socket")
 }
 
