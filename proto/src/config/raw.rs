@@ -3,9 +3,7 @@
 //! timing and limits against their bounds, duplicate addresses, and where an error is (line,
 //! column, key).
 
-use super::bounds::{
-    SPIN_US_DEFAULT, SPIN_US_MAX, SPIN_US_MIN, TAG_MAX, TAG_MIN, out_of_range, range_for,
-};
+use super::bounds::{SPIN_US_DEFAULT, TAG_MAX, TAG_MIN, bound, out_of_range, range_for};
 use super::{DEFAULT_TAG, Limits, Span, Timing, TransportConfig, TransportKind};
 use crate::topology::Topology;
 use serde::Deserialize;
@@ -242,16 +240,10 @@ pub(super) fn transport(
         Some(p) => Ok(Some(PathBuf::from(p.get_ref()))),
         None => Ok(None),
     };
-    let spin_us = match &raw.spin_us {
-        None => SPIN_US_DEFAULT,
-        Some(v) => u64::try_from(*v.get_ref())
-            .ok()
-            .filter(|n| (SPIN_US_MIN..=SPIN_US_MAX).contains(n))
-            .ok_or_else(|| {
-                let m = out_of_range(v.get_ref(), SPIN_US_MIN, SPIN_US_MAX, "");
-                (v.span(), "transport.spin-us", m)
-            })?,
-    };
+    let spin_us = bounded(&raw.spin_us, "transport.spin-us", SPIN_US_DEFAULT, |_| {
+        let b = bound("transport.spin-us");
+        (b.min, b.max, String::new())
+    })?;
     Ok(TransportConfig {
         kind: raw.kind,
         tag,
@@ -259,6 +251,22 @@ pub(super) fn transport(
         ca: path(&raw.ca, "transport.ca")?,
         certs: path(&raw.certs, "transport.certs")?,
     })
+}
+
+/// The number `v` of `key` as written, or `default` when not written; `range` gives its bounds
+/// and what sets them (see [`range_for`]).
+fn bounded(
+    v: &Option<Spanned<i64>>,
+    key: &'static str,
+    default: u64,
+    range: impl FnOnce(&str) -> (u64, u64, String),
+) -> Result<u64, (Span, &'static str, String)> {
+    let Some(v) = v else { return Ok(default) };
+    let (min, max, why) = range(key);
+    u64::try_from(*v.get_ref())
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| (v.span(), key, out_of_range(v.get_ref(), min, max, &why)))
 }
 
 /// The numbers of `[timing]` and `[limits]` as written, each within its range for `topology`
@@ -269,12 +277,7 @@ pub(super) fn timing_limits(
     topology: &Topology,
 ) -> Result<(Timing, Limits), (Span, &'static str, String)> {
     let get = |v: &Option<Spanned<i64>>, key: &'static str, default: u64| {
-        let Some(v) = v else { return Ok(default) };
-        let (min, max, why) = range_for(key, topology);
-        u64::try_from(*v.get_ref())
-            .ok()
-            .filter(|n| (min..=max).contains(n))
-            .ok_or_else(|| (v.span(), key, out_of_range(v.get_ref(), min, max, &why)))
+        bounded(v, key, default, |key| range_for(key, topology))
     };
     // Every bound fits its field's type.
     fn narrow<T: TryFrom<u64>>(n: u64) -> T {
