@@ -99,11 +99,8 @@ struct TokensReport {
     pulses_per_s: f64,
     pulse_period_us: f64,
     pulses_per_s_min_host: f64,
-    raw_udp_rtt_p50_us: f64,
-    raw_udp_rtt_p99_us: f64,
-    raw_udp_samples: u64,
-    /// The raw round trip with both sides spinning (`--spin-us` > 0); the ratios use it then.
-    raw_udp_spin_rtt_p50_us: Option<f64>,
+    #[serde(flatten)]
+    raw: RawNumbers,
     period_to_raw_rtt_ratio: f64,
     startup_s: f64,
     elapsed_s: f64,
@@ -149,13 +146,20 @@ fn start_with(c: &CommonArgs, timing: Timing) -> anyhow::Result<(RawUdpBaseline,
     ))
 }
 
-/// What the raw baseline measured (both halves).
+/// What the raw baseline measured (both halves), under the reports' `raw_udp_*` keys.
+#[derive(Debug, Serialize)]
 pub(super) struct RawNumbers {
+    #[serde(skip)]
     pub(super) mode: &'static str,
+    #[serde(rename = "raw_udp_rtt_p50_us")]
     pub(super) p50_us: f64,
+    #[serde(rename = "raw_udp_rtt_p99_us")]
     pub(super) p99_us: f64,
+    #[serde(rename = "raw_udp_samples")]
     pub(super) samples: u64,
-    /// Both sides spinning as the run's waits do (`None` with `--spin-us 0`).
+    /// Both sides spinning as the run's waits do (`None` with `--spin-us 0`); the ratios use
+    /// it then.
+    #[serde(rename = "raw_udp_spin_rtt_p50_us")]
     pub(super) spin_p50_us: Option<f64>,
 }
 
@@ -417,11 +421,8 @@ pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
         pulses_per_s: pps,
         pulse_period_us: period,
         pulses_per_s_min_host: if pps_min.is_finite() { pps_min } else { 0.0 },
-        raw_udp_rtt_p50_us: raw.p50_us,
-        raw_udp_rtt_p99_us: raw.p99_us,
-        raw_udp_samples: raw.samples,
-        raw_udp_spin_rtt_p50_us: raw.spin_p50_us,
         period_to_raw_rtt_ratio: ratio(period, raw.like_p50_us()),
+        raw,
         startup_s,
         elapsed_s: started.elapsed().as_secs_f64(),
         ok: problems.is_empty(),

@@ -11,8 +11,8 @@
 //! copies other hosts' isochrons updated here), summed over hosts.
 
 use super::daemons::{
-    CommonArgs, STARTUP_MAX, exit, finish, latency_hist, left, print, ratio, run_apps, spawn_apps,
-    start,
+    CommonArgs, RawNumbers, STARTUP_MAX, exit, finish, latency_hist, left, print, ratio, run_apps,
+    spawn_apps, start,
 };
 use crate::philo_app::forks_map;
 use clap::Args;
@@ -59,11 +59,8 @@ struct IsochronsReport {
     isochron_latency_p99_us: f64,
     isochron_latency_max_us: f64,
     pulses_per_s: f64,
-    raw_udp_rtt_p50_us: f64,
-    raw_udp_rtt_p99_us: f64,
-    raw_udp_samples: u64,
-    /// The raw round trip with both sides spinning (`--spin-us` > 0); the ratios use it then.
-    raw_udp_spin_rtt_p50_us: Option<f64>,
+    #[serde(flatten)]
+    raw: RawNumbers,
     latency_to_raw_rtt_ratio: f64,
     startup_s: f64,
     elapsed_s: f64,
@@ -228,11 +225,8 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
             lat.max() as f64 / 1000.0
         },
         pulses_per_s,
-        raw_udp_rtt_p50_us: raw.p50_us,
-        raw_udp_rtt_p99_us: raw.p99_us,
-        raw_udp_samples: raw.samples,
-        raw_udp_spin_rtt_p50_us: raw.spin_p50_us,
         latency_to_raw_rtt_ratio: ratio(p50, raw.like_p50_us()),
+        raw,
         startup_s,
         elapsed_s: started.elapsed().as_secs_f64(),
         ok: problems.is_empty(),

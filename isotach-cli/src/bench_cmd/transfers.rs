@@ -25,7 +25,8 @@
 //! `redis-server` and `redis-benchmark` are on PATH (`redis.rs`).
 
 use super::daemons::{
-    CommonArgs, exit, finish, latency_hist, left, print, ratio, run_apps, spawn_apps, start,
+    CommonArgs, RawNumbers, exit, finish, latency_hist, left, print, ratio, run_apps, spawn_apps,
+    start,
 };
 use super::redis::{RedisNumbers, redis_transfers};
 use super::unordered::{UnorderedParams, unordered_transfers};
@@ -101,10 +102,8 @@ struct TransfersReport {
     transfer_latency_p99_us: f64,
     pulses_per_s: f64,
     total_conserved: bool,
-    raw_udp_rtt_p50_us: f64,
-    raw_udp_samples: u64,
-    /// The raw round trip with both sides spinning (`--spin-us` > 0); the ratio uses it then.
-    raw_udp_spin_rtt_p50_us: Option<f64>,
+    #[serde(flatten)]
+    raw: RawNumbers,
     latency_to_raw_rtt_ratio: f64,
     unordered_transfers_per_s: f64,
     unordered_latency_p50_us: f64,
@@ -524,10 +523,8 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
         transfer_latency_p99_us: us(&lat, 0.99),
         pulses_per_s,
         total_conserved,
-        raw_udp_rtt_p50_us: raw.p50_us,
-        raw_udp_samples: raw.samples,
-        raw_udp_spin_rtt_p50_us: raw.spin_p50_us,
         latency_to_raw_rtt_ratio: ratio(p50, raw.like_p50_us()),
+        raw,
         unordered_transfers_per_s: unordered_per_s,
         unordered_latency_p50_us: unordered_p50,
         ordered_to_unordered_ratio: ratio(per_s, unordered_per_s),
