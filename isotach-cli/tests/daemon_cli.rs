@@ -5,7 +5,7 @@
 mod common;
 
 use common::{
-    BIN, GUARD, Procs, Watchdog, free_addrs, free_tcp, logs, scratch, sigterm, spawn,
+    BIN, GUARD, Procs, Scratch, Watchdog, free_addrs, free_tcp, logs, scratch, sigterm, spawn,
     two_host_config, wait_guarded,
 };
 use std::process::{Command, Output};
@@ -135,36 +135,21 @@ fn daemons_and_two_philosopher_processes_on_loopback() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// One host runs its SIU embedded in its philosopher (`--embedded-siu`), the other a SIU
-/// daemon: both placements in one cluster, the same wire between them.
-#[test]
-fn a_philosopher_with_an_embedded_siu_eats_beside_a_daemon_host() {
-    let dir = scratch("embedded");
-    let a = free_addrs(5);
-    let config = two_host_config(&a);
+/// A two-host cluster where host `alpha` runs `app ARGS --embedded-siu` (its SIU in its own
+/// process) and host `beta` runs `app ARGS` over an SIU daemon: both placements in one
+/// cluster, the same wire between them. Both applications must exit 0 and the daemons stop
+/// cleanly; returns the directory holding `app-alpha.log` and `app-beta.log`.
+fn embedded_beside_daemon(name: &str, app: &str, args: &[&str]) -> Scratch {
+    let dir = scratch(name);
     let cfg = dir.join("cluster.toml");
-    std::fs::write(&cfg, config).unwrap();
+    std::fs::write(&cfg, two_host_config(&free_addrs(5))).unwrap();
     let cfg = cfg.to_str().unwrap();
-    let mut procs = Procs(Vec::new());
     let (adm_tm, adm_beta) = (free_tcp(), free_tcp());
+    let on = |host: &'static str| [&[app, "--config", cfg, "--host", host][..], args].concat();
+    let mut procs = Procs(Vec::new());
     for (label, args) in [
-        (
-            "philo-alpha-embedded",
-            vec![
-                "philo",
-                "--config",
-                cfg,
-                "--host",
-                "alpha",
-                "--meals",
-                "5",
-                "--embedded-siu",
-            ],
-        ),
-        (
-            "philo-beta",
-            vec!["philo", "--config", cfg, "--host", "beta", "--meals", "5"],
-        ),
+        ("app-alpha", [on("alpha"), vec!["--embedded-siu"]].concat()),
+        ("app-beta", on("beta")),
         (
             "siu-beta",
             vec![
@@ -180,19 +165,17 @@ fn a_philosopher_with_an_embedded_siu_eats_beside_a_daemon_host() {
     }
     let mut watch = Watchdog::new(&dir, &[("tm0", &adm_tm), ("siu-beta", &adm_beta)]);
     finish_then_stop(&dir, &mut procs, &mut watch, &[0, 1], &[2, 3]);
-    drop(procs);
-    let _ = std::fs::remove_dir_all(&dir);
+    dir
 }
 
-/// The bank workload (`isotach transfers`) with one host's SIU embedded in its application
-/// and the other's a daemon: both finish, and host 0's audit finds the total conserved.
+#[test]
+fn a_philosopher_with_an_embedded_siu_eats_beside_a_daemon_host() {
+    embedded_beside_daemon("embedded", "philo", &["--meals", "5"]);
+}
+
+/// The bank workload (`isotach transfers`): host 0's audit finds the total conserved.
 #[test]
 fn a_transfers_host_with_an_embedded_siu_runs_beside_a_daemon_host() {
-    let dir = scratch("transfers-embedded");
-    let a = free_addrs(5);
-    let cfg = dir.join("cluster.toml");
-    std::fs::write(&cfg, two_host_config(&a)).unwrap();
-    let cfg = cfg.to_str().unwrap();
     let run = [
         "--seconds",
         "0.3",
@@ -202,41 +185,9 @@ fn a_transfers_host_with_an_embedded_siu_runs_beside_a_daemon_host() {
         "add",
         "--json",
     ];
-    let mut procs = Procs(Vec::new());
-    let (adm_tm, adm_beta) = (free_tcp(), free_tcp());
-    let alpha = [
-        &[
-            "transfers",
-            "--config",
-            cfg,
-            "--host",
-            "alpha",
-            "--embedded-siu",
-        ][..],
-        &run,
-    ]
-    .concat();
-    let beta = [&["transfers", "--config", cfg, "--host", "beta"][..], &run].concat();
-    for (label, args) in [
-        ("transfers-alpha", alpha),
-        ("transfers-beta", beta),
-        (
-            "siu-beta",
-            vec![
-                "siu", "--config", cfg, "--host", "beta", "--admin", &adm_beta,
-            ],
-        ),
-        (
-            "tm0",
-            vec!["tm", "--config", cfg, "--name", "tm0", "--admin", &adm_tm],
-        ),
-    ] {
-        procs.0.push(spawn(&dir, label, &args));
-    }
-    let mut watch = Watchdog::new(&dir, &[("tm0", &adm_tm), ("siu-beta", &adm_beta)]);
-    finish_then_stop(&dir, &mut procs, &mut watch, &[0, 1], &[2, 3]);
+    let dir = embedded_beside_daemon("transfers-embedded", "transfers", &run);
     // Host 0 (alpha) audits: its JSON line says where its SIU ran and that the total held.
-    let out = std::fs::read_to_string(dir.join("transfers-alpha.log")).unwrap();
+    let out = std::fs::read_to_string(dir.join("app-alpha.log")).unwrap();
     let line = out
         .lines()
         .find(|l| l.starts_with('{'))
@@ -245,8 +196,6 @@ fn a_transfers_host_with_an_embedded_siu_runs_beside_a_daemon_host() {
     assert_eq!(v["siu"], "embedded", "{out}");
     assert_eq!(v["total_conserved"], true, "{out}");
     assert!(v["transfers"].as_u64().is_some_and(|n| n > 0), "{out}");
-    drop(procs);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

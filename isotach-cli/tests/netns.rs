@@ -277,14 +277,17 @@ fn number(v: &serde_json::Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("no number `{key}` in {v}"))
 }
 
-#[test]
-fn netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping() {
-    let test = "netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping";
-    let Some(shaping) = bench_shaping(test) else {
-        return;
-    };
-    let prefix = format!("isotach-b{}", std::process::id());
-    let mut args = SMALL.to_vec();
+/// Runs `bench.sh ARGS` with the shaping this machine allows and `--json` (namespaces named
+/// `isotach-TAG<pid>-…`); its report, with the shaping flags used. `None` (with a message)
+/// when the machine cannot run it.
+fn bench_json(
+    test: &str,
+    tag: &str,
+    args: &[&str],
+) -> Option<(serde_json::Value, Vec<&'static str>)> {
+    let shaping = bench_shaping(test)?;
+    let prefix = format!("isotach-{tag}{}", std::process::id());
+    let mut args = args.to_vec();
     args.extend(&shaping);
     args.push("--json");
     let deadline = DEADLINE_S.to_string();
@@ -300,8 +303,16 @@ fn netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping() {
     );
     eprintln!("{}", out.trim_end());
     let line = out.lines().last().unwrap_or_default();
-    let v: serde_json::Value =
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    let v = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    Some((v, shaping))
+}
+
+#[test]
+fn netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping() {
+    let test = "netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping";
+    let Some((v, shaping)) = bench_json(test, "b", &SMALL) else {
+        return;
+    };
     assert_eq!(v["ok"], true, "{v}");
     assert_eq!(v["total_conserved"], true, "{v}");
     assert_eq!(v["siu"], "daemon", "{v}");
@@ -352,11 +363,7 @@ fn netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping() {
 #[test]
 fn netns_bench_runs_the_bank_with_embedded_sius() {
     let test = "netns_bench_runs_the_bank_with_embedded_sius";
-    let Some(shaping) = bench_shaping(test) else {
-        return;
-    };
-    let prefix = format!("isotach-e{}", std::process::id());
-    let mut args = vec![
+    let args = [
         "--hosts",
         "4",
         "--leaves",
@@ -365,23 +372,11 @@ fn netns_bench_runs_the_bank_with_embedded_sius() {
         "1",
         "--pings",
         "20",
+        "--embedded-siu",
     ];
-    args.extend(&shaping);
-    args.extend(["--embedded-siu", "--json"]);
-    let deadline = DEADLINE_S.to_string();
-    let out = succeeded(
-        "bench.sh",
-        run_script(
-            "bench.sh",
-            &args,
-            &[("DEADLINE_S", &deadline)],
-            &prefix,
-            |_| (),
-        ),
-    );
-    let line = out.lines().last().unwrap_or_default();
-    let v: serde_json::Value =
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"));
+    let Some((v, _)) = bench_json(test, "e", &args) else {
+        return;
+    };
     assert_eq!(v["ok"], true, "{v}");
     assert_eq!(v["siu"], "embedded", "{v}");
     assert_eq!(v["total_conserved"], true, "{v}");
