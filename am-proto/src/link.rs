@@ -47,7 +47,8 @@
 //! runs); `transmit` datagrams and time in and out, and pushing hellos, credit, fragments and
 //! batches into the core; `batch` the batch payload's encoding and decoding.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeSet, VecDeque};
 use std::time::Duration;
 
 #[cfg(doc)]
@@ -246,7 +247,7 @@ struct State {
     /// links works on slots; the API speaks peer ids.
     peers: Vec<Peer>,
     /// The slot of each on-demand peer in use.
-    slot_of: HashMap<usize, usize>,
+    slot_of: FxHashMap<usize, usize>,
     /// On-demand peers that appeared while the core ran a handler, to map.
     unmapped: Vec<usize>,
     inbox: VecDeque<Arrived>,
@@ -336,7 +337,7 @@ impl Links {
             st: State {
                 ready: (0..eager).collect(),
                 peers: ps,
-                slot_of: HashMap::new(),
+                slot_of: FxHashMap::default(),
                 unmapped: Vec::new(),
                 list,
                 inbox: VecDeque::new(),

@@ -15,7 +15,7 @@
 //! eager peers first, in the order given, then the directory's entries in order, without the
 //! one the node itself holds (`skip`).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use crate::error::AmError;
@@ -26,13 +26,13 @@ use crate::types::{MAX_TRANSLATIONS, NodeAddr};
 #[derive(Debug)]
 pub struct Directory {
     addrs: Vec<NodeAddr>,
-    index: HashMap<NodeAddr, usize>,
+    index: FxHashMap<NodeAddr, usize>,
 }
 
 impl Directory {
     /// A directory of `addrs`; an address listed twice is refused.
     pub fn new(addrs: Vec<NodeAddr>) -> Result<Arc<Self>, AmError> {
-        let mut index = HashMap::with_capacity(addrs.len());
+        let mut index = FxHashMap::with_capacity_and_hasher(addrs.len(), Default::default());
         for (i, &a) in addrs.iter().enumerate() {
             if index.insert(a, i).is_some() {
                 return Err(AmError::BadArg("a peer address appears twice"));
@@ -87,14 +87,15 @@ impl OnDemand {
 #[derive(Debug, Clone)]
 pub struct PeerList {
     eager: Vec<NodeAddr>,
-    eager_ids: HashMap<NodeAddr, usize>,
+    /// Looked up per datagram sent and received (FxHash: cheap; keys come from the config).
+    eager_ids: FxHashMap<NodeAddr, usize>,
     on_demand: Option<OnDemand>,
 }
 
 impl PeerList {
     /// Peers linked at once, `addrs[i]` being peer `i`; an address listed twice is refused.
     pub fn eager(addrs: &[NodeAddr]) -> Result<Self, AmError> {
-        let mut eager_ids = HashMap::with_capacity(addrs.len());
+        let mut eager_ids = FxHashMap::with_capacity_and_hasher(addrs.len(), Default::default());
         for (i, &a) in addrs.iter().enumerate() {
             if eager_ids.insert(a, i).is_some() {
                 return Err(AmError::BadArg("a peer address appears twice"));
