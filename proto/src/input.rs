@@ -21,15 +21,10 @@ impl Input<'_> {
         }
     }
 
-    /// The bytes in a buffer of their own: the driver's, taken, or a copy (in a buffer the
-    /// links keep once it is sent: [`crate::packet::packet_buf`]).
+    /// The bytes in a buffer of their own: the driver's, taken, or a copy.
     pub fn into_vec(self) -> Vec<u8> {
         match self {
-            Self::Borrowed(b) => {
-                let mut v = crate::packet::packet_buf(b.len());
-                v.extend_from_slice(b);
-                v
-            }
+            Self::Borrowed(b) => b.to_vec(),
             Self::Owned(v) => std::mem::take(v),
         }
     }

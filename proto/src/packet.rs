@@ -38,8 +38,7 @@ mod token;
 pub use any::Packet;
 pub use barrier_signal_marker::{BSM_LEN, BarrierSignalMarker};
 pub use codec::{
-    BARRIER_MASK, BARRIERS, CRC_LEN, PACKET_BUF_BYTES_MIN, PACKET_LEN_MAX, VERSION, carried_crc,
-    crc32, packet_buf, peek_kind,
+    BARRIER_MASK, BARRIERS, CRC_LEN, PACKET_LEN_MAX, VERSION, carried_crc, crc32, peek_kind,
 };
 pub use end_of_isochron::{EOI_LEN, EndOfIsochron};
 pub use eop_marker::{EOP_LEN_MIN, EopMarker, SORT_VECTOR_MAX};

@@ -809,27 +809,3 @@ fn an_owned_input_forwarded_as_it_came_leaves_in_its_own_buffer() {
     );
     assert_eq!(nowhere, before);
 }
-
-#[test]
-fn waves_and_forwarded_messages_leave_in_buffers_the_links_keep() {
-    // A link keeps a sent packet's buffer for the next arrival only when it holds
-    // `PACKET_BUF_BYTES_MIN`: smaller ones are freed, one allocation per packet.
-    let mut t = started(2);
-    t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();
-    t.handle_input(1, 0, &write_to(1)).unwrap();
-    t.handle_input(2, 0, &token(0, 1).to_bytes()).unwrap();
-    let out: Vec<(LinkId, Vec<u8>)> = std::iter::from_fn(|| t.poll_transmit()).collect();
-    let kinds: Vec<Kind> = out
-        .iter()
-        .map(|(_, b)| packet::peek_kind(b).unwrap())
-        .collect();
-    assert!(kinds.contains(&Kind::Token) && kinds.contains(&Kind::IsotachMessage));
-    for (link, b) in &out {
-        assert!(
-            b.capacity() >= packet::PACKET_BUF_BYTES_MIN,
-            "link {link}: {:?} in {} bytes",
-            packet::peek_kind(b),
-            b.capacity()
-        );
-    }
-}

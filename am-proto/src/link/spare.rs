@@ -5,10 +5,8 @@
 /// Most spare buffers kept.
 pub(super) const SPARE_PACKETS_MAX: usize = 256;
 /// Capacity of a new packet buffer at least, and of a buffer kept: room for any small packet
-/// (a token, a marker, an isochron's sref), so a reused buffer never grows. A sent packet's
-/// buffer smaller than this is freed, not kept: encoders allocate at least this much
-/// (`isotach_proto::packet::PACKET_BUF_BYTES_MIN`, the same value) so theirs come back.
-pub const SPARE_PACKET_BYTES_MIN: usize = 128;
+/// (a token, a marker, an isochron's sref), so a reused buffer never grows.
+pub(super) const SPARE_PACKET_BYTES_MIN: usize = 128;
 /// A buffer larger than this is freed rather than kept (one large packet must not pin its
 /// buffer for the life of the links).
 pub(super) const SPARE_PACKET_BYTES_MAX: usize = 2048;

@@ -646,14 +646,14 @@ fn the_spare_pool_is_bounded_and_frees_small_and_large_buffers() {
     let mut l = links(1);
     l.recycle(Vec::with_capacity(spare::SPARE_PACKET_BYTES_MAX + 1));
     assert_eq!(l.st.spare.len(), 0, "a large buffer is freed");
-    l.recycle(Vec::with_capacity(SPARE_PACKET_BYTES_MIN - 1));
+    l.recycle(Vec::with_capacity(spare::SPARE_PACKET_BYTES_MIN - 1));
     assert_eq!(
         l.st.spare.len(),
         0,
         "a small buffer is freed: it would grow"
     );
     for _ in 0..spare::SPARE_PACKETS_MAX + 10 {
-        l.recycle(Vec::with_capacity(SPARE_PACKET_BYTES_MIN));
+        l.recycle(Vec::with_capacity(spare::SPARE_PACKET_BYTES_MIN));
     }
     assert_eq!(l.st.spare.len(), spare::SPARE_PACKETS_MAX);
 }
@@ -662,7 +662,7 @@ fn the_spare_pool_is_bounded_and_frees_small_and_large_buffers() {
 fn a_sent_packet_s_buffer_becomes_a_spare_for_the_packets_that_arrive_next() {
     let mut t = Pair::new();
     let in_spare_size = |p: Vec<u8>| {
-        let mut b = Vec::with_capacity(SPARE_PACKET_BYTES_MIN);
+        let mut b = Vec::with_capacity(spare::SPARE_PACKET_BYTES_MIN);
         b.extend_from_slice(&p);
         b
     };

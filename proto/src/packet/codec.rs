@@ -19,20 +19,6 @@ pub const BARRIER_MASK: u8 = 0b11;
 /// Largest encoded packet (a non-isotach message with the largest payload).
 pub const PACKET_LEN_MAX: usize = PLAIN_LEN_MIN + PLAIN_PAYLOAD_MAX;
 
-/// Capacity of a buffer an encoder allocates for a packet, at least. A link keeps the buffer
-/// of a packet it sent for the next packet that arrives only when it holds this much
-/// (`isotach_am_proto`'s spare buffers), so buffers of this size go round — encoded, sent,
-/// refilled by the network, handed to the application, handed back — instead of being freed
-/// and allocated per packet. Room for every packet but a large non-isotach one or a long sort
-/// vector.
-pub const PACKET_BUF_BYTES_MIN: usize = 128;
-
-/// An empty buffer for a packet of `len` bytes, of at least [`PACKET_BUF_BYTES_MIN`]. The
-/// encoders of the SIU, the token manager and the SMM build their packets in these.
-pub fn packet_buf(len: usize) -> Vec<u8> {
-    Vec::with_capacity(len.max(PACKET_BUF_BYTES_MIN))
-}
-
 /// CRC-32 (IEEE) of `bytes`.
 pub fn crc32(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes)

@@ -989,39 +989,3 @@ fn a_replacing_application_draws_join_ids_where_no_earlier_answer_lands() {
     // image for the previous application's join (ids from 1) is not taken as this one's.
     assert_eq!(join_ids, vec![5001, 5001]);
 }
-
-#[test]
-fn packets_for_the_siu_leave_in_buffers_the_links_keep() {
-    // Page 0 at host 1 only: host 0's write and add are remote messages.
-    let mut node = SmmNode::new(SmmConfig {
-        host: 0,
-        topology: Arc::new(Topology::line(2, 1).unwrap()),
-        map: Arc::new(map("0 1\n", 2)),
-        limits: SmmLimits::default(),
-        record: false,
-    });
-    let mut iso = node.isochron();
-    iso.write(Addr::new(0, 1), Width::W64, 7).unwrap();
-    iso.add(Addr::new(0, 2), Width::W64, 1).unwrap();
-    iso.end().unwrap();
-    let out: Vec<Vec<u8>> = std::iter::from_fn(|| node.poll_siu()).collect();
-    let kinds: Vec<Kind> = out.iter().map(|b| packet::peek_kind(b).unwrap()).collect();
-    assert_eq!(
-        kinds,
-        [
-            Kind::StartOfIsochron,
-            Kind::IsotachMessage,
-            Kind::IsotachMessage,
-            Kind::EndOfIsochron
-        ]
-    );
-    // The embedded SIU stamps the messages in place and its links batch them; a buffer of
-    // `PACKET_BUF_BYTES_MIN` is kept for the next packet that arrives, a smaller one freed.
-    for b in &out {
-        assert!(
-            b.capacity() >= packet::PACKET_BUF_BYTES_MIN,
-            "{}",
-            b.capacity()
-        );
-    }
-}

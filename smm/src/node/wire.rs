@@ -85,7 +85,7 @@ impl SmmNode {
 
     /// Queues a barrier/signal marker.
     pub(super) fn push_marker(&mut self, m: BarrierSignalMarker) {
-        let mut out = packet::packet_buf(packet::BSM_LEN);
+        let mut out = Vec::with_capacity(packet::BSM_LEN);
         m.encode(&mut out);
         self.to_siu.push_back(out);
         self.sent_marker = true;
@@ -112,7 +112,7 @@ impl SmmNode {
             send_delta: 0,
             distance,
         };
-        let mut out = packet::packet_buf(packet::SOI_LEN);
+        let mut out = Vec::with_capacity(packet::SOI_LEN);
         soi.encode(&mut out);
         self.to_siu.push_back(out);
         for (dest, sref) in remote {
@@ -125,11 +125,11 @@ impl SmmNode {
                 generation: Generation::new(0),
                 sref: sref.clone(),
             };
-            let mut out = packet::packet_buf(m.encoded_len());
+            let mut out = Vec::with_capacity(m.encoded_len());
             m.encode(&mut out);
             self.to_siu.push_back(out);
         }
-        let mut out = packet::packet_buf(packet::EOI_LEN);
+        let mut out = Vec::with_capacity(packet::EOI_LEN);
         EndOfIsochron { iso_id }.encode(&mut out);
         self.to_siu.push_back(out);
     }
@@ -143,7 +143,7 @@ impl SmmNode {
             dest,
             payload,
         };
-        let mut out = packet::packet_buf(packet::PLAIN_LEN_MIN + p.payload.len());
+        let mut out = Vec::with_capacity(packet::PLAIN_LEN_MIN + p.payload.len());
         p.encode(&mut out);
         self.to_siu.push_back(out);
     }
