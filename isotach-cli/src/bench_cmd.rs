@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use std::process::ExitCode;
 
 pub(crate) mod am;
+mod cpu;
 mod daemons;
 mod idle;
 mod isochrons;

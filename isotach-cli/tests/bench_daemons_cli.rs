@@ -146,7 +146,20 @@ fn bench_transfers_conserves_the_total_and_reports_its_baselines() {
                 "ordered_to_unordered_ratio",
                 "raw_udp_rtt_p50_us",
                 "pulses_per_s",
+                "cpu_us_per_transfer",
+                "cpu_cores_busy",
+                "unordered_cpu_us_per_transfer",
             ],
+        );
+        // The process's CPU over the window: never more than the machine's cores.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let busy = v["cpu_cores_busy"].as_f64().unwrap();
+        assert!(busy <= cores + 0.1, "{busy} cores busy of {cores}");
+        let per = v["cpu_us_per_transfer"].as_f64().unwrap();
+        let rate = v["transfers_per_s"].as_f64().unwrap();
+        assert!(
+            (per * rate / 1e6 - busy).abs() < 0.25 * busy + 0.05,
+            "cpu per transfer × transfers/s = cores busy: {per} µs × {rate}/s against {busy}"
         );
     }
 }

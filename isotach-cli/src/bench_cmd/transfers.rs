@@ -24,6 +24,7 @@
 //! sockets (`ordered_to_unordered_ratio`), and Redis on the same workload when
 //! `redis-server` and `redis-benchmark` are on PATH (`redis.rs`).
 
+use super::cpu::{CpuSpan, CpuWindow};
 use super::daemons::{
     CommonArgs, RawNumbers, exit, finish, latency_hist, left, print, ratio, run_apps, spawn_apps,
     start,
@@ -101,12 +102,19 @@ struct TransfersReport {
     transfer_latency_p50_us: f64,
     transfer_latency_p99_us: f64,
     pulses_per_s: f64,
+    /// The process's CPU time over host 0's window per transfer counted in it, µs (the TM,
+    /// the SIUs and the applications are its threads); null where the clock cannot be read.
+    cpu_us_per_transfer: Option<f64>,
+    /// Cores the process kept busy on average over that window.
+    cpu_cores_busy: Option<f64>,
     total_conserved: bool,
     #[serde(flatten)]
     raw: RawNumbers,
     latency_to_raw_rtt_ratio: f64,
     unordered_transfers_per_s: f64,
     unordered_latency_p50_us: f64,
+    /// The same for the unordered baseline (its hosts are threads of this process too).
+    unordered_cpu_us_per_transfer: Option<f64>,
     ordered_to_unordered_ratio: f64,
     redis: Option<RedisNumbers>,
     redis_skipped: Option<String>,
@@ -176,6 +184,8 @@ pub(crate) struct HostTransfers {
     pub(crate) pulses: Pulses,
     /// Host 0 only: the accounts' slots summed (wrapping) after every host drained.
     pub(crate) audit_sum: Option<u64>,
+    /// Host 0 only: the process's CPU time over its window.
+    pub(crate) cpu: Option<CpuSpan>,
 }
 
 /// Pulses drained by an SMM over a span of time.
@@ -315,9 +325,13 @@ pub(crate) fn host_transfers<L: SiuLink>(
     let mut q: VecDeque<Pending> = VecDeque::with_capacity(load.clients);
     let mut transfers = 0;
     let mut pulses = PulseClock::default();
+    let mut cpu = CpuWindow::default();
     loop {
         let now = Instant::now();
         pulses.observe(now, smm.node().last_pulse(), warm_end, end);
+        if h == 0 {
+            cpu.observe(now, warm_end, end);
+        }
         while now < end && q.len() < load.clients {
             let p = issue(smm, load.bank, load.idiom, &mut rng);
             q.push_back(p.map_err(|e| err("transfer", &e))?);
@@ -360,6 +374,7 @@ pub(crate) fn host_transfers<L: SiuLink>(
         window_s: (end - warm_end).as_secs_f64(),
         pulses: pulses.closed.unwrap_or_default(),
         audit_sum,
+        cpu: cpu.span(),
     })
 }
 
@@ -449,11 +464,13 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
     let mut lat = latency_hist()?;
     let (mut count, mut window) = (0u64, 0.0f64);
     let mut audit_sum = None;
+    let mut cpu = None;
     for r in &hosts {
         let _ = lat.add(&r.lat_ns);
         count += r.transfers;
         window = window.max(r.window_s);
         audit_sum = audit_sum.or(r.audit_sum);
+        cpu = cpu.or(r.cpu);
     }
     let total_conserved = audit_sum == Some(0);
     match audit_sum {
@@ -486,11 +503,11 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
         assign_round: a.idiom == Idiom::SchedAssign,
         spin: c.spin(),
     });
-    let (unordered_per_s, unordered_p50) = match &unordered {
-        Ok(u) => (u.transfers_per_s, u.latency_p50_us),
+    let (unordered_per_s, unordered_p50, unordered_cpu_us) = match &unordered {
+        Ok(u) => (u.transfers_per_s, u.latency_p50_us, u.cpu_us_per_transfer),
         Err(e) => {
             problems.push(format!("unordered baseline: {e}"));
-            (0.0, 0.0)
+            (0.0, 0.0, None)
         }
     };
 
@@ -522,11 +539,14 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
         transfer_latency_p50_us: p50,
         transfer_latency_p99_us: us(&lat, 0.99),
         pulses_per_s,
+        cpu_us_per_transfer: cpu.and_then(|c| c.us_per(count)),
+        cpu_cores_busy: cpu.map(CpuSpan::cores_busy),
         total_conserved,
         latency_to_raw_rtt_ratio: ratio(p50, raw.like_p50_us()),
         raw,
         unordered_transfers_per_s: unordered_per_s,
         unordered_latency_p50_us: unordered_p50,
+        unordered_cpu_us_per_transfer: unordered_cpu_us,
         ordered_to_unordered_ratio: ratio(per_s, unordered_per_s),
         redis_transfers_per_s: redis.as_ref().map(|r| r.transfers_per_s),
         redis_pipelined_transfers_per_s: redis.as_ref().map(|r| r.pipelined_transfers_per_s),

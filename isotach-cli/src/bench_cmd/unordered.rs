@@ -10,6 +10,7 @@
 //! the nearest copy answers, the update for the add every other copy runs. Its latency runs
 //! from sending the first packet to both reads answered, as in the ordered run.
 
+use super::cpu::{CpuSpan, CpuWindow};
 use super::daemons::latency_hist;
 use super::transfers::Bank;
 use isotach_am::NodeAddr;
@@ -54,6 +55,8 @@ pub(crate) struct UnorderedParams {
 pub(crate) struct UnorderedNumbers {
     pub(crate) transfers_per_s: f64,
     pub(crate) latency_p50_us: f64,
+    /// The process's CPU time over host 0's window per transfer counted in it, µs.
+    pub(crate) cpu_us_per_transfer: Option<f64>,
 }
 
 /// The hosts holding page `p` (page `p` at hosts `p` and `p + 1`, as `forks_map`).
@@ -143,6 +146,8 @@ struct HostResult {
     lat_ns: hdrhistogram::Histogram<u64>,
     transfers: u64,
     window_s: f64,
+    /// Host 0 only: the process's CPU time over its window.
+    cpu: Option<CpuSpan>,
 }
 
 fn run_host(
@@ -166,8 +171,12 @@ fn run_host(
     };
     let mut waiting: HashMap<u64, Waiting> = HashMap::with_capacity(p.clients);
     let (mut next_id, mut finished) = (0u64, None);
+    let mut cpu = CpuWindow::default();
     loop {
         let now = Instant::now();
+        if me == 0 {
+            cpu.observe(now, warm_end, end);
+        }
         if now >= deadline {
             return Err(format!("host {me}: unordered baseline passed its deadline"));
         }
@@ -249,6 +258,7 @@ fn run_host(
         lat_ns: window.lat,
         transfers: window.transfers,
         window_s: (end - warm_end).as_secs_f64(),
+        cpu: cpu.span(),
     })
 }
 
@@ -311,13 +321,16 @@ pub(crate) fn unordered_transfers(p: &UnorderedParams) -> Result<UnorderedNumber
     })?;
     let mut lat = latency_hist().map_err(|e| e.to_string())?;
     let (mut transfers, mut window) = (0u64, 0.0f64);
+    let mut cpu = None;
     for r in &results {
         let _ = lat.add(&r.lat_ns);
         transfers += r.transfers;
         window = window.max(r.window_s);
+        cpu = cpu.or(r.cpu);
     }
     Ok(UnorderedNumbers {
         transfers_per_s: transfers as f64 / window.max(1e-6),
+        cpu_us_per_transfer: cpu.and_then(|c| c.us_per(transfers)),
         latency_p50_us: if lat.is_empty() {
             0.0
         } else {
