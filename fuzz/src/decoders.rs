@@ -81,6 +81,8 @@ fn eop_checks(e: &EopMarker, _bytes: &[u8]) {
 fn plain_checks(m: &PlainMessage, bytes: &[u8]) {
     assert!(m.payload.len() <= packet::PLAIN_PAYLOAD_MAX);
     assert!(bytes.len() <= packet::PACKET_LEN_MAX);
+    // The hot path's borrowed parse reads what decode copies out.
+    assert_eq!(PlainMessage::parse(bytes), Ok(m.view()));
 }
 
 /// The SIU's hot path: stamping a valid message in place keeps it valid, changes exactly the

@@ -49,7 +49,7 @@ pub use isotach_message::{
     RmwSref, Sref, SrefOp, Stamp, Width,
 };
 pub use kind::Kind;
-pub use plain_message::{PLAIN_LEN_MIN, PLAIN_PAYLOAD_MAX, PlainMessage};
+pub use plain_message::{PLAIN_LEN_MIN, PLAIN_PAYLOAD_MAX, PlainMessage, PlainView};
 pub use start_of_isochron::{SOI_LEN, StartOfIsochron};
 pub use token::{TOKEN_LEN, Token};
 

@@ -94,6 +94,8 @@ pub struct SmmNode {
     to_siu: VecDeque<Vec<u8>>,
     /// Reused by every drain: the execution order of a bucket (no allocation per sref).
     order: Vec<u32>,
+    /// Reused by every reply: its payload, encoded before the packet around it.
+    reply_payload: Vec<u8>,
     // State transfer (`join.rs`).
     /// Pages not current yet (state transfer, [`SmmNode::join`]).
     joins: BTreeMap<u32, join::PageJoin>,
@@ -146,6 +148,7 @@ impl SmmNode {
             to_siu: VecDeque::new(),
             records: Vec::new(),
             order: Vec::with_capacity(SORT_VECTOR_MAX),
+            reply_payload: Vec::new(),
             joins: BTreeMap::new(),
             join_log: Vec::new(),
             join: join::JoinState::default(),

@@ -86,3 +86,70 @@ fn the_next_pulse_reuses_the_drained_bucket() {
     // The drained bucket already has room for as many packets: no allocation at all.
     assert_eq!(allocations_bucketing_the_next_pulse(1_000), 0);
 }
+
+/// Host 0 of four holding page 0, room for `srefs` packets in a bucket.
+fn node_for(srefs: usize) -> isotach_smm::SmmNode {
+    use isotach_smm::{MemoryMap, SmmConfig, SmmLimits, SmmNode};
+    let mut map = MemoryMap::default();
+    map.insert(0, 0, vec![0]).unwrap();
+    SmmNode::new(SmmConfig {
+        host: 0,
+        topology: std::sync::Arc::new(isotach_proto::topology::Topology::line(4, 1).unwrap()),
+        map: std::sync::Arc::new(map),
+        limits: SmmLimits {
+            slots_per_page: 1024,
+            bucket_packets_max: srefs,
+            ..SmmLimits::default()
+        },
+        record: false,
+    })
+}
+
+/// Allocations while pulse 1 drains `srefs` reads from hosts 1-3 (each answers its issuer),
+/// less those of the same pulse of writes (no answer); and the replies sent.
+fn allocations_answering(srefs: usize) -> (usize, usize) {
+    use isotach_proto::Pulse;
+    use isotach_proto::packet::{EopMarker, Kind, Sref, SrefOp};
+    let count = |op: SrefOp| {
+        let mut node = node_for(srefs);
+        for i in 0..srefs {
+            let mut m = write_message(1, 1 + (i % 3) as u16, i as u64, i);
+            if let Sref::Mem { op: o, ref_id, .. } = &mut m.sref {
+                *o = op;
+                *ref_id = i as u32;
+            }
+            let mut b = Vec::new();
+            m.encode(&mut b);
+            node.handle_siu(&b).unwrap();
+        }
+        let mut eop = Vec::new();
+        EopMarker {
+            ts: Pulse::new(1),
+            count: srefs as u32,
+            repeat: true,
+            token_kind: Kind::Token as u8,
+            ..EopMarker::default()
+        }
+        .encode(&mut eop);
+        let before = allocations();
+        node.handle_siu(&eop).unwrap();
+        let n = allocations() - before;
+        (n, std::iter::from_fn(|| node.poll_siu()).count())
+    };
+    let (writes, none) = count(SrefOp::Write);
+    assert_eq!(none, 0, "writes are not answered");
+    let (reads, replies) = count(SrefOp::Read);
+    assert_eq!(replies, srefs, "every read answered");
+    (reads.saturating_sub(writes), replies)
+}
+
+#[test]
+fn a_reply_costs_one_allocation_its_packet() {
+    let (extra, replies) = allocations_answering(1_000);
+    // The packet itself, and a few for the queue of packets for the SIU growing; the reply's
+    // payload is encoded in a buffer the node keeps.
+    assert!(
+        extra <= replies + 16,
+        "{extra} allocations more than the same writes for {replies} replies"
+    );
+}

@@ -427,7 +427,7 @@ impl TokenManager {
                 Ok(())
             }
             Kind::Plain => {
-                let m = packet::PlainMessage::decode(bytes).map_err(decode)?;
+                let m = packet::PlainMessage::parse(bytes).map_err(decode)?;
                 self.forward(m.dest, inp, false)?;
                 self.busy_news(now_us, link, 0);
                 Ok(())

@@ -323,6 +323,26 @@ fn token_bytes() -> Vec<u8> {
 }
 
 #[test]
+fn a_plain_message_parses_borrowed_as_it_decodes() {
+    let m = PlainMessage {
+        source: 3,
+        dest: 1,
+        payload: b"an answer".to_vec(),
+    };
+    let mut bytes = Vec::new();
+    let crc = m.encode(&mut bytes);
+    let v = PlainMessage::parse(&bytes).unwrap();
+    assert_eq!(v, m.view());
+    assert_eq!(PlainMessage::decode(&bytes).unwrap(), m);
+    let mut again = Vec::new();
+    assert_eq!(v.encode(&mut again), crc);
+    assert_eq!(again, bytes);
+    // Refused alike: a flipped payload byte fails the CRC either way.
+    bytes[8] ^= 1;
+    assert!(PlainMessage::parse(&bytes).is_err() && PlainMessage::decode(&bytes).is_err());
+}
+
+#[test]
 fn short_packet_is_typed() {
     assert_eq!(
         Packet::decode(&[]),

@@ -82,7 +82,7 @@ impl Siu {
         // hold it up (requirement 20).
         if kind == Kind::Plain {
             self.room(Side::Net, 1)?;
-            return self.plain_from_host(bytes);
+            return self.plain_from_host(inp);
         }
         // Check room for everything an isotach packet can yield first, so a refusal consumes
         // nothing.
@@ -150,7 +150,7 @@ impl Siu {
         // Non-isotach traffic needs room only on the host side (requirement 20).
         if kind == Kind::Plain {
             self.room(Side::Host, 1)?;
-            PlainMessage::decode(bytes).map_err(decode)?;
+            PlainMessage::parse(bytes).map_err(decode)?;
             self.stats.plain_to_host += 1;
             self.to_host.push_back(inp.into_vec());
             self.host_fed_plain |= self.cfg.host_turns;
@@ -178,18 +178,20 @@ impl Siu {
     }
 
     /// A non-isotach packet from the host goes straight to its destination host.
-    fn plain_from_host(&mut self, bytes: &[u8]) -> Result<(), SiuError> {
-        let m = PlainMessage::decode(bytes).map_err(|e| SiuError::Decode {
+    fn plain_from_host(&mut self, inp: Input<'_>) -> Result<(), SiuError> {
+        let m = PlainMessage::parse(inp.bytes()).map_err(|e| SiuError::Decode {
             side: Side::Host,
             error: e,
         })?;
-        if usize::from(m.dest) >= self.cfg.topology.host_count() {
-            return Err(SiuError::NoSuchHost(m.dest));
+        let dest = m.dest;
+        if usize::from(dest) >= self.cfg.topology.host_count() {
+            return Err(SiuError::NoSuchHost(dest));
         }
         self.stats.plain_to_net += 1;
         self.to_net.push_back(Transmit {
-            route: Route::Host(m.dest),
-            bytes: bytes.to_vec(),
+            route: Route::Host(dest),
+            // The host's buffer when the driver handed it over (`handle_host_owned`).
+            bytes: inp.into_vec(),
         });
         Ok(())
     }

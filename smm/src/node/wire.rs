@@ -10,9 +10,9 @@ use isotach_proto::Generation;
 use isotach_proto::Pulse;
 use isotach_proto::packet::{
     self, BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind,
-    PlainMessage, Sref, StartOfIsochron,
+    PlainMessage, PlainView, Sref, StartOfIsochron,
 };
-use isotach_proto::reply::{self, HostReply};
+use isotach_proto::reply::HostReply;
 use isotach_proto::topology::{HostId, Topology};
 
 /// The channel every isochron of this node uses (requirement 27).
@@ -53,16 +53,16 @@ impl SmmNode {
                 self.end_pulse(&e)
             }
             Kind::Plain => {
-                let p = PlainMessage::decode(bytes).map_err(bad)?;
-                self.plain(&p)
+                let p = PlainMessage::parse(bytes).map_err(bad)?;
+                self.plain(p)
             }
             kind => Err(SmmError::BadInput(format!("{kind:?} from the SIU"))),
         }
     }
 
     /// A non-isotach message: a reply to a read or to a copy request.
-    fn plain(&mut self, p: &PlainMessage) -> Result<(), SmmError> {
-        let r = HostReply::decode(&p.payload)
+    fn plain(&mut self, p: PlainView<'_>) -> Result<(), SmmError> {
+        let r = HostReply::decode(p.payload)
             .map_err(|e| SmmError::BadInput(format!("non-isotach payload: {e}")))?;
         match r {
             HostReply::ReadValue { ref_id, value } => self.resolve_read(ref_id, value),
@@ -136,15 +136,17 @@ impl SmmNode {
 
     /// Sends a reply payload to `dest` as a non-isotach message.
     pub(super) fn send_reply(&mut self, dest: HostId, r: &HostReply<'_>) {
-        let mut payload = Vec::with_capacity(reply::READ_VALUE_LEN);
+        let mut payload = std::mem::take(&mut self.reply_payload);
+        payload.clear();
         r.encode(&mut payload);
-        let p = PlainMessage {
+        let p = PlainView {
             source: self.cfg.host,
             dest,
-            payload,
+            payload: &payload,
         };
-        let mut out = Vec::with_capacity(packet::PLAIN_LEN_MIN + p.payload.len());
+        let mut out = Vec::with_capacity(packet::PLAIN_LEN_MIN + payload.len());
         p.encode(&mut out);
+        self.reply_payload = payload;
         self.to_siu.push_back(out);
     }
 }
