@@ -1,6 +1,6 @@
-//! The process's CPU time over a measurement window. CPU per transfer is a steadier meter than
-//! transfers per second on a machine whose other load comes and goes: a busy neighbour takes
-//! cores from the run, and throughput falls, but what each transfer costs changes little.
+//! The process's CPU time over a measurement window: what a run's work cost, beside how fast it
+//! went. Meaningful with `--spin-us 0` only — spinning waits keep every core busy, so the CPU per
+//! unit of work is then the inverse of the rate (`docs/bench.md`, thirteenth session).
 //!
 //! The process: the token manager, the SIUs and the applications of the daemon benches are
 //! threads of this process (the raw baseline's peer is another process, or an idle thread with
