@@ -102,10 +102,43 @@ struct TokensReport {
     #[serde(flatten)]
     raw: RawNumbers,
     period_to_raw_rtt_ratio: f64,
+    #[serde(flatten)]
+    end: Outcome,
+}
+
+/// Most problems a report lists.
+const PROBLEMS_MAX: usize = 16;
+
+/// How a daemon bench's run ended: the closing keys of its report.
+#[derive(Debug, Serialize)]
+pub(super) struct Outcome {
+    /// From starting the daemons to logical time running everywhere, s.
     startup_s: f64,
+    /// The whole command, s.
     elapsed_s: f64,
-    ok: bool,
+    /// No problem, and the bench's own checks held (the exit code says the same).
+    pub(super) ok: bool,
+    /// At most [`PROBLEMS_MAX`].
     problems: Vec<String>,
+}
+
+impl Outcome {
+    /// The outcome of a run that started at `started`: ok when `problems` is empty and
+    /// `checks` held.
+    pub(super) fn new(
+        startup_s: f64,
+        started: Instant,
+        checks: bool,
+        mut problems: Vec<String>,
+    ) -> Self {
+        problems.truncate(PROBLEMS_MAX);
+        Self {
+            startup_s,
+            elapsed_s: started.elapsed().as_secs_f64(),
+            ok: checks && problems.is_empty(),
+            problems,
+        }
+    }
 }
 
 pub(super) fn ratio(a: f64, b: f64) -> f64 {
@@ -410,7 +443,6 @@ pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
         problems.push("no pulse during the measurement window".into());
     }
     let period = if pps > 0.0 { 1e6 / pps } else { 0.0 };
-    problems.truncate(16);
     let r = TokensReport {
         hosts: n,
         seconds: c.seconds,
@@ -423,11 +455,28 @@ pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
         pulses_per_s_min_host: if pps_min.is_finite() { pps_min } else { 0.0 },
         period_to_raw_rtt_ratio: ratio(period, raw.like_p50_us()),
         raw,
-        startup_s,
-        elapsed_s: started.elapsed().as_secs_f64(),
-        ok: problems.is_empty(),
-        problems,
+        end: Outcome::new(startup_s, started, true, problems),
     };
     print(&r, c.json)?;
-    Ok(exit(r.ok))
+    Ok(exit(r.end.ok))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_ok_only_without_problems_and_with_its_checks_held() {
+        let started = Instant::now();
+        assert!(Outcome::new(0.1, started, true, Vec::new()).ok);
+        assert!(
+            !Outcome::new(0.1, started, false, Vec::new()).ok,
+            "a failed check"
+        );
+        let many: Vec<String> = (0..40).map(|i| format!("problem {i}")).collect();
+        let o = Outcome::new(0.1, started, true, many);
+        assert!(!o.ok);
+        assert_eq!(o.problems.len(), PROBLEMS_MAX, "the list is bounded");
+        assert_eq!(o.problems[0], "problem 0", "the first ones are kept");
+    }
 }

@@ -11,8 +11,8 @@
 //! copies other hosts' isochrons updated here), summed over hosts.
 
 use super::daemons::{
-    CommonArgs, RawNumbers, STARTUP_MAX, exit, finish, latency_hist, left, print, ratio, run_apps,
-    spawn_apps, start,
+    CommonArgs, Outcome, RawNumbers, STARTUP_MAX, exit, finish, latency_hist, left, print, ratio,
+    run_apps, spawn_apps, start,
 };
 use crate::philo_app::forks_map;
 use clap::Args;
@@ -62,10 +62,8 @@ struct IsochronsReport {
     #[serde(flatten)]
     raw: RawNumbers,
     latency_to_raw_rtt_ratio: f64,
-    startup_s: f64,
-    elapsed_s: f64,
-    ok: bool,
-    problems: Vec<String>,
+    #[serde(flatten)]
+    end: Outcome,
 }
 
 /// What one host's load generator measured.
@@ -201,7 +199,6 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let window = window.max(1e-6);
-    problems.truncate(16);
     let p50 = us(0.5);
     let srefs = isos * u64::from(a.ops);
     let r = IsochronsReport {
@@ -227,11 +224,8 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
         pulses_per_s,
         latency_to_raw_rtt_ratio: ratio(p50, raw.like_p50_us()),
         raw,
-        startup_s,
-        elapsed_s: started.elapsed().as_secs_f64(),
-        ok: problems.is_empty(),
-        problems,
+        end: Outcome::new(startup_s, started, true, problems),
     };
     print(&r, c.json)?;
-    Ok(exit(r.ok))
+    Ok(exit(r.end.ok))
 }

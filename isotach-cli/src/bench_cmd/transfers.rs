@@ -26,8 +26,8 @@
 
 use super::cpu::{CpuSpan, CpuWindow};
 use super::daemons::{
-    CommonArgs, RawNumbers, exit, finish, latency_hist, left, print, ratio, run_apps, spawn_apps,
-    start,
+    CommonArgs, Outcome, RawNumbers, exit, finish, latency_hist, left, print, ratio, run_apps,
+    spawn_apps, start,
 };
 use super::redis::{RedisNumbers, redis_transfers};
 use super::unordered::{UnorderedParams, unordered_transfers};
@@ -122,10 +122,8 @@ struct TransfersReport {
     redis_pipelined_transfers_per_s: Option<f64>,
     ratio_vs_redis: Option<f64>,
     ratio_vs_redis_pipelined: Option<f64>,
-    startup_s: f64,
-    elapsed_s: f64,
-    ok: bool,
-    problems: Vec<String>,
+    #[serde(flatten)]
+    end: Outcome,
 }
 
 /// Where the accounts live.
@@ -523,7 +521,6 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
     if let Some(why) = &redis_skipped {
         eprintln!("bench transfers: Redis comparison skipped: {why}");
     }
-    problems.truncate(16);
     let p50 = us(&lat, 0.5);
     let r = TransfersReport {
         hosts: n,
@@ -556,13 +553,10 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
             .map(|r| ratio(per_s, r.pipelined_transfers_per_s)),
         redis,
         redis_skipped,
-        startup_s,
-        elapsed_s: started.elapsed().as_secs_f64(),
-        ok: problems.is_empty() && total_conserved,
-        problems,
+        end: Outcome::new(startup_s, started, total_conserved, problems),
     };
     print(&r, c.json)?;
-    Ok(exit(r.ok))
+    Ok(exit(r.end.ok))
 }
 
 #[cfg(test)]
