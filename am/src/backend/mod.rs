@@ -52,7 +52,7 @@ pub(crate) fn sleep_until_real(now: Time, t: Time) {
 /// Blocks in `poll(2)` until `fd` is readable or `timeout` passes (`None`: no limit), the
 /// timeout rounded up to whole milliseconds as `epoll` would; `true` if it may be readable
 /// (`false` also after a signal).
-pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
+pub fn poll_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
     let timeout = match timeout {
         Some(t) => {
             let ms = i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);

@@ -64,7 +64,7 @@ impl SpinPolicy {
 /// it is (`true`) or `until` passes (`false`). The check is a zero-timeout `poll`, which reads
 /// the receive queue without its lock; a receive on every turn would take that lock against
 /// the sender's enqueue and pick bulk datagrams up one by one.
-pub(crate) fn until_readable(fd: BorrowedFd<'_>, until: Instant) -> io::Result<bool> {
+pub fn until_readable(fd: BorrowedFd<'_>, until: Instant) -> io::Result<bool> {
     while Instant::now() < until {
         std::thread::yield_now();
         if poll_readable(fd, Some(Duration::ZERO))? {

@@ -6,9 +6,8 @@ use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-
 use hdrhistogram::Histogram;
+use isotach_am::backend::{poll_readable, spin};
 
 use super::peer::{PeerLink, Side, pin_to_cpu, start_peer};
 use super::{BenchError, BenchOptions, RAW_PING_BYTES, hist, mode, record, us};
@@ -21,10 +20,9 @@ pub(super) const ECHO_SPIN: Duration = Duration::from_millis(1);
 /// How long a receive on a non-blocking socket waits in all (a lost datagram).
 const RECV_TIMEOUT: Duration = Duration::from_millis(200);
 
-/// Receives one datagram on the non-blocking socket `s`, polling it, yielding the CPU between
-/// polls, for up to `spin` before it sleeps in `poll(2)` (at most `timeout` in all): the raw
-/// form of the AM backends' spin-then-sleep (`[transport] spin-us`), polled the same way — a
-/// zero-timeout `poll`, and a receive only once the socket is readable.
+/// Receives one datagram on the non-blocking socket `s`, spinning for up to `spin` before it
+/// sleeps in `poll(2)` (at most `timeout` in all): the AM backends' spin-then-sleep
+/// (`[transport] spin-us`) with their own spin (`spin::until_readable`), on a raw socket.
 pub(super) fn recv_spinning(
     s: &UdpSocket,
     buf: &mut [u8],
@@ -32,27 +30,20 @@ pub(super) fn recv_spinning(
     timeout: Duration,
 ) -> io::Result<(usize, SocketAddr)> {
     let start = Instant::now();
-    let readable = |wait: Duration| -> io::Result<bool> {
-        let ms = u16::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(u16::MAX);
-        let mut fds = [PollFd::new(s.as_fd(), PollFlags::POLLIN)];
-        Ok(poll(&mut fds, PollTimeout::from(ms))? > 0)
-    };
+    let (spin_end, deadline) = (start + spin.min(timeout), start + timeout);
     loop {
-        let waited = start.elapsed();
-        let ready = if waited < spin {
-            readable(Duration::ZERO)?
-        } else if waited < timeout {
-            readable(timeout - waited)?
-        } else {
-            return Err(io::ErrorKind::TimedOut.into());
+        let ready = spin::until_readable(s.as_fd(), spin_end)? || {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            poll_readable(s.as_fd(), Some(left))?
         };
         if ready {
             match s.recv_from(buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 got => return got,
             }
-        } else if waited < spin {
-            std::thread::yield_now();
         }
     }
 }
@@ -299,5 +290,25 @@ impl RawUdpBaseline {
     pub(crate) fn finish(self) -> Result<(), BenchError> {
         drop((self.udp, self.spin));
         self.link.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spinning_receive_takes_a_datagram_and_times_out_on_none() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_nonblocking(true).unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut buf = [0u8; 64];
+        let spin = Duration::from_micros(50);
+        let err = recv_spinning(&rx, &mut buf, spin, Duration::from_millis(5)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "nothing was sent");
+        tx.send_to(b"ping", rx.local_addr().unwrap()).unwrap();
+        // Spinning or asleep, whichever it is doing when the datagram lands.
+        let (n, from) = recv_spinning(&rx, &mut buf, spin, Duration::from_secs(5)).unwrap();
+        assert_eq!((&buf[..n], from), (&b"ping"[..], tx.local_addr().unwrap()));
     }
 }
