@@ -137,6 +137,9 @@ fn bench_transfers_conserves_the_total_and_reports_its_baselines() {
         assert_eq!(v["total_conserved"], true);
         assert_eq!(v["redis_skipped"], "--no-redis");
         assert!(v["redis_transfers_per_s"].is_null() && v["ratio_vs_redis"].is_null());
+        assert!(v["redis_pipelined_transfers_in_flight"].is_null());
+        // Three hosts at the default four clients each.
+        assert_eq!(v["transfers_in_flight"].as_u64(), Some(12));
         positive(
             &v,
             &[

@@ -89,6 +89,9 @@ pub(crate) struct TransfersArgs {
 struct TransfersReport {
     hosts: usize,
     clients_per_host: u32,
+    /// Transfers kept in flight in all: hosts × clients. A closed loop's rate is what is in
+    /// flight over the latency, so this is what to match when comparing with Redis.
+    transfers_in_flight: u64,
     accounts: u32,
     idiom: Idiom,
     seconds: f64,
@@ -120,6 +123,9 @@ struct TransfersReport {
     redis_skipped: Option<String>,
     redis_transfers_per_s: Option<f64>,
     redis_pipelined_transfers_per_s: Option<f64>,
+    /// Redis's transfers in flight in each run: its clients, and clients × pipeline depth.
+    redis_transfers_in_flight: Option<u64>,
+    redis_pipelined_transfers_in_flight: Option<u64>,
     ratio_vs_redis: Option<f64>,
     ratio_vs_redis_pipelined: Option<f64>,
     #[serde(flatten)]
@@ -525,6 +531,7 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
     let r = TransfersReport {
         hosts: n,
         clients_per_host: a.clients,
+        transfers_in_flight: n as u64 * u64::from(a.clients),
         accounts: a.accounts,
         idiom: a.idiom,
         seconds: c.seconds,
@@ -547,6 +554,10 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
         ordered_to_unordered_ratio: ratio(per_s, unordered_per_s),
         redis_transfers_per_s: redis.as_ref().map(|r| r.transfers_per_s),
         redis_pipelined_transfers_per_s: redis.as_ref().map(|r| r.pipelined_transfers_per_s),
+        redis_transfers_in_flight: redis.as_ref().map(|r| u64::from(r.clients)),
+        redis_pipelined_transfers_in_flight: redis
+            .as_ref()
+            .map(|r| u64::from(r.clients) * u64::from(r.pipeline)),
         ratio_vs_redis: redis.as_ref().map(|r| ratio(per_s, r.transfers_per_s)),
         ratio_vs_redis_pipelined: redis
             .as_ref()
