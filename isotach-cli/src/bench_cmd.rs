@@ -11,6 +11,7 @@ mod cpu;
 mod daemons;
 mod idle;
 mod isochrons;
+mod pulses;
 mod redis;
 pub(crate) mod transfers;
 mod unordered;
