@@ -442,6 +442,13 @@ impl Links {
         self.st.spare.give(buf);
     }
 
+    /// A spare buffer (empty; packets sent alone or taken from batches left it), for a caller
+    /// that builds packets to build the next one in: buffers then circulate between what a
+    /// node sends and what it receives instead of being allocated per packet.
+    pub fn take_spare(&mut self) -> Option<Vec<u8>> {
+        self.st.spare.take()
+    }
+
     /// The next received packet from a peer `accept` admits, and that peer. Packets of other
     /// peers stay, in order: a driver that cannot take more from one peer still takes packets
     /// from the others. Each peer's packets come in order.

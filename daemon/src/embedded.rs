@@ -85,6 +85,12 @@ impl<T: Transport> EmbeddedSiu<T> {
         self.pump.recycle(buf);
     }
 
+    /// A spare packet buffer of the SIU's links, for the application to build its next packet
+    /// in (what it sends comes back as spares once the links sent it).
+    pub fn take_spare(&mut self) -> Option<Vec<u8>> {
+        self.pump.take_spare()
+    }
+
     /// Packets for the application it has not taken yet.
     pub fn waiting_for_host(&self) -> usize {
         self.pump.local_waiting()

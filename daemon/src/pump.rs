@@ -10,6 +10,7 @@
 use isotach_am_proto::link::{LinkEvent, Links, LossReason, Offered};
 use isotach_am_proto::{AmError, NodeAddr, Time};
 use isotach_proto::config::{QUEUE_PACKETS_MAX_MAX, QUEUE_PACKETS_MAX_MIN};
+use isotach_proto::packet::POOL_BUFFERS_MAX;
 use isotach_siu::SiuError;
 use isotach_tm::TmError;
 use std::collections::VecDeque;
@@ -103,6 +104,17 @@ pub trait Role {
     /// ([`isotach_am::Transport::wait_quiet`]). By default traffic may come any time.
     fn quiet(&self) -> bool {
         false
+    }
+    /// How many more empty packet buffers the role would keep to build its own packets in
+    /// (tokens, markers); the pump hands it spares of the links before each run. None by
+    /// default.
+    fn buffers_room(&self) -> usize {
+        0
+    }
+    /// Takes an empty packet buffer to build a later packet in; hands it back when the role
+    /// does not keep it.
+    fn give_buffer(&mut self, buf: Vec<u8>) -> Option<Vec<u8>> {
+        Some(buf)
     }
 }
 
@@ -208,6 +220,11 @@ impl<R: Role> Pump<R> {
         self.links.recycle(buf);
     }
 
+    /// A spare packet buffer of the links' (see [`Links::take_spare`]).
+    pub fn take_spare(&mut self) -> Option<Vec<u8>> {
+        self.links.take_spare()
+    }
+
     /// The pump's counters.
     pub fn stats(&self) -> PumpStats {
         self.stats
@@ -248,11 +265,27 @@ impl<R: Role> Pump<R> {
     /// role's timers, and output as the links have room.
     pub fn advance(&mut self, now: Time) -> Result<(), AmError> {
         let now_us = now.0 / NS_PER_US;
+        self.stock_role();
         self.links.handle_timeout(now);
         self.events(now_us);
         self.feed(now_us)?;
         self.role.handle_timeout(now_us);
         self.drain(now_us)
+    }
+
+    /// Tops the role's packet buffers up from the links' spares (to half of what it keeps at
+    /// most): the buffers of the packets it sent and of those it handled come back to it, so
+    /// its tokens and markers cost no allocation once buffers circulate.
+    fn stock_role(&mut self) {
+        while self.role.buffers_room() > POOL_BUFFERS_MAX / 2 {
+            let Some(b) = self.links.take_spare() else {
+                break;
+            };
+            if let Some(b) = self.role.give_buffer(b) {
+                self.links.recycle(b);
+                break;
+            }
+        }
     }
 
     /// The next datagram to send and where.

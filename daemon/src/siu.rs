@@ -463,6 +463,14 @@ impl Role for SiuRole {
         }
     }
 
+    fn buffers_room(&self) -> usize {
+        self.siu.buffers_room()
+    }
+
+    fn give_buffer(&mut self, buf: Vec<u8>) -> Option<Vec<u8>> {
+        self.siu.give_buffer(buf)
+    }
+
     fn take_relink(&mut self) -> bool {
         let g = self.siu.generation();
         if g == self.linked_generation {

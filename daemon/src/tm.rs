@@ -140,6 +140,12 @@ impl Role for TmRole {
         // An idle wave waits for its pace timer: the SIUs' tokens are all in.
         self.tm.pacing()
     }
+    fn buffers_room(&self) -> usize {
+        self.tm.buffers_room()
+    }
+    fn give_buffer(&mut self, buf: Vec<u8>) -> Option<Vec<u8>> {
+        self.tm.give_buffer(buf)
+    }
     fn local_turn_coming(&self) -> bool {
         false
     }
@@ -261,6 +267,44 @@ mod tests {
         }
         .to_bytes()
         .to_vec()
+    }
+
+    #[test]
+    fn each_run_of_the_pump_stocks_the_role_from_the_links_spares() {
+        use crate::pump::Pump;
+        use isotach_am_proto::link::Links;
+        use isotach_am_proto::{Tag, Time};
+        use isotach_proto::config::{Limits, Timing};
+        use isotach_proto::packet::{POOL_BUFFER_BYTES_MIN, POOL_BUFFERS_MAX};
+        let role = TmRole::new(TokenManager::new(TmConfig {
+            switch: 0,
+            topology: Arc::new(isotach_proto::topology::Topology::line(2, 1).unwrap()),
+            timing: Timing::default(),
+            limits: Limits::default(),
+        }));
+        let mut links = Links::new(
+            Links::am_config(),
+            NodeAddr::Mem(0),
+            1,
+            1400,
+            &[NodeAddr::Mem(1), NodeAddr::Mem(2)],
+            Tag(7),
+        )
+        .unwrap();
+        let spares = POOL_BUFFERS_MAX;
+        for _ in 0..spares {
+            links.recycle(Vec::with_capacity(POOL_BUFFER_BYTES_MIN));
+        }
+        let mut pump = Pump::new(role, links, 64);
+        assert_eq!(pump.role().buffers_room(), POOL_BUFFERS_MAX);
+        pump.advance(Time(0)).unwrap();
+        // Topped up to half of what the role keeps; the rest stay the links'.
+        assert_eq!(pump.role().buffers_room(), POOL_BUFFERS_MAX / 2);
+        let mut left = 0;
+        while pump.take_spare().is_some() {
+            left += 1;
+        }
+        assert_eq!(left, spares - POOL_BUFFERS_MAX / 2);
     }
 
     #[test]

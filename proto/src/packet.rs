@@ -20,7 +20,8 @@
 //! | `plain_message.rs` | [`PlainMessage`] | host → host, FIFO, outside logical time |
 //!
 //! and the codec they share: `kind.rs` ([`Kind`]), `error.rs` ([`DecodeError`]), `codec.rs`
-//! (header, CRC, the field reader and writer, [`peek_kind`]) and `any.rs` ([`Packet`]).
+//! (header, CRC, the field reader and writer, [`peek_kind`]) and `any.rs` ([`Packet`]); `pool.rs`
+//! ([`BufPool`]) keeps consumed packets' buffers for the next packets a node builds.
 
 mod any;
 mod barrier_signal_marker;
@@ -32,6 +33,7 @@ mod isochron_marker;
 mod isotach_message;
 mod kind;
 mod plain_message;
+mod pool;
 mod start_of_isochron;
 mod token;
 
@@ -50,6 +52,7 @@ pub use isotach_message::{
 };
 pub use kind::Kind;
 pub use plain_message::{PLAIN_LEN_MIN, PLAIN_PAYLOAD_MAX, PlainMessage, PlainView};
+pub use pool::{BufPool, POOL_BUFFER_BYTES_MAX, POOL_BUFFER_BYTES_MIN, POOL_BUFFERS_MAX};
 pub use start_of_isochron::{SOI_LEN, StartOfIsochron};
 pub use token::{TOKEN_LEN, Token};
 

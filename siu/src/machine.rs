@@ -35,7 +35,7 @@ use crate::pulse::PulseLog;
 use crate::{Mode, SiuConfig, SiuStats, Transmit};
 use isotach_proto::Generation;
 use isotach_proto::config::CHANNELS_MIN;
-use isotach_proto::packet::BARRIERS;
+use isotach_proto::packet::{BARRIERS, BufPool};
 use isotach_proto::topology::{HostId, Topology};
 use isotach_proto::wave::LastTwo;
 use std::collections::{BTreeMap, VecDeque};
@@ -85,6 +85,9 @@ pub struct Siu {
     token_awaits_host: bool,
     /// Host turns: a plain packet (a reply) reached the host since its last turn ended.
     host_fed_plain: bool,
+    /// Buffers for the packets this SIU builds (tokens, EOP and isochron markers), handed in
+    /// by its driver ([`Siu::give_buffer`]).
+    pool: BufPool,
     stats: SiuStats,
 }
 
@@ -130,6 +133,7 @@ impl Siu {
             pacing: Pacing::default(),
             token_awaits_host: false,
             host_fed_plain: false,
+            pool: BufPool::default(),
             stats: SiuStats::default(),
             cfg,
         }
@@ -172,6 +176,19 @@ impl Siu {
             l[usize::from(set & 1)].saturating_sub(self.sendclock)
         })
     }
+    /// Takes an empty packet buffer its driver is done with (a received packet's, or a spare of
+    /// its links') to build a later token or marker in, so that those cost no allocation once
+    /// buffers circulate; hands it back when this SIU keeps enough already (or its size is out of
+    /// bounds, `isotach_proto::packet::BufPool`).
+    pub fn give_buffer(&mut self, buf: Vec<u8>) -> Option<Vec<u8>> {
+        self.pool.give(buf)
+    }
+
+    /// How many more buffers [`Siu::give_buffer`] would keep.
+    pub fn buffers_room(&self) -> usize {
+        self.pool.room()
+    }
+
     /// Counters.
     pub fn stats(&self) -> SiuStats {
         self.stats

@@ -181,6 +181,10 @@ impl<T: Transport> SiuLink for AmSiuLink<T> {
         self.port.links_mut().recycle(buf);
     }
 
+    fn take_spare(&mut self) -> Option<Vec<u8>> {
+        self.port.links_mut().take_spare()
+    }
+
     fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError> {
         if let Some((_, p)) = self.port.recv() {
             return Ok(Some(p));

@@ -144,6 +144,15 @@ impl SiuLink for AmLink {
         }
     }
 
+    fn take_spare(&mut self) -> Option<Vec<u8>> {
+        match self {
+            Self::Udp(l) => l.take_spare(),
+            Self::Quic(l) => l.take_spare(),
+            Self::EmbeddedUdp(l) => SiuLink::take_spare(l.as_mut()),
+            Self::EmbeddedQuic(l) => SiuLink::take_spare(l.as_mut()),
+        }
+    }
+
     fn flush(&mut self) -> Result<(), LinkError> {
         match self {
             Self::Udp(l) => l.flush(),

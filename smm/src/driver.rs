@@ -6,7 +6,9 @@
 //! [`SmmNode::handle_siu`] and [`SmmNode::poll_siu`] between checks.
 
 use crate::{ReadHandle, SmmError, SmmNode};
-use isotach_proto::packet::{self, EopMarker, IsochronMarker, IsotachMessage, Kind};
+use isotach_proto::packet::{
+    self, EopMarker, IsochronMarker, IsotachMessage, Kind, POOL_BUFFERS_MAX,
+};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -34,6 +36,12 @@ pub trait SiuLink {
     /// Takes back a received packet's buffer once the node handled it, for the link to
     /// receive into again. Drops it by default.
     fn recycle(&mut self, _buf: Vec<u8>) {}
+    /// A spare packet buffer the link holds (empty), for the node to build its next packets in:
+    /// what the node sends then comes back to it through the link instead of each packet
+    /// being a new allocation. `None` by default.
+    fn take_spare(&mut self) -> Option<Vec<u8>> {
+        None
+    }
     /// Why the link to the SIU broke since it was set up (the SIU restarted, or the transport
     /// gave up on it), if it did: logical time does not go on across it. `None` by default.
     fn broken(&mut self) -> Option<String> {
@@ -129,7 +137,11 @@ impl<L: SiuLink> Smm<L> {
     fn offer(&mut self, p: Vec<u8>) -> Result<Option<Vec<u8>>, SmmError> {
         match self.node.handle_siu(&p) {
             Ok(()) | Err(SmmError::BadInput(_)) => {
-                self.link.recycle(p);
+                // The node builds its next packets in it; what it does not keep, the link
+                // receives into.
+                if let Some(p) = self.node.give_buffer(p) {
+                    self.link.recycle(p);
+                }
                 Ok(None)
             }
             Err(SmmError::Limit(_)) => Ok(Some(p)),
@@ -198,8 +210,25 @@ impl<L: SiuLink> Smm<L> {
         }
         if sent {
             self.link.flush()?;
+            self.stock_buffers();
         }
         Ok(())
+    }
+
+    /// Tops the node's packet buffers up from the link's spares (to half the node's limit),
+    /// after it built packets: a node builds more packets than it receives (an isochron's
+    /// start, srefs and end against one marker), and the link gets every sent buffer back.
+    fn stock_buffers(&mut self) {
+        while self.node.buffers_room() > POOL_BUFFERS_MAX / 2 {
+            let Some(b) = self.link.take_spare() else {
+                break;
+            };
+            if let Some(b) = self.node.give_buffer(b) {
+                // Out of the node's bounds: the link keeps it.
+                self.link.recycle(b);
+                break;
+            }
+        }
     }
 
     /// Drives the link until `done` holds or `timeout` passes.

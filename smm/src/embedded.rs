@@ -63,6 +63,10 @@ impl<T: Transport> SiuLink for EmbeddedSiu<T> {
         Self::recycle(self, buf);
     }
 
+    fn take_spare(&mut self) -> Option<Vec<u8>> {
+        Self::take_spare(self)
+    }
+
     fn recv(&mut self, timeout: Duration) -> Result<Option<Vec<u8>>, LinkError> {
         if let Some(p) = self.take_for_host() {
             return Ok(Some(p));

@@ -17,7 +17,7 @@
 use crate::map::{Addr, LocalMap};
 use crate::memory::Memory;
 use crate::{ExecRecord, SmmConfig, SmmStats};
-use isotach_proto::packet::{BARRIERS, IsotachMessage, SORT_VECTOR_MAX};
+use isotach_proto::packet::{BARRIERS, BufPool, IsotachMessage, SORT_VECTOR_MAX};
 use isotach_proto::topology::HostId;
 // Read ids, page numbers and addresses are small integers the node chose or validated: the
 // hash needs speed (one lookup per sref and per read), not flooding resistance.
@@ -96,6 +96,9 @@ pub struct SmmNode {
     order: Vec<u32>,
     /// Reused by every reply: its payload, encoded before the packet around it.
     reply_payload: Vec<u8>,
+    /// Buffers of packets the driver is done with, for the packets this node builds next
+    /// ([`SmmNode::give_buffer`]).
+    pool: BufPool,
     // State transfer (`join.rs`).
     /// Pages not current yet (state transfer, [`SmmNode::join`]).
     joins: BTreeMap<u32, join::PageJoin>,
@@ -149,6 +152,7 @@ impl SmmNode {
             records: Vec::new(),
             order: Vec::with_capacity(SORT_VECTOR_MAX),
             reply_payload: Vec::new(),
+            pool: BufPool::default(),
             joins: BTreeMap::new(),
             join_log: Vec::new(),
             join: join::JoinState::default(),

@@ -153,3 +153,110 @@ fn a_reply_costs_one_allocation_its_packet() {
         "{extra} allocations more than the same writes for {replies} replies"
     );
 }
+
+/// Allocations while pulse 1 drains `srefs` reads from hosts 1-3 into a node holding
+/// `stocked` spare packet buffers, less those of the same pulse of writes; and the replies.
+fn allocations_answering_stocked(srefs: usize, stocked: usize) -> (usize, usize) {
+    use isotach_proto::Pulse;
+    use isotach_proto::packet::{EopMarker, Kind, POOL_BUFFER_BYTES_MIN, Sref, SrefOp};
+    let count = |op: SrefOp| {
+        let mut node = node_for(srefs);
+        for _ in 0..stocked {
+            assert!(
+                node.give_buffer(Vec::with_capacity(POOL_BUFFER_BYTES_MIN))
+                    .is_none()
+            );
+        }
+        for i in 0..srefs {
+            let mut m = write_message(1, 1 + (i % 3) as u16, i as u64, i);
+            if let Sref::Mem { op: o, ref_id, .. } = &mut m.sref {
+                *o = op;
+                *ref_id = i as u32;
+            }
+            let mut b = Vec::new();
+            m.encode(&mut b);
+            node.handle_siu(&b).unwrap();
+        }
+        let mut eop = Vec::new();
+        EopMarker {
+            ts: Pulse::new(1),
+            count: srefs as u32,
+            repeat: true,
+            token_kind: Kind::Token as u8,
+            ..EopMarker::default()
+        }
+        .encode(&mut eop);
+        let before = allocations();
+        node.handle_siu(&eop).unwrap();
+        let n = allocations() - before;
+        (n, std::iter::from_fn(|| node.poll_siu()).count())
+    };
+    let (writes, _) = count(SrefOp::Write);
+    let (reads, replies) = count(SrefOp::Read);
+    (reads.saturating_sub(writes), replies)
+}
+
+#[test]
+fn a_reply_built_in_a_buffer_the_node_holds_costs_no_allocation() {
+    use isotach_proto::packet::POOL_BUFFERS_MAX;
+    let (extra, replies) = allocations_answering_stocked(POOL_BUFFERS_MAX, POOL_BUFFERS_MAX);
+    assert_eq!(replies, POOL_BUFFERS_MAX);
+    // At most the queue of packets for the SIU growing: nothing per reply.
+    assert!(
+        extra <= 8,
+        "{extra} allocations more than the same writes for {replies} replies"
+    );
+}
+
+/// A node of host 0 of four whose pages 1-3 live only at hosts 1-3: every `add` on them is a
+/// remote sref. Allocations while it issues `isochrons` isochrons of two remote `add`s, its
+/// packets taken by the driver and, with `give_back`, each handed back once the link sent it
+/// (as the driver stocks the node from the link's spares).
+fn allocations_issuing(isochrons: usize, give_back: bool) -> usize {
+    use isotach_proto::packet::Width;
+    use isotach_smm::{Addr, MemoryMap, SmmConfig, SmmLimits, SmmNode};
+    let mut map = MemoryMap::default();
+    for page in 0..4 {
+        map.insert(page, page, vec![page as u16]).unwrap();
+    }
+    let mut node = SmmNode::new(SmmConfig {
+        host: 0,
+        topology: std::sync::Arc::new(isotach_proto::topology::Topology::line(4, 1).unwrap()),
+        map: std::sync::Arc::new(map),
+        limits: SmmLimits {
+            hit_buffer_max: isochrons + 1,
+            ..SmmLimits::default()
+        },
+        record: false,
+    });
+    let mut sent: Vec<Vec<u8>> = Vec::with_capacity(8);
+    let before = allocations();
+    for i in 0..isochrons {
+        let mut iso = node.isochron();
+        iso.add(Addr::new(1, 0), Width::W64, i as u64).unwrap();
+        iso.add(Addr::new(2, 0), Width::W64, 1).unwrap();
+        iso.end().unwrap();
+        sent.extend(std::iter::from_fn(|| node.poll_siu()));
+        assert_eq!(sent.len(), 4, "start, two srefs, end");
+        for p in sent.drain(..) {
+            if give_back {
+                assert!(node.give_buffer(p).is_none());
+            }
+        }
+    }
+    allocations() - before
+}
+
+#[test]
+fn an_isochron_built_in_buffers_the_node_holds_allocates_no_packet() {
+    let n = 64;
+    let dropped = allocations_issuing(n, false);
+    let circulated = allocations_issuing(n, true);
+    // Four packets per isochron: each a new buffer when the sent ones are dropped; only the
+    // first isochron's when they come back (the buffers of one are the next one's), give or
+    // take the pool's own list growing once.
+    assert!(
+        dropped + 2 >= circulated + 4 * (n - 1),
+        "{dropped} allocations dropping the sent packets, {circulated} giving them back"
+    );
+}

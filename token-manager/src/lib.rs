@@ -40,7 +40,7 @@
 use isotach_proto::Generation;
 use isotach_proto::Input;
 use isotach_proto::config::{EPOCH_PULSES_MIN, Limits, Timing};
-use isotach_proto::packet::{self, BARRIERS, DecodeError, IsotachMessage, Kind, Token};
+use isotach_proto::packet::{self, BARRIERS, BufPool, DecodeError, IsotachMessage, Kind, Token};
 use isotach_proto::topology::{Hop, SwitchId, Topology};
 use isotach_proto::wave::LastTwo;
 use std::collections::VecDeque;
@@ -194,6 +194,9 @@ pub struct TokenManager {
     held: usize,
     /// Messages riding with the next wave in all links (counted against the queue limit).
     riding: usize,
+    /// Buffers for the tokens this TM builds, handed in by its driver
+    /// ([`TokenManager::give_buffer`]).
+    pool: BufPool,
     stats: TmStats,
 }
 
@@ -244,6 +247,7 @@ impl TokenManager {
             out: VecDeque::new(),
             held: 0,
             riding: 0,
+            pool: BufPool::default(),
             stats: TmStats::default(),
             cfg,
         }
@@ -282,6 +286,19 @@ impl TokenManager {
     /// Waves sent in this generation.
     pub fn waves(&self) -> u64 {
         self.waves
+    }
+
+    /// Takes an empty packet buffer its driver is done with (a received packet's, or a spare of
+    /// its links') to build a later token in, so that tokens cost no allocation once
+    /// buffers circulate; hands it back when this TM keeps enough already (or its size is out of
+    /// bounds, `isotach_proto::packet::BufPool`).
+    pub fn give_buffer(&mut self, buf: Vec<u8>) -> Option<Vec<u8>> {
+        self.pool.give(buf)
+    }
+
+    /// How many more buffers [`TokenManager::give_buffer`] would keep.
+    pub fn buffers_room(&self) -> usize {
+        self.pool.room()
     }
 
     /// Counters.

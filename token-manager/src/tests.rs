@@ -95,6 +95,33 @@ fn wave_waits_for_every_neighbour() {
 }
 
 #[test]
+fn a_wave_is_built_in_the_buffers_the_driver_handed_in() {
+    use isotach_proto::packet::{POOL_BUFFER_BYTES_MIN, POOL_BUFFERS_MAX};
+    let mut t = started(3);
+    let given: Vec<Vec<u8>> = (0..3)
+        .map(|_| Vec::with_capacity(POOL_BUFFER_BYTES_MIN))
+        .collect();
+    let at: Vec<*const u8> = given.iter().map(|b| b.as_ptr()).collect();
+    for b in given {
+        assert!(t.give_buffer(b).is_none());
+    }
+    assert_eq!(t.buffers_room(), POOL_BUFFERS_MAX - 3);
+    for link in 0..3 {
+        t.handle_input(1, link, &token(link as u16, 1).to_bytes())
+            .unwrap();
+    }
+    let wave: Vec<Vec<u8>> = std::iter::from_fn(|| t.poll_transmit())
+        .map(|(_, b)| b)
+        .collect();
+    assert_eq!(wave.len(), 3);
+    assert!(
+        wave.iter().all(|b| at.contains(&b.as_ptr())),
+        "every token of wave 2 in a buffer handed in"
+    );
+    assert_eq!(t.buffers_room(), POOL_BUFFERS_MAX);
+}
+
+#[test]
 fn an_isotach_message_rides_with_the_next_wave_and_a_plain_one_leaves_at_once() {
     let mut t = started(2);
     t.handle_input(1, 1, &token(1, 1).to_bytes()).unwrap();

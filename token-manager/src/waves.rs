@@ -198,7 +198,7 @@ impl TokenManager {
     }
 
     pub(super) fn push_token(&mut self, link: LinkId, t: Token) {
-        let mut v = Vec::with_capacity(packet::TOKEN_LEN);
+        let mut v = self.pool.take(packet::TOKEN_LEN);
         t.encode(&mut v);
         self.out.push_back((link, v));
     }

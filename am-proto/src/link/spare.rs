@@ -38,6 +38,11 @@ impl Spare {
         }
     }
 
+    /// A kept buffer (empty), if there is one: for a caller that builds packets.
+    pub(super) fn take(&mut self) -> Option<Vec<u8>> {
+        self.bufs.pop()
+    }
+
     /// Keeps `buf` for a later packet, unless enough are kept or it is too small or large.
     pub(super) fn give(&mut self, mut buf: Vec<u8>) {
         let capacity = buf.capacity();

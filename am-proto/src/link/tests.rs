@@ -642,6 +642,23 @@ fn a_packet_in_one_fragment_arrives_in_a_recycled_buffer_too() {
 }
 
 #[test]
+fn a_sent_packets_buffer_is_a_spare_a_builder_can_take() {
+    let mut t = Pair::new();
+    // In a buffer the spares keep (at least SPARE_PACKET_BYTES_MIN).
+    let mut p = Vec::with_capacity(256);
+    p.extend_from_slice(&small(7, 20));
+    let at = p.as_ptr();
+    t.a.send(0, p).unwrap();
+    t.settle();
+    assert_eq!(t.drain_b(), vec![small(7, 20)]);
+    // Once framed, the packet's buffer is a spare of the sender's links, empty.
+    let spare = t.a.take_spare().expect("the sent buffer");
+    assert_eq!(spare.as_ptr(), at);
+    assert!(spare.is_empty());
+    assert!(t.a.take_spare().is_none(), "one buffer was sent");
+}
+
+#[test]
 fn the_spare_pool_is_bounded_and_frees_small_and_large_buffers() {
     let mut l = links(1);
     l.recycle(Vec::with_capacity(spare::SPARE_PACKET_BYTES_MAX + 1));

@@ -49,7 +49,7 @@ impl Siu {
             token_crc: packet::carried_crc(bytes),
             sort_vector,
         };
-        let mut out = Vec::with_capacity(packet::EOP_LEN_MIN + eop.sort_vector.len());
+        let mut out = self.pool.take(packet::EOP_LEN_MIN + eop.sort_vector.len());
         eop.encode(&mut out);
         self.to_host.push_back(out);
         self.stats.eops_sent += 1;

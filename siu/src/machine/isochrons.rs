@@ -201,7 +201,7 @@ impl Siu {
         if self.pulses.record(open.ts, self.port, open.first_sequum) != Placement::Counted {
             self.stats.messages_late += 1;
         }
-        let mut out = Vec::with_capacity(packet::CHR_LEN);
+        let mut out = self.pool.take(packet::CHR_LEN);
         marker.encode(&mut out);
         self.to_host.push_back(out);
         self.stats.markers_sent += 1;

@@ -257,7 +257,7 @@ impl Siu {
     }
 
     pub(super) fn push_net_token(&mut self, t: Token) {
-        let mut out = Vec::with_capacity(packet::TOKEN_LEN);
+        let mut out = self.pool.take(packet::TOKEN_LEN);
         t.encode(&mut out);
         self.to_net.push_back(Transmit {
             route: Route::Tm,

@@ -83,9 +83,22 @@ impl SmmNode {
         self.to_siu.pop_front()
     }
 
+    /// Takes a packet's buffer the driver is done with (one [`SmmNode::handle_siu`] read, or a
+    /// spare of its link's) to build a later packet in, so that packets cost no allocation
+    /// once buffers circulate. Hands it back when the node keeps enough already (or its size
+    /// is out of bounds, `isotach_proto::packet::BufPool`): pass it on to the link.
+    pub fn give_buffer(&mut self, buf: Vec<u8>) -> Option<Vec<u8>> {
+        self.pool.give(buf)
+    }
+
+    /// How many more buffers [`SmmNode::give_buffer`] would keep.
+    pub fn buffers_room(&self) -> usize {
+        self.pool.room()
+    }
+
     /// Queues a barrier/signal marker.
     pub(super) fn push_marker(&mut self, m: BarrierSignalMarker) {
-        let mut out = Vec::with_capacity(packet::BSM_LEN);
+        let mut out = self.pool.take(packet::BSM_LEN);
         m.encode(&mut out);
         self.to_siu.push_back(out);
         self.sent_marker = true;
@@ -112,7 +125,7 @@ impl SmmNode {
             send_delta: 0,
             distance,
         };
-        let mut out = Vec::with_capacity(packet::SOI_LEN);
+        let mut out = self.pool.take(packet::SOI_LEN);
         soi.encode(&mut out);
         self.to_siu.push_back(out);
         for (dest, sref) in remote {
@@ -125,11 +138,11 @@ impl SmmNode {
                 generation: Generation::new(0),
                 sref: sref.clone(),
             };
-            let mut out = Vec::with_capacity(m.encoded_len());
+            let mut out = self.pool.take(m.encoded_len());
             m.encode(&mut out);
             self.to_siu.push_back(out);
         }
-        let mut out = Vec::with_capacity(packet::EOI_LEN);
+        let mut out = self.pool.take(packet::EOI_LEN);
         EndOfIsochron { iso_id }.encode(&mut out);
         self.to_siu.push_back(out);
     }
@@ -144,7 +157,7 @@ impl SmmNode {
             dest,
             payload: &payload,
         };
-        let mut out = Vec::with_capacity(packet::PLAIN_LEN_MIN + payload.len());
+        let mut out = self.pool.take(packet::PLAIN_LEN_MIN + payload.len());
         p.encode(&mut out);
         self.reply_payload = payload;
         self.to_siu.push_back(out);
