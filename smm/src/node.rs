@@ -17,7 +17,7 @@
 use crate::map::{Addr, LocalMap};
 use crate::memory::Memory;
 use crate::{ExecRecord, SmmConfig, SmmStats};
-use isotach_proto::packet::{BARRIERS, BufPool, IsotachMessage, SORT_VECTOR_MAX};
+use isotach_proto::packet::{BARRIERS, BufPool, IsotachMessage, SORT_VECTOR_MAX, Sref};
 use isotach_proto::topology::HostId;
 // Read ids, page numbers and addresses are small integers the node chose or validated: the
 // hash needs speed (one lookup per sref and per read), not flooding resistance.
@@ -39,11 +39,16 @@ mod wire;
 use drain::Bucketed;
 use execute::Handler;
 pub use execute::HandlerCall;
-use hit_buffer::HitEntry;
+use hit_buffer::{HitEntry, LocalOp};
 pub use isochron::Isochron;
+use isochron::Planned;
 pub use join::{JoinReport, JoinStatus};
 use reads::ReadSlot;
 use signals::{BarrierState, SignalHandler};
+
+/// Most lists of local operations kept for reuse ([`SmmNode`]'s `spare_local`): one per
+/// isochron the hit buffer holds in steady state is plenty.
+const LOCAL_OPS_SPARE_MAX: usize = 64;
 
 /// One host's shared memory manager. See the crate documentation.
 pub struct SmmNode {
@@ -99,6 +104,14 @@ pub struct SmmNode {
     /// Buffers of packets the driver is done with, for the packets this node builds next
     /// ([`SmmNode::give_buffer`]).
     pool: BufPool,
+    // Reused by every isochron issued (`isochron.rs`, `issue.rs`), so issuing allocates
+    // nothing per isochron once they have grown.
+    /// The planned operations' list of the last isochron ended, empty.
+    spare_ops: Vec<Planned>,
+    /// The remote srefs of the isochron being issued.
+    remote_scratch: Vec<(HostId, Sref)>,
+    /// Lists of local operations the hit buffer ran, empty, at most [`LOCAL_OPS_SPARE_MAX`].
+    spare_local: Vec<Vec<LocalOp>>,
     // State transfer (`join.rs`).
     /// Pages not current yet (state transfer, [`SmmNode::join`]).
     joins: BTreeMap<u32, join::PageJoin>,
@@ -153,6 +166,9 @@ impl SmmNode {
             order: Vec::with_capacity(SORT_VECTOR_MAX),
             reply_payload: Vec::new(),
             pool: BufPool::default(),
+            spare_ops: Vec::new(),
+            remote_scratch: Vec::new(),
+            spare_local: Vec::new(),
             joins: BTreeMap::new(),
             join_log: Vec::new(),
             join: join::JoinState::default(),

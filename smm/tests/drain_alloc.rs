@@ -248,6 +248,19 @@ fn allocations_issuing(isochrons: usize, give_back: bool) -> usize {
 }
 
 #[test]
+fn issuing_allocates_nothing_per_isochron_once_lists_and_buffers_circulate() {
+    // Four times the isochrons cost at most a few more allocations (the hit buffer and the
+    // read table growing), not one per isochron: the operation lists are reused and the
+    // packets built in buffers given back.
+    let few = allocations_issuing(64, true);
+    let many = allocations_issuing(256, true);
+    assert!(
+        many <= few + 16,
+        "{few} allocations for 64 isochrons, {many} for 256"
+    );
+}
+
+#[test]
 fn an_isochron_built_in_buffers_the_node_holds_allocates_no_packet() {
     let n = 64;
     let dropped = allocations_issuing(n, false);

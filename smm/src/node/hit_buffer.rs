@@ -127,7 +127,8 @@ impl SmmNode {
     /// Runs this host's part of one isochron at `key`, its place in the order.
     fn run_local(&mut self, entry: HitEntry, key: OrderKey) {
         let me = self.cfg.host;
-        for (i, op) in entry.ops.into_iter().enumerate() {
+        let mut ops = entry.ops;
+        for (i, op) in ops.drain(..).enumerate() {
             match op {
                 LocalOp::Read(addr, width, ref_id) => {
                     match self.memory.read(addr, width, me, ref_id) {
@@ -160,5 +161,6 @@ impl SmmNode {
         if !entry.admission {
             self.stats.isochrons_executed += 1;
         }
+        self.keep_local_ops(ops);
     }
 }

@@ -33,9 +33,12 @@ pub struct Isochron<'a> {
 impl SmmNode {
     /// Starts an isochron.
     pub fn isochron(&mut self) -> Isochron<'_> {
+        // The last isochron's list, empty: no allocation once it has grown.
+        let ops = std::mem::take(&mut self.spare_ops);
+        debug_assert!(ops.is_empty());
         Isochron {
             node: self,
-            ops: Vec::new(),
+            ops,
             ended: false,
         }
     }
@@ -180,19 +183,18 @@ impl Isochron<'_> {
         if self.ops.is_empty() {
             return Err(SmmError::EmptyIsochron);
         }
-        let ops = std::mem::take(&mut self.ops);
-        let reads: Vec<u32> = read_ids(&ops).collect();
-        match self.node.issue(ops) {
-            Ok(()) => {
-                self.ended = true;
-                Ok(())
-            }
-            Err(e) => {
-                self.release(&reads);
-                self.ended = true;
-                Err(e)
-            }
+        let r = self.node.issue(&self.ops);
+        if r.is_err() {
+            self.release_reads();
         }
+        self.ended = true;
+        r
+    }
+
+    /// Releases the isochron's reads (it was not issued).
+    fn release_reads(&mut self) {
+        let reads: Vec<u32> = read_ids(&self.ops).collect();
+        self.release(&reads);
     }
 
     fn release(&mut self, reads: &[u32]) {
@@ -213,8 +215,11 @@ fn read_ids(ops: &[Planned]) -> impl Iterator<Item = u32> + '_ {
 impl Drop for Isochron<'_> {
     fn drop(&mut self) {
         if !self.ended {
-            let reads: Vec<u32> = read_ids(&self.ops).collect();
-            self.release(&reads);
+            self.release_reads();
         }
+        // The list goes back to the node for the next isochron.
+        let mut ops = std::mem::take(&mut self.ops);
+        ops.clear();
+        self.node.spare_ops = ops;
     }
 }

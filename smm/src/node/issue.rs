@@ -17,24 +17,38 @@ use std::collections::HashMap;
 impl SmmNode {
     /// Issues an ended isochron: refused while joining, at the hit buffer's limit or on an
     /// assign without a sched; otherwise split, recorded and enqueued.
-    pub(super) fn issue(&mut self, ops: Vec<Planned>) -> Result<(), SmmError> {
+    pub(super) fn issue(&mut self, ops: &[Planned]) -> Result<(), SmmError> {
         self.check_not_joining()?;
         if self.hit.len() >= self.cfg.limits.hit_buffer_max {
             return Err(SmmError::Limit(Table::HitBuffer));
         }
-        self.account_scheds(&ops)?;
-        let (local, remote) = self.split(&ops);
-        let record = self.record_for(&ops);
+        self.account_scheds(ops)?;
+        // Lists kept from earlier isochrons: no allocation per isochron once grown.
+        let mut local = self.spare_local.pop().unwrap_or_default();
+        let mut remote = std::mem::take(&mut self.remote_scratch);
+        debug_assert!(local.is_empty() && remote.is_empty());
+        self.split(ops, &mut local, &mut remote);
+        let record = self.record_for(ops);
         self.stats.isochrons_issued += 1;
         self.enqueue(local, &remote, record, false);
+        remote.clear();
+        self.remote_scratch = remote;
         Ok(())
     }
 
-    /// Splits planned ops into this host's part and the srefs for other hosts.
-    fn split(&self, ops: &[Planned]) -> (Vec<LocalOp>, Vec<(HostId, Sref)>) {
+    /// Keeps an emptied list of local operations for a later isochron (up to
+    /// [`super::LOCAL_OPS_SPARE_MAX`]).
+    pub(super) fn keep_local_ops(&mut self, mut ops: Vec<LocalOp>) {
+        if self.spare_local.len() < super::LOCAL_OPS_SPARE_MAX && ops.capacity() > 0 {
+            ops.clear();
+            self.spare_local.push(ops);
+        }
+    }
+
+    /// Splits planned ops into this host's part (`local`) and the srefs for other hosts
+    /// (`remote`).
+    fn split(&self, ops: &[Planned], local: &mut Vec<LocalOp>, remote: &mut Vec<(HostId, Sref)>) {
         let me = self.cfg.host;
-        let mut local = Vec::new();
-        let mut remote = Vec::new();
         let mem = |op: SrefOp, addr: Addr, width: Width, value: u64, ref_id: u32| Sref::Mem {
             op,
             width,
@@ -107,7 +121,6 @@ impl SmmNode {
                 }
             }
         }
-        (local, remote)
     }
 
     /// Starts the execution record of an isochron (when `record` is configured).
