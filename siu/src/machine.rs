@@ -88,6 +88,8 @@ pub struct Siu {
     /// Buffers for the packets this SIU builds (tokens, EOP and isochron markers), handed in
     /// by its driver ([`Siu::give_buffer`]).
     pool: BufPool,
+    /// The last EOP marker's sort vector, written over by the next (`eop.rs`).
+    sort_scratch: Vec<u8>,
     stats: SiuStats,
 }
 
@@ -134,6 +136,7 @@ impl Siu {
             token_awaits_host: false,
             host_fed_plain: false,
             pool: BufPool::default(),
+            sort_scratch: Vec::new(),
             stats: SiuStats::default(),
             cfg,
         }

@@ -9,6 +9,10 @@ use std::collections::VecDeque;
 // An arrival index in the sort vector is one byte.
 const _: () = assert!(SORT_VECTOR_MAX <= u8::MAX as usize + 1);
 
+/// Most emptied slots' lists a log keeps for the next pulses' slots (two or three pulses are
+/// open at a time).
+const SPARE_ENTRIES_MAX: usize = 4;
+
 /// One packet of a pulse as the sort needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
@@ -30,10 +34,20 @@ impl PulseSlot {
         self.count
     }
 
-    /// Arrival indices of the first [`SORT_VECTOR_MAX`] packets, in (source, sequum) order.
-    pub(crate) fn sort_vector(&mut self) -> Vec<u8> {
+    /// Arrival indices of the first [`SORT_VECTOR_MAX`] packets, in (source, sequum) order,
+    /// written over `out`.
+    pub(crate) fn sort_vector_into(&mut self, out: &mut Vec<u8>) {
         self.entries.sort_unstable_by_key(|e| (e.source, e.sequum));
-        self.entries.iter().map(|e| e.arrival).collect()
+        out.clear();
+        out.extend(self.entries.iter().map(|e| e.arrival));
+    }
+
+    /// [`PulseSlot::sort_vector_into`] a new vector.
+    #[cfg(test)]
+    pub(crate) fn sort_vector(&mut self) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.sort_vector_into(&mut v);
+        v
     }
 
     fn record(&mut self, source: u16, sequum: u64) {
@@ -72,6 +86,8 @@ pub(crate) struct PulseLog {
     base: u64,
     window: usize,
     slots: VecDeque<PulseSlot>,
+    /// Emptied slots' lists ([`PulseLog::recycle`]), for new slots: no allocation per pulse.
+    spare: Vec<Vec<Entry>>,
 }
 
 impl PulseLog {
@@ -88,6 +104,7 @@ impl PulseLog {
             base: 0,
             window: window as usize,
             slots: VecDeque::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -102,7 +119,11 @@ impl PulseLog {
         }
         let offset = offset as usize;
         if self.slots.len() <= offset {
-            self.slots.resize_with(offset + 1, PulseSlot::default);
+            let spare = &mut self.spare;
+            self.slots.resize_with(offset + 1, || PulseSlot {
+                count: 0,
+                entries: spare.pop().unwrap_or_default(),
+            });
         }
         self.slots[offset].record(source, sequum);
         debug_assert!(self.slots.len() <= self.window);
@@ -117,6 +138,17 @@ impl PulseLog {
         // The pulses counted so far all fit the window of the new current pulse.
         debug_assert!(self.slots.len() < self.window);
         slot
+    }
+
+    /// Takes back an ended pulse's slot once its EOP marker is built: its list serves a later
+    /// pulse (at most [`SPARE_ENTRIES_MAX`] kept).
+    pub(crate) fn recycle(&mut self, slot: PulseSlot) {
+        let mut entries = slot.entries;
+        if self.spare.len() < SPARE_ENTRIES_MAX && entries.capacity() > 0 {
+            entries.clear();
+            self.spare.push(entries);
+        }
+        debug_assert!(self.spare.len() <= SPARE_ENTRIES_MAX);
     }
 
     /// TS of the current pulse (the SIU's receive clock).
@@ -146,6 +178,24 @@ impl PulseLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ended_pulses_list_serves_a_later_pulse() {
+        let mut log = PulseLog::new(8);
+        for seq in 0..5 {
+            assert_eq!(log.record(0, 1, seq), Placement::Counted);
+        }
+        let slot = log.end_pulse();
+        let at = slot.entries.as_ptr();
+        log.recycle(slot);
+        // The next pulse opens a slot: it takes the kept list instead of a new one.
+        assert_eq!(log.record(1, 1, 9), Placement::Counted);
+        assert_eq!(log.slots[0].entries.as_ptr(), at);
+        assert_eq!(log.slots[0].count(), 1);
+        // Bounded: a list that never held anything is not kept.
+        log.recycle(PulseSlot::default());
+        assert!(log.spare.is_empty());
+    }
 
     #[test]
     fn sort_vector_lists_arrivals_in_source_then_sequum_order() {

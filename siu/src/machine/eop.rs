@@ -27,10 +27,14 @@ impl Siu {
     ) {
         let host_mode = self.cfg.mode == Mode::Host;
         let repeat = host_mode && t.repeat;
-        let (count, sort_vector) = if repeat {
-            (0, Vec::new())
+        // The sort vector is written over the last EOP's (no allocation per pulse).
+        let mut sort_vector = std::mem::take(&mut self.sort_scratch);
+        let count = if repeat {
+            sort_vector.clear();
+            0
         } else {
-            (slot.count(), slot.sort_vector())
+            slot.sort_vector_into(&mut sort_vector);
+            slot.count()
         };
         let signals = if host_mode || t.end_of_epoch {
             t.signals
@@ -53,6 +57,8 @@ impl Siu {
         eop.encode(&mut out);
         self.to_host.push_back(out);
         self.stats.eops_sent += 1;
+        self.sort_scratch = eop.sort_vector;
+        self.pulses.recycle(slot);
     }
 
     /// An isotach message from the network for this host: counted in its pulse and handed to

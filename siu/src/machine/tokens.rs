@@ -171,7 +171,14 @@ impl Siu {
         let first = self.recvclock == 0;
         let ended = self.recvclock;
         self.recvclock += 1;
-        self.outstanding = self.outstanding.split_off(&self.recvclock);
+        // Isochrons stamped for pulses before the receive clock are done: drop their counts
+        // in place (a new map per pulse would be an allocation per pulse).
+        while let Some(e) = self.outstanding.first_entry() {
+            if *e.key() >= self.recvclock {
+                break;
+            }
+            e.remove();
+        }
         let slot = self.pulses.end_pulse();
         debug_assert_eq!(self.pulses.base(), self.recvclock);
         debug_assert!(
