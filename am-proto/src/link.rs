@@ -70,6 +70,7 @@ mod types;
 
 pub use batch::{BATCH_PACKET_MAX, BATCH_PACKETS_MAX, BATCH_VERSION};
 pub use peers::{Directory, PeerList};
+pub use spare::{SPARE_PACKET_BYTES_MAX, SPARE_PACKET_BYTES_MIN};
 pub use types::{LinkEvent, LinkStats, LossReason, Offered, PeerStatus};
 
 /// How long links hold an automatic acknowledgement for other traffic to its peer

@@ -8,9 +8,17 @@
 //! out with [`Pump::poll_transmit`], the next deadline from [`Pump::poll_timeout`].
 
 use isotach_am_proto::link::{LinkEvent, Links, LossReason, Offered};
+use isotach_am_proto::link::{SPARE_PACKET_BYTES_MAX, SPARE_PACKET_BYTES_MIN};
 use isotach_am_proto::{AmError, NodeAddr, Time};
 use isotach_proto::config::{QUEUE_PACKETS_MAX_MAX, QUEUE_PACKETS_MAX_MIN};
-use isotach_proto::packet::POOL_BUFFERS_MAX;
+use isotach_proto::packet::{BufPool, POOL_BUFFER_BYTES_MAX, POOL_BUFFER_BYTES_MIN};
+
+// Buffers circulate between a role's (or an SMM node's) pool and the links' spares only while
+// each keeps what the other hands it: the two crates' bounds must be the same.
+const _: () = assert!(
+    POOL_BUFFER_BYTES_MIN == SPARE_PACKET_BYTES_MIN
+        && POOL_BUFFER_BYTES_MAX == SPARE_PACKET_BYTES_MAX
+);
 use isotach_siu::SiuError;
 use isotach_tm::TmError;
 use std::collections::VecDeque;
@@ -105,16 +113,10 @@ pub trait Role {
     fn quiet(&self) -> bool {
         false
     }
-    /// How many more empty packet buffers the role would keep to build its own packets in
-    /// (tokens, markers); the pump hands it spares of the links before each run. None by
-    /// default.
-    fn buffers_room(&self) -> usize {
-        0
-    }
-    /// Takes an empty packet buffer to build a later packet in; hands it back when the role
-    /// does not keep it.
-    fn give_buffer(&mut self, buf: Vec<u8>) -> Option<Vec<u8>> {
-        Some(buf)
+    /// The buffers the role builds its own packets in (tokens, markers), which the pump tops
+    /// up from the links' spares before each run. None by default.
+    fn buffers(&mut self) -> Option<&mut BufPool> {
+        None
     }
 }
 
@@ -277,14 +279,11 @@ impl<R: Role> Pump<R> {
     /// most): the buffers of the packets it sent and of those it handled come back to it, so
     /// its tokens and markers cost no allocation once buffers circulate.
     fn stock_role(&mut self) {
-        while self.role.buffers_room() > POOL_BUFFERS_MAX / 2 {
-            let Some(b) = self.links.take_spare() else {
-                break;
-            };
-            if let Some(b) = self.role.give_buffer(b) {
-                self.links.recycle(b);
-                break;
-            }
+        let links = &mut self.links;
+        if let Some(pool) = self.role.buffers()
+            && let Some(b) = pool.refill(|| links.take_spare())
+        {
+            links.recycle(b);
         }
     }
 

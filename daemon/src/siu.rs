@@ -22,7 +22,7 @@ use isotach_am_proto::NodeAddr;
 use isotach_am_proto::link::LossReason;
 use isotach_proto::Generation;
 use isotach_proto::config::ClusterConfig;
-use isotach_proto::packet::{Kind, Token, peek_kind};
+use isotach_proto::packet::{BufPool, Kind, Token, peek_kind};
 use isotach_proto::topology::HostId;
 use isotach_proto::wave::Rejoin;
 use isotach_siu::{Mode, Route, Siu, SiuConfig, SiuError};
@@ -463,12 +463,8 @@ impl Role for SiuRole {
         }
     }
 
-    fn buffers_room(&self) -> usize {
-        self.siu.buffers_room()
-    }
-
-    fn give_buffer(&mut self, buf: Vec<u8>) -> Option<Vec<u8>> {
-        self.siu.give_buffer(buf)
+    fn buffers(&mut self) -> Option<&mut BufPool> {
+        Some(self.siu.buffers())
     }
 
     fn take_relink(&mut self) -> bool {

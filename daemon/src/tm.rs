@@ -10,7 +10,7 @@ use isotach_am_proto::NodeAddr;
 use isotach_am_proto::link::LossReason;
 use isotach_proto::Generation;
 use isotach_proto::config::ClusterConfig;
-use isotach_proto::packet::{Kind, Token, peek_kind};
+use isotach_proto::packet::{BufPool, Kind, Token, peek_kind};
 use isotach_proto::topology::{Hop, SwitchId};
 use isotach_proto::wave::Rejoin;
 use isotach_tm::{TmConfig, TmError, TokenManager};
@@ -140,11 +140,8 @@ impl Role for TmRole {
         // An idle wave waits for its pace timer: the SIUs' tokens are all in.
         self.tm.pacing()
     }
-    fn buffers_room(&self) -> usize {
-        self.tm.buffers_room()
-    }
-    fn give_buffer(&mut self, buf: Vec<u8>) -> Option<Vec<u8>> {
-        self.tm.give_buffer(buf)
+    fn buffers(&mut self) -> Option<&mut BufPool> {
+        Some(self.tm.buffers())
     }
     fn local_turn_coming(&self) -> bool {
         false
@@ -296,10 +293,13 @@ mod tests {
             links.recycle(Vec::with_capacity(POOL_BUFFER_BYTES_MIN));
         }
         let mut pump = Pump::new(role, links, 64);
-        assert_eq!(pump.role().buffers_room(), POOL_BUFFERS_MAX);
+        assert_eq!(pump.role_mut().buffers().unwrap().room(), POOL_BUFFERS_MAX);
         pump.advance(Time(0)).unwrap();
         // Topped up to half of what the role keeps; the rest stay the links'.
-        assert_eq!(pump.role().buffers_room(), POOL_BUFFERS_MAX / 2);
+        assert_eq!(
+            pump.role_mut().buffers().unwrap().room(),
+            POOL_BUFFERS_MAX / 2
+        );
         let mut left = 0;
         while pump.take_spare().is_some() {
             left += 1;

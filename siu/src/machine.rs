@@ -86,7 +86,7 @@ pub struct Siu {
     /// Host turns: a plain packet (a reply) reached the host since its last turn ended.
     host_fed_plain: bool,
     /// Buffers for the packets this SIU builds (tokens, EOP and isochron markers), handed in
-    /// by its driver ([`Siu::give_buffer`]).
+    /// by its driver ([`Siu::buffers`]).
     pool: BufPool,
     /// The last EOP marker's sort vector, written over by the next (`eop.rs`).
     sort_scratch: Vec<u8>,
@@ -179,17 +179,11 @@ impl Siu {
             l[usize::from(set & 1)].saturating_sub(self.sendclock)
         })
     }
-    /// Takes an empty packet buffer its driver is done with (a received packet's, or a spare of
-    /// its links') to build a later token or marker in, so that those cost no allocation once
-    /// buffers circulate; hands it back when this SIU keeps enough already (or its size is out of
-    /// bounds, `isotach_proto::packet::BufPool`).
-    pub fn give_buffer(&mut self, buf: Vec<u8>) -> Option<Vec<u8>> {
-        self.pool.give(buf)
-    }
-
-    /// How many more buffers [`Siu::give_buffer`] would keep.
-    pub fn buffers_room(&self) -> usize {
-        self.pool.room()
+    /// The buffers this SIU builds its tokens and markers in: its driver hands it buffers it is done with
+    /// (a received packet's, a spare of its links') so that those cost no allocation once
+    /// buffers circulate (`isotach_proto::packet::BufPool`).
+    pub fn buffers(&mut self) -> &mut BufPool {
+        &mut self.pool
     }
 
     /// Counters.

@@ -12,7 +12,7 @@ fn hand_in(s: &mut isotach_siu::Siu, n: usize) -> Vec<*const u8> {
         .map(|_| {
             let b = Vec::with_capacity(POOL_BUFFER_BYTES_MIN);
             let at = b.as_ptr();
-            assert!(s.give_buffer(b).is_none());
+            assert!(s.buffers().give(b).is_none());
             at
         })
         .collect()
@@ -22,7 +22,7 @@ fn hand_in(s: &mut isotach_siu::Siu, n: usize) -> Vec<*const u8> {
 fn a_token_and_an_isochron_marker_are_built_in_the_buffers_handed_in() {
     let mut s = common::siu(Mode::Siu, 0, false);
     let at = hand_in(&mut s, 1);
-    assert_eq!(s.buffers_room(), POOL_BUFFERS_MAX - 1);
+    assert_eq!(s.buffers().room(), POOL_BUFFERS_MAX - 1);
     // The TM's reset starts logical time: the SIU answers with a token.
     s.handle_net(0, &common::restart_token(1)).unwrap();
     let token = s.poll_net().expect("the SIU's answer");
@@ -40,7 +40,7 @@ fn a_token_and_an_isochron_marker_are_built_in_the_buffers_handed_in() {
         .find(|b| matches!(Packet::decode(b), Ok(Packet::IsochronMarker(_))))
         .expect("the isochron's marker");
     assert_eq!(marker.as_ptr(), at[0], "the marker in the buffer handed in");
-    assert_eq!(s.buffers_room(), POOL_BUFFERS_MAX);
+    assert_eq!(s.buffers().room(), POOL_BUFFERS_MAX);
     // A buffer out of bounds is handed back.
-    assert!(s.give_buffer(Vec::new()).is_some());
+    assert!(s.buffers().give(Vec::new()).is_some());
 }

@@ -6,9 +6,7 @@
 //! [`SmmNode::handle_siu`] and [`SmmNode::poll_siu`] between checks.
 
 use crate::{ReadHandle, SmmError, SmmNode};
-use isotach_proto::packet::{
-    self, EopMarker, IsochronMarker, IsotachMessage, Kind, POOL_BUFFERS_MAX,
-};
+use isotach_proto::packet::{self, EopMarker, IsochronMarker, IsotachMessage, Kind};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -139,7 +137,7 @@ impl<L: SiuLink> Smm<L> {
             Ok(()) | Err(SmmError::BadInput(_)) => {
                 // The node builds its next packets in it; what it does not keep, the link
                 // receives into.
-                if let Some(p) = self.node.give_buffer(p) {
+                if let Some(p) = self.node.buffers().give(p) {
                     self.link.recycle(p);
                 }
                 Ok(None)
@@ -210,25 +208,12 @@ impl<L: SiuLink> Smm<L> {
         }
         if sent {
             self.link.flush()?;
-            self.stock_buffers();
-        }
-        Ok(())
-    }
-
-    /// Tops the node's packet buffers up from the link's spares (to half the node's limit),
-    /// after it built packets: a node builds more packets than it receives (an isochron's
-    /// start, srefs and end against one marker), and the link gets every sent buffer back.
-    fn stock_buffers(&mut self) {
-        while self.node.buffers_room() > POOL_BUFFERS_MAX / 2 {
-            let Some(b) = self.link.take_spare() else {
-                break;
-            };
-            if let Some(b) = self.node.give_buffer(b) {
-                // Out of the node's bounds: the link keeps it.
+            // The node built packets: top its buffers up from the link's spares.
+            if let Some(b) = self.node.buffers().refill(|| self.link.take_spare()) {
                 self.link.recycle(b);
-                break;
             }
         }
+        Ok(())
     }
 
     /// Drives the link until `done` holds or `timeout` passes.

@@ -102,7 +102,7 @@ pub struct SmmNode {
     /// Reused by every reply: its payload, encoded before the packet around it.
     reply_payload: Vec<u8>,
     /// Buffers of packets the driver is done with, for the packets this node builds next
-    /// ([`SmmNode::give_buffer`]).
+    /// ([`SmmNode::buffers`]).
     pool: BufPool,
     // Reused by every isochron issued (`isochron.rs`, `issue.rs`), so issuing allocates
     // nothing per isochron once they have grown.

@@ -64,7 +64,7 @@ fn the_node_keeps_what_it_handled_up_to_its_limit_and_the_link_gets_the_rest() {
     let mut smm = smm(link);
     assert_eq!(smm.poll().unwrap(), packets);
     assert_eq!(
-        smm.node().buffers_room(),
+        smm.node().buffers().room(),
         0,
         "the node kept {POOL_BUFFERS_MAX}"
     );
@@ -91,7 +91,7 @@ fn after_sending_the_node_is_stocked_from_the_link_and_builds_in_those_buffers()
     // limit from the link's spares.
     issue(&mut smm);
     assert_eq!(smm.link().sent.len(), 4);
-    assert_eq!(smm.node().buffers_room(), POOL_BUFFERS_MAX / 2);
+    assert_eq!(smm.node().buffers().room(), POOL_BUFFERS_MAX / 2);
     assert_eq!(smm.link().spares.len(), spares - POOL_BUFFERS_MAX / 2);
     // The next one's are built in the link's buffers.
     issue(&mut smm);

@@ -105,13 +105,18 @@ fn node_for(srefs: usize) -> isotach_smm::SmmNode {
     })
 }
 
-/// Allocations while pulse 1 drains `srefs` reads from hosts 1-3 (each answers its issuer),
-/// less those of the same pulse of writes (no answer); and the replies sent.
-fn allocations_answering(srefs: usize) -> (usize, usize) {
+/// Allocations while pulse 1 drains `srefs` reads from hosts 1-3 (each answers its issuer)
+/// into a node holding `stocked` spare packet buffers, less those of the same pulse of writes
+/// (no answer); and the replies sent.
+fn allocations_answering(srefs: usize, stocked: usize) -> (usize, usize) {
     use isotach_proto::Pulse;
-    use isotach_proto::packet::{EopMarker, Kind, Sref, SrefOp};
+    use isotach_proto::packet::{EopMarker, Kind, POOL_BUFFER_BYTES_MIN, Sref, SrefOp};
     let count = |op: SrefOp| {
         let mut node = node_for(srefs);
+        for _ in 0..stocked {
+            let b = Vec::with_capacity(POOL_BUFFER_BYTES_MIN);
+            assert!(node.buffers().give(b).is_none());
+        }
         for i in 0..srefs {
             let mut m = write_message(1, 1 + (i % 3) as u16, i as u64, i);
             if let Sref::Mem { op: o, ref_id, .. } = &mut m.sref {
@@ -145,7 +150,7 @@ fn allocations_answering(srefs: usize) -> (usize, usize) {
 
 #[test]
 fn a_reply_costs_one_allocation_its_packet() {
-    let (extra, replies) = allocations_answering(1_000);
+    let (extra, replies) = allocations_answering(1_000, 0);
     // The packet itself, and a few for the queue of packets for the SIU growing; the reply's
     // payload is encoded in a buffer the node keeps.
     assert!(
@@ -154,53 +159,10 @@ fn a_reply_costs_one_allocation_its_packet() {
     );
 }
 
-/// Allocations while pulse 1 drains `srefs` reads from hosts 1-3 into a node holding
-/// `stocked` spare packet buffers, less those of the same pulse of writes; and the replies.
-fn allocations_answering_stocked(srefs: usize, stocked: usize) -> (usize, usize) {
-    use isotach_proto::Pulse;
-    use isotach_proto::packet::{EopMarker, Kind, POOL_BUFFER_BYTES_MIN, Sref, SrefOp};
-    let count = |op: SrefOp| {
-        let mut node = node_for(srefs);
-        for _ in 0..stocked {
-            assert!(
-                node.give_buffer(Vec::with_capacity(POOL_BUFFER_BYTES_MIN))
-                    .is_none()
-            );
-        }
-        for i in 0..srefs {
-            let mut m = write_message(1, 1 + (i % 3) as u16, i as u64, i);
-            if let Sref::Mem { op: o, ref_id, .. } = &mut m.sref {
-                *o = op;
-                *ref_id = i as u32;
-            }
-            let mut b = Vec::new();
-            m.encode(&mut b);
-            node.handle_siu(&b).unwrap();
-        }
-        let mut eop = Vec::new();
-        EopMarker {
-            ts: Pulse::new(1),
-            count: srefs as u32,
-            repeat: true,
-            token_kind: Kind::Token as u8,
-            ..EopMarker::default()
-        }
-        .encode(&mut eop);
-        let before = allocations();
-        node.handle_siu(&eop).unwrap();
-        let n = allocations() - before;
-        (n, std::iter::from_fn(|| node.poll_siu()).count())
-    };
-    let (writes, _) = count(SrefOp::Write);
-    let (reads, replies) = count(SrefOp::Read);
-    (reads.saturating_sub(writes), replies)
-}
-
 #[test]
 fn a_reply_built_in_a_buffer_the_node_holds_costs_no_allocation() {
     use isotach_proto::packet::POOL_BUFFERS_MAX;
-    let (extra, replies) = allocations_answering_stocked(POOL_BUFFERS_MAX, POOL_BUFFERS_MAX);
-    assert_eq!(replies, POOL_BUFFERS_MAX);
+    let (extra, replies) = allocations_answering(POOL_BUFFERS_MAX, POOL_BUFFERS_MAX);
     // At most the queue of packets for the SIU growing: nothing per reply.
     assert!(
         extra <= 8,
@@ -240,7 +202,7 @@ fn allocations_issuing(isochrons: usize, give_back: bool) -> usize {
         assert_eq!(sent.len(), 4, "start, two srefs, end");
         for p in sent.drain(..) {
             if give_back {
-                assert!(node.give_buffer(p).is_none());
+                assert!(node.buffers().give(p).is_none());
             }
         }
     }

@@ -195,7 +195,7 @@ pub struct TokenManager {
     /// Messages riding with the next wave in all links (counted against the queue limit).
     riding: usize,
     /// Buffers for the tokens this TM builds, handed in by its driver
-    /// ([`TokenManager::give_buffer`]).
+    /// ([`TokenManager::buffers`]).
     pool: BufPool,
     stats: TmStats,
 }
@@ -288,17 +288,11 @@ impl TokenManager {
         self.waves
     }
 
-    /// Takes an empty packet buffer its driver is done with (a received packet's, or a spare of
-    /// its links') to build a later token in, so that tokens cost no allocation once
-    /// buffers circulate; hands it back when this TM keeps enough already (or its size is out of
-    /// bounds, `isotach_proto::packet::BufPool`).
-    pub fn give_buffer(&mut self, buf: Vec<u8>) -> Option<Vec<u8>> {
-        self.pool.give(buf)
-    }
-
-    /// How many more buffers [`TokenManager::give_buffer`] would keep.
-    pub fn buffers_room(&self) -> usize {
-        self.pool.room()
+    /// The buffers this TM builds its tokens in: its driver hands it buffers it is done with
+    /// (a received packet's, a spare of its links') so that those cost no allocation once
+    /// buffers circulate (`isotach_proto::packet::BufPool`).
+    pub fn buffers(&mut self) -> &mut BufPool {
+        &mut self.pool
     }
 
     /// Counters.

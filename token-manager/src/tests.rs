@@ -103,9 +103,9 @@ fn a_wave_is_built_in_the_buffers_the_driver_handed_in() {
         .collect();
     let at: Vec<*const u8> = given.iter().map(|b| b.as_ptr()).collect();
     for b in given {
-        assert!(t.give_buffer(b).is_none());
+        assert!(t.buffers().give(b).is_none());
     }
-    assert_eq!(t.buffers_room(), POOL_BUFFERS_MAX - 3);
+    assert_eq!(t.buffers().room(), POOL_BUFFERS_MAX - 3);
     for link in 0..3 {
         t.handle_input(1, link, &token(link as u16, 1).to_bytes())
             .unwrap();
@@ -118,7 +118,7 @@ fn a_wave_is_built_in_the_buffers_the_driver_handed_in() {
         wave.iter().all(|b| at.contains(&b.as_ptr())),
         "every token of wave 2 in a buffer handed in"
     );
-    assert_eq!(t.buffers_room(), POOL_BUFFERS_MAX);
+    assert_eq!(t.buffers().room(), POOL_BUFFERS_MAX);
 }
 
 #[test]

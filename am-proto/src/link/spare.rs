@@ -6,10 +6,10 @@
 pub(super) const SPARE_PACKETS_MAX: usize = 256;
 /// Capacity of a new packet buffer at least, and of a buffer kept: room for any small packet
 /// (a token, a marker, an isochron's sref), so a reused buffer never grows.
-pub(super) const SPARE_PACKET_BYTES_MIN: usize = 128;
+pub const SPARE_PACKET_BYTES_MIN: usize = 128;
 /// A buffer larger than this is freed rather than kept (one large packet must not pin its
 /// buffer for the life of the links).
-pub(super) const SPARE_PACKET_BYTES_MAX: usize = 2048;
+pub const SPARE_PACKET_BYTES_MAX: usize = 2048;
 
 /// Buffers handed back, ready for the next packets.
 #[derive(Debug, Default)]

@@ -644,8 +644,8 @@ fn a_packet_in_one_fragment_arrives_in_a_recycled_buffer_too() {
 #[test]
 fn a_sent_packets_buffer_is_a_spare_a_builder_can_take() {
     let mut t = Pair::new();
-    // In a buffer the spares keep (at least SPARE_PACKET_BYTES_MIN).
-    let mut p = Vec::with_capacity(256);
+    // In a buffer the spares keep.
+    let mut p = Vec::with_capacity(SPARE_PACKET_BYTES_MIN);
     p.extend_from_slice(&small(7, 20));
     let at = p.as_ptr();
     t.a.send(0, p).unwrap();
@@ -661,16 +661,16 @@ fn a_sent_packets_buffer_is_a_spare_a_builder_can_take() {
 #[test]
 fn the_spare_pool_is_bounded_and_frees_small_and_large_buffers() {
     let mut l = links(1);
-    l.recycle(Vec::with_capacity(spare::SPARE_PACKET_BYTES_MAX + 1));
+    l.recycle(Vec::with_capacity(SPARE_PACKET_BYTES_MAX + 1));
     assert_eq!(l.st.spare.len(), 0, "a large buffer is freed");
-    l.recycle(Vec::with_capacity(spare::SPARE_PACKET_BYTES_MIN - 1));
+    l.recycle(Vec::with_capacity(SPARE_PACKET_BYTES_MIN - 1));
     assert_eq!(
         l.st.spare.len(),
         0,
         "a small buffer is freed: it would grow"
     );
     for _ in 0..spare::SPARE_PACKETS_MAX + 10 {
-        l.recycle(Vec::with_capacity(spare::SPARE_PACKET_BYTES_MIN));
+        l.recycle(Vec::with_capacity(SPARE_PACKET_BYTES_MIN));
     }
     assert_eq!(l.st.spare.len(), spare::SPARE_PACKETS_MAX);
 }
@@ -679,7 +679,7 @@ fn the_spare_pool_is_bounded_and_frees_small_and_large_buffers() {
 fn a_sent_packet_s_buffer_becomes_a_spare_for_the_packets_that_arrive_next() {
     let mut t = Pair::new();
     let in_spare_size = |p: Vec<u8>| {
-        let mut b = Vec::with_capacity(spare::SPARE_PACKET_BYTES_MIN);
+        let mut b = Vec::with_capacity(SPARE_PACKET_BYTES_MIN);
         b.extend_from_slice(&p);
         b
     };

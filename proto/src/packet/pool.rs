@@ -56,19 +56,22 @@ impl BufPool {
         None
     }
 
-    /// Buffers kept.
-    pub fn len(&self) -> usize {
-        self.bufs.len()
-    }
-
-    /// No buffer kept.
-    pub fn is_empty(&self) -> bool {
-        self.bufs.is_empty()
-    }
-
     /// Buffers the pool would keep before it is full.
     pub fn room(&self) -> usize {
         POOL_BUFFERS_MAX - self.bufs.len()
+    }
+
+    /// Tops the pool up to half its limit from `spares` (a link's spare buffers) after its
+    /// owner built packets: it builds more than it receives (an isochron's start, srefs and end
+    /// against one marker), and the link gets every sent buffer back. Returns a buffer the pool
+    /// would not keep (out of bounds), for the caller to hand back.
+    pub fn refill(&mut self, mut spares: impl FnMut() -> Option<Vec<u8>>) -> Option<Vec<u8>> {
+        while self.room() > POOL_BUFFERS_MAX / 2 {
+            if let Some(b) = self.give(spares()?) {
+                return Some(b);
+            }
+        }
+        None
     }
 }
 
@@ -83,10 +86,11 @@ mod tests {
         b.extend_from_slice(b"a packet");
         let at = b.as_ptr();
         assert!(pool.give(b).is_none());
-        assert_eq!((pool.len(), pool.room()), (1, POOL_BUFFERS_MAX - 1));
+        assert_eq!(pool.room(), POOL_BUFFERS_MAX - 1);
         let again = pool.take(40);
         assert_eq!(again.as_ptr(), at, "the same allocation");
-        assert!(again.is_empty() && pool.is_empty());
+        assert!(again.is_empty());
+        assert_eq!(pool.room(), POOL_BUFFERS_MAX);
     }
 
     #[test]
@@ -103,7 +107,30 @@ mod tests {
         }
         assert_eq!(pool.room(), 0);
         assert!(pool.give(Vec::with_capacity(256)).is_some(), "full");
-        assert_eq!(pool.len(), POOL_BUFFERS_MAX);
+        assert_eq!(pool.room(), 0);
+    }
+
+    #[test]
+    fn a_refill_stops_at_half_and_hands_back_what_it_would_not_keep() {
+        let mut pool = BufPool::default();
+        let mut spares: Vec<Vec<u8>> = (0..POOL_BUFFERS_MAX)
+            .map(|_| Vec::with_capacity(POOL_BUFFER_BYTES_MIN))
+            .collect();
+        assert!(pool.refill(|| spares.pop()).is_none());
+        assert_eq!(pool.room(), POOL_BUFFERS_MAX / 2);
+        assert_eq!(
+            spares.len(),
+            POOL_BUFFERS_MAX / 2,
+            "the rest stay the link's"
+        );
+        // A full-enough pool takes nothing; a dry source ends the refill.
+        assert!(pool.refill(|| panic!("not asked")).is_none());
+        let mut empty = BufPool::default();
+        assert!(empty.refill(|| None).is_none());
+        assert_eq!(empty.room(), POOL_BUFFERS_MAX);
+        // A spare out of bounds comes back.
+        let mut odd = vec![Vec::with_capacity(8)];
+        assert!(empty.refill(|| odd.pop()).is_some());
     }
 
     #[test]
@@ -115,7 +142,7 @@ mod tests {
         );
         let big = pool.take(1000);
         assert!(big.capacity() >= 1000);
-        assert_eq!(pool.len(), 1);
+        assert_eq!(pool.room(), POOL_BUFFERS_MAX - 1);
         // An empty pool makes new buffers of the minimum size at least.
         let mut empty = BufPool::default();
         assert!(empty.take(1).capacity() >= POOL_BUFFER_BYTES_MIN);

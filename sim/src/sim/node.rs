@@ -10,7 +10,7 @@ use isotach_daemon::pump::{LocalTurns, Pump, Role, Verdict};
 use isotach_daemon::siu::{PEER_APP, PEER_TM, SiuRole};
 use isotach_daemon::tm::TmRole;
 use isotach_proto::config::ClusterConfig;
-use isotach_proto::packet::Kind;
+use isotach_proto::packet::{BufPool, Kind};
 use isotach_proto::topology::{Hop, HostId, SwitchId, Topology};
 use isotach_siu::{Mode, Siu, SiuConfig, SiuError};
 use isotach_tm::{TmConfig, TokenManager};
@@ -253,6 +253,9 @@ impl<R: Role + Inspect> Role for Watched<R> {
     }
     fn quiet(&self) -> bool {
         self.inner.quiet()
+    }
+    fn buffers(&mut self) -> Option<&mut BufPool> {
+        self.inner.buffers()
     }
 }
 

@@ -9,8 +9,8 @@ use crate::SmmError;
 use isotach_proto::Generation;
 use isotach_proto::Pulse;
 use isotach_proto::packet::{
-    self, BarrierSignalMarker, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage, Kind,
-    PlainMessage, PlainView, Sref, StartOfIsochron,
+    self, BarrierSignalMarker, BufPool, EndOfIsochron, EopMarker, IsochronMarker, IsotachMessage,
+    Kind, PlainMessage, PlainView, Sref, StartOfIsochron,
 };
 use isotach_proto::reply::HostReply;
 use isotach_proto::topology::{HostId, Topology};
@@ -83,17 +83,12 @@ impl SmmNode {
         self.to_siu.pop_front()
     }
 
-    /// Takes a packet's buffer the driver is done with (one [`SmmNode::handle_siu`] read, or a
-    /// spare of its link's) to build a later packet in, so that packets cost no allocation
-    /// once buffers circulate. Hands it back when the node keeps enough already (or its size
-    /// is out of bounds, `isotach_proto::packet::BufPool`): pass it on to the link.
-    pub fn give_buffer(&mut self, buf: Vec<u8>) -> Option<Vec<u8>> {
-        self.pool.give(buf)
-    }
-
-    /// How many more buffers [`SmmNode::give_buffer`] would keep.
-    pub fn buffers_room(&self) -> usize {
-        self.pool.room()
+    /// The buffers this node builds its packets in: its driver gives it each packet it handled
+    /// ([`SmmNode::handle_siu`]) and spares of its link's, so that packets cost no allocation
+    /// once buffers circulate (`isotach_proto::packet::BufPool`); what the pool does not keep
+    /// goes back to the link.
+    pub fn buffers(&mut self) -> &mut BufPool {
+        &mut self.pool
     }
 
     /// Queues a barrier/signal marker.
