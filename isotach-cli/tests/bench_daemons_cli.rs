@@ -18,6 +18,18 @@ fn json_ok(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The report's `cores` are this machine's; its `busy_threads` a token manager and
+/// `per_host` threads for each of `hosts`.
+fn threads(v: &serde_json::Value, hosts: u64, per_host: u64) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    assert_eq!(v["cores"].as_u64(), Some(cores), "{v}");
+    assert_eq!(
+        v["busy_threads"].as_u64(),
+        Some(1 + hosts * per_host),
+        "{v}"
+    );
+}
+
 fn positive(v: &serde_json::Value, keys: &[&str]) {
     for key in keys {
         let x = v[key]
@@ -39,6 +51,7 @@ fn bench_tokens_reports_pulse_rate_and_baseline() {
         "--json",
     ]));
     assert_eq!(v["hosts"], 4);
+    threads(&v, 4, 1);
     assert_eq!(v["mode"], "two_processes");
     assert_eq!(v["ok"], true);
     positive(
@@ -80,6 +93,7 @@ fn bench_isochrons_reports_latency_rate_and_baseline() {
         ]));
         assert_eq!(v["hosts"], 3);
         assert_eq!(v["siu"], siu);
+        threads(&v, 3, if siu == "daemon" { 2 } else { 1 });
         assert_eq!(v["ok"], true);
         positive(
             &v,
@@ -133,6 +147,7 @@ fn bench_transfers_conserves_the_total_and_reports_its_baselines() {
         );
         assert_eq!(v["idiom"], idiom);
         assert_eq!(v["siu"], siu);
+        threads(&v, 3, if siu == "daemon" { 2 } else { 1 });
         assert_eq!(v["ok"], true);
         assert_eq!(v["total_conserved"], true);
         assert_eq!(v["redis_skipped"], "--no-redis");

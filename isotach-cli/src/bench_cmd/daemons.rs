@@ -100,10 +100,56 @@ struct TokensReport {
     pulse_period_us: f64,
     pulses_per_s_min_host: f64,
     #[serde(flatten)]
+    threads: Threads,
+    #[serde(flatten)]
     raw: RawNumbers,
     period_to_raw_rtt_ratio: f64,
     #[serde(flatten)]
     end: Outcome,
+}
+
+/// The cores a daemon bench ran on and the threads its window kept busy. With more busy
+/// threads than cores every wave waits for the scheduler to switch each thread in (a few µs
+/// apiece), so a figure says more about the machine than about the protocol
+/// (`docs/bench.md`, "Threads and cores").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub(super) struct Threads {
+    /// Cores this process may run on.
+    cores: usize,
+    /// Threads the window keeps busy: the token manager, each host's application (with its
+    /// SIU, when embedded) and, with `--siu daemon`, each host's SIU daemon.
+    busy_threads: usize,
+}
+
+impl Threads {
+    /// The threads a run of `c` keeps busy, on this machine's cores.
+    pub(super) fn of(c: &CommonArgs) -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        Self::new(cores, usize::from(c.hosts), c.siu)
+    }
+
+    fn new(cores: usize, hosts: usize, siu: SiuPlacement) -> Self {
+        let per_host = match siu {
+            SiuPlacement::Embedded => 1,
+            SiuPlacement::Daemon => 2,
+        };
+        Self {
+            cores,
+            busy_threads: 1 + hosts * per_host,
+        }
+    }
+
+    /// A line for the run's log when the busy threads outnumber the cores.
+    pub(super) fn warning(self) -> Option<String> {
+        (self.busy_threads > self.cores).then(|| {
+            format!(
+                "note: {} busy threads on {} cores; every wave waits for the scheduler to \
+                 switch them in, so the figures are the machine's as much as the protocol's \
+                 (docs/bench.md, \"Threads and cores\")",
+                self.busy_threads, self.cores
+            )
+        })
+    }
 }
 
 /// Most problems a report lists.
@@ -170,6 +216,9 @@ pub(super) fn start(c: &CommonArgs) -> anyhow::Result<(RawUdpBaseline, LoopbackC
 
 /// [`start`] with the given protocol timing.
 fn start_with(c: &CommonArgs, timing: Timing) -> anyhow::Result<(RawUdpBaseline, LoopbackCluster)> {
+    if let Some(note) = Threads::of(c).warning() {
+        eprintln!("{note}");
+    }
     let mut base = baseline(c)?;
     base.measure(half_iters(c)?)
         .context("raw UDP baseline (before)")?;
@@ -453,6 +502,7 @@ pub(crate) fn tokens(a: &TokensArgs) -> anyhow::Result<ExitCode> {
         pulses_per_s: pps,
         pulse_period_us: period,
         pulses_per_s_min_host: if pps_min.is_finite() { pps_min } else { 0.0 },
+        threads: Threads::of(c),
         period_to_raw_rtt_ratio: ratio(period, raw.like_p50_us()),
         raw,
         end: Outcome::new(startup_s, started, true, problems),
@@ -478,5 +528,17 @@ mod tests {
         assert!(!o.ok);
         assert_eq!(o.problems.len(), PROBLEMS_MAX, "the list is bounded");
         assert_eq!(o.problems[0], "problem 0", "the first ones are kept");
+    }
+
+    #[test]
+    fn busy_threads_count_the_token_manager_the_applications_and_siu_daemons() {
+        let embedded = Threads::new(2, 4, SiuPlacement::Embedded);
+        assert_eq!(embedded.busy_threads, 5, "a TM and four applications");
+        assert_eq!(Threads::new(2, 4, SiuPlacement::Daemon).busy_threads, 9);
+        let note = embedded.warning().expect("five threads on two cores");
+        assert!(note.contains("5 busy threads on 2 cores"), "{note}");
+        // As many busy threads as cores (or fewer): nothing to say.
+        assert_eq!(Threads::new(3, 2, SiuPlacement::Embedded).warning(), None);
+        assert_eq!(Threads::new(8, 2, SiuPlacement::Daemon).warning(), None);
     }
 }

@@ -11,8 +11,8 @@
 //! copies other hosts' isochrons updated here), summed over hosts.
 
 use super::daemons::{
-    CommonArgs, Outcome, RawNumbers, STARTUP_MAX, exit, finish, latency_hist, left, print, ratio,
-    run_apps, spawn_apps, start,
+    CommonArgs, Outcome, RawNumbers, STARTUP_MAX, Threads, exit, finish, latency_hist, left, print,
+    ratio, run_apps, spawn_apps, start,
 };
 use crate::philo_app::forks_map;
 use clap::Args;
@@ -59,6 +59,8 @@ struct IsochronsReport {
     isochron_latency_p99_us: f64,
     isochron_latency_max_us: f64,
     pulses_per_s: f64,
+    #[serde(flatten)]
+    threads: Threads,
     #[serde(flatten)]
     raw: RawNumbers,
     latency_to_raw_rtt_ratio: f64,
@@ -222,6 +224,7 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
             lat.max() as f64 / 1000.0
         },
         pulses_per_s,
+        threads: Threads::of(c),
         latency_to_raw_rtt_ratio: ratio(p50, raw.like_p50_us()),
         raw,
         end: Outcome::new(startup_s, started, true, problems),

@@ -26,8 +26,8 @@
 
 use super::cpu::{CpuSpan, CpuWindow};
 use super::daemons::{
-    CommonArgs, Outcome, RawNumbers, exit, finish, latency_hist, left, print, ratio, run_apps,
-    spawn_apps, start,
+    CommonArgs, Outcome, RawNumbers, Threads, exit, finish, latency_hist, left, print, ratio,
+    run_apps, spawn_apps, start,
 };
 use super::pulses::{PulseClock, Pulses};
 use super::redis::{RedisNumbers, redis_transfers};
@@ -111,6 +111,8 @@ struct TransfersReport {
     cpu_us_per_transfer: Option<f64>,
     /// Cores the process kept busy on average over that window.
     cpu_cores_busy: Option<f64>,
+    #[serde(flatten)]
+    threads: Threads,
     total_conserved: bool,
     #[serde(flatten)]
     raw: RawNumbers,
@@ -503,6 +505,7 @@ pub(crate) fn transfers(a: &TransfersArgs) -> anyhow::Result<ExitCode> {
         pulses_per_s,
         cpu_us_per_transfer: cpu.and_then(|c| c.us_per(count)),
         cpu_cores_busy: cpu.map(CpuSpan::cores_busy),
+        threads: Threads::of(c),
         total_conserved,
         latency_to_raw_rtt_ratio: ratio(p50, raw.like_p50_us()),
         raw,
