@@ -11,36 +11,29 @@
 //! isochrons not yet executed. After its last isochron a host assigns every sched it still
 //! holds, so no read waits forever.
 
-use crate::host::{Host, HostCtx};
 use crate::net::{FaultError, RangeUs};
 use crate::oracle::PulseOracle;
 use crate::sim::{NetFaults, RunEnd, Sim, SimConfig, SimError};
-use crate::smm_host::{PortEvent, SIM_RMW_FUNCTION, SmmPort, count_smm_errors, run_to_quiescence};
+use crate::smm_host::{SmmPort, count_smm_errors, run_to_quiescence};
 use crate::unexpected::Unexpected;
 use isotach_proto::config::ClusterConfig;
-use isotach_proto::packet::Width;
 use isotach_proto::topology::HostId;
-use isotach_siu::SiuError;
-use isotach_smm::{Addr, Isochron, MemoryMap, SmmError};
+use isotach_smm::{Addr, MemoryMap};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+mod host;
+mod memory;
 mod restarts;
+use host::ScHost;
+use memory::memory;
 pub use restarts::AppFaults;
-use restarts::{Life, life};
+use restarts::life;
 
 /// Slots used on every page.
 const SLOTS: u32 = 4;
-/// Isochrons a host may have issued and not yet executed.
-const OUTSTANDING_MAX: u64 = 2;
-/// Wake-up tokens of a host.
-const WAKE_ISSUE: u64 = 0;
-const WAKE_LEAVE: u64 = 1;
-const WAKE_RETURN: u64 = 2;
-/// How long a host that wants to leave waits before trying again.
-const LEAVE_RETRY_US: u64 = 500;
 
 /// Options of an `sc` run.
 #[derive(Debug, Clone)]
@@ -182,283 +175,6 @@ pub struct ScReport {
     pub wall_time_ms: u64,
     /// Every count of violations is 0 and no run stalled.
     pub ok: bool,
-}
-
-/// One host of the `sc` workload.
-#[derive(Debug)]
-struct ScHost {
-    port: SmmPort,
-    /// Isochrons this host still issues.
-    left: u64,
-    /// Variables this host scheduled and has not assigned yet, oldest first.
-    scheds: VecDeque<Addr>,
-    /// Pages this host may touch.
-    pages: Arc<Vec<u32>>,
-    think_us: RangeUs,
-    /// A wake-up is pending.
-    waking: bool,
-    life: Life,
-}
-
-impl ScHost {
-    fn done(&self) -> bool {
-        self.port.running
-            && self.left == 0
-            && self.scheds.is_empty()
-            && self.port.node.is_idle()
-            && !self.life.away
-            && !self.life.leaving
-            && !self.life.rejoining
-    }
-
-    /// Why the host is not done (for stalled runs).
-    fn describe(&self) -> String {
-        let s = self.port.node.stats();
-        format!(
-            "left {} scheds {} outstanding {} leaving {} away {} rejoining {} join {:?} \
-             idle {} read_pending {} reads_outstanding {} busy with: {}",
-            self.left,
-            self.scheds.len(),
-            self.outstanding(),
-            self.life.leaving,
-            self.life.away,
-            self.life.rejoining,
-            self.port.node.join_status(),
-            self.port.node.is_idle(),
-            s.read_pending,
-            s.reads_outstanding,
-            self.port.node.busy_with()
-        )
-    }
-
-    fn outstanding(&self) -> u64 {
-        let s = self.port.node.stats();
-        s.isochrons_issued - s.isochrons_executed
-    }
-
-    /// Slot 0 of every page is 32-bit, the others 64-bit.
-    fn width(addr: Addr) -> Width {
-        if addr.slot() == 0 {
-            Width::W32
-        } else {
-            Width::W64
-        }
-    }
-
-    /// A random read-modify-write: half `add`, a quarter `compare_and_swap` (expecting 0 or
-    /// `value`, so some swap), a quarter `apply`.
-    fn rmw(
-        iso: &mut Isochron<'_>,
-        ctx: &mut HostCtx<'_>,
-        addr: Addr,
-        width: Width,
-        value: u64,
-    ) -> Result<(), SmmError> {
-        let r = match ctx.rng().below(4) {
-            0 | 1 => iso.add(addr, width, value),
-            2 => {
-                let expected = if ctx.rng().below(2) == 0 { 0 } else { value };
-                iso.compare_and_swap(addr, width, expected, value ^ 1)
-            }
-            _ => iso.apply(addr, width, SIM_RMW_FUNCTION, value),
-        };
-        r.map(|_| ())
-    }
-
-    fn issue(&mut self, ctx: &mut HostCtx<'_>) {
-        let last = self.left == 1;
-        let ops = 1 + ctx.rng().below(4);
-        let pages = Arc::clone(&self.pages);
-        let held = self.scheds.len();
-        let mut iso = self.port.node.isochron();
-        let mut scheds = Vec::new();
-        let mut assigns = 0;
-        for _ in 0..ops {
-            let addr = random_addr(ctx, &pages);
-            let width = Self::width(addr);
-            let value = ctx.rng().next_u64() & width.max_value();
-            let roll = ctx.rng().below(100);
-            let r = if roll < 35 {
-                iso.read(addr, width).map(|_| ())
-            } else if roll < 63 {
-                iso.write(addr, width, value)
-            } else if roll < 75 {
-                Self::rmw(&mut iso, ctx, addr, width, value)
-            } else if roll < 88 && held + scheds.len() < 4 {
-                scheds.push(addr);
-                iso.sched(addr)
-            } else if let Some(&a) = self.scheds.get(assigns) {
-                assigns += 1;
-                let w = Self::width(a);
-                iso.assign(a, w, value & w.max_value())
-            } else {
-                iso.read(addr, width).map(|_| ())
-            };
-            r.expect("ops on mapped addresses within limits");
-        }
-        if last {
-            // Assign everything still scheduled, this isochron's scheds included.
-            let pending: Vec<Addr> = self
-                .scheds
-                .iter()
-                .skip(assigns)
-                .chain(&scheds)
-                .copied()
-                .collect();
-            for a in pending {
-                let w = Self::width(a);
-                let v = ctx.rng().next_u64() & w.max_value();
-                iso.assign(a, w, v).expect("assign of an own sched");
-            }
-        }
-        iso.end().expect("an isochron within limits");
-        if last {
-            self.scheds.clear();
-        } else {
-            self.scheds.drain(..assigns);
-            self.scheds.extend(scheds);
-        }
-        self.left -= 1;
-        if self.life.restart_at.last() == Some(&self.left) {
-            self.life.restart_at.pop();
-            self.life.leaving = true;
-        }
-        self.port.flush(ctx);
-    }
-
-    fn maybe_issue(&mut self, ctx: &mut HostCtx<'_>) {
-        if self.restarting() {
-            self.try_leave(ctx);
-            return;
-        }
-        if !self.port.running || self.left == 0 || self.waking {
-            return;
-        }
-        if self.outstanding() >= OUTSTANDING_MAX {
-            return;
-        }
-        let think = self.think_us;
-        let at = ctx.now_us() + ctx.rng().range_inclusive(think.lo, think.hi);
-        self.waking = true;
-        ctx.wake_at(at, WAKE_ISSUE);
-    }
-}
-
-/// A random variable: the hot page (page 0) takes about a third of all accesses.
-fn random_addr(ctx: &mut HostCtx<'_>, pages: &[u32]) -> Addr {
-    let page = if ctx.rng().chance(0.35) {
-        0
-    } else {
-        pages[ctx.rng().below(pages.len() as u64) as usize]
-    };
-    Addr::new(page, ctx.rng().below(u64::from(SLOTS)) as u32)
-}
-
-impl Host for ScHost {
-    fn on_start(&mut self, ctx: &mut HostCtx<'_>) {
-        self.port.start(ctx);
-    }
-
-    fn attached(&self) -> bool {
-        !self.life.away
-    }
-
-    fn on_packet(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8]) {
-        match self.port.packet(ctx, bytes) {
-            PortEvent::Started if self.life.late => {
-                self.life.late = false;
-                self.life.leaving = true;
-            }
-            PortEvent::Restarted => self.scheds.clear(),
-            _ => {}
-        }
-        self.check_rejoined();
-        self.maybe_issue(ctx);
-    }
-
-    fn on_siu_restart(&mut self, ctx: &mut HostCtx<'_>) {
-        self.port.siu_restarted(ctx);
-        self.scheds.clear();
-    }
-
-    fn on_wake(&mut self, ctx: &mut HostCtx<'_>, token: u64) {
-        match token {
-            WAKE_LEAVE => {
-                self.life.leave_retry_armed = false;
-                self.try_leave(ctx);
-            }
-            WAKE_RETURN => self.come_back(ctx),
-            _ => {
-                self.waking = false;
-                if self.port.running
-                    && !self.restarting()
-                    && self.left > 0
-                    && self.outstanding() < OUTSTANDING_MAX
-                {
-                    self.issue(ctx);
-                }
-            }
-        }
-        self.maybe_issue(ctx);
-    }
-
-    fn on_refused(&mut self, ctx: &mut HostCtx<'_>, bytes: &[u8], error: &SiuError) {
-        self.port.refused(ctx, bytes, error);
-    }
-}
-
-/// Most copies of the hot page (page 0). A write goes to every copy; thousands of copies per
-/// write would measure multicast rather than ordering, and an isochron of four writes would
-/// pass the SIU's limit on messages per isochron.
-const HOT_COPIES_MAX: usize = 32;
-
-/// The hosts that hold page 0: every host, or [`HOT_COPIES_MAX`] spread evenly over a larger
-/// cluster.
-fn hot_copies(n: usize) -> Vec<HostId> {
-    if n <= HOT_COPIES_MAX {
-        return (0..n as HostId).collect();
-    }
-    (0..HOT_COPIES_MAX)
-        .map(|i| (i * n / HOT_COPIES_MAX) as HostId)
-        .collect()
-}
-
-/// The memory of a run: page 0 on every host (on [`HOT_COPIES_MAX`] of a larger cluster); per
-/// host a single-copy page; and as many pages replicated on 2 or 3 random hosts. Returns the
-/// map and the pages besides page 0.
-fn memory(
-    cluster: &ClusterConfig,
-    rng: &mut crate::SimRng,
-    two_copies: bool,
-) -> (MemoryMap, Vec<u32>) {
-    let n = cluster.topology.host_count();
-    let mut map = MemoryMap::default();
-    map.insert(0, 0, hot_copies(n)).expect("page 0");
-    let mut pages = Vec::new();
-    for h in 0..n {
-        let page = 1 + h as u32;
-        // With application restarts every page keeps a second copy to recover from.
-        let mut set = vec![h as HostId];
-        if two_copies && n > 1 {
-            set.push(((h + 1) % n) as HostId);
-        }
-        map.insert(page, page, set).expect("single pages");
-        pages.push(page);
-    }
-    for i in 0..n.max(2) {
-        let page = 1 + n as u32 + i as u32;
-        let copies = (2 + rng.below(2) as usize).min(n);
-        let mut set: Vec<HostId> = Vec::new();
-        while set.len() < copies {
-            let h = rng.below(n as u64) as HostId;
-            if !set.contains(&h) {
-                set.push(h);
-            }
-        }
-        map.insert(page, page, set).expect("replicated pages");
-        pages.push(page);
-    }
-    (map, pages)
 }
 
 /// Runs `opts.runs` seeds and checks each with the oracle.
@@ -643,22 +359,4 @@ fn diverged(sim: &Sim<ScHost, PulseOracle>, map: &MemoryMap) -> (u64, Vec<String
         }
     }
     (count, detail)
-}
-
-#[cfg(test)]
-mod hot_page_tests {
-    use super::*;
-
-    #[test]
-    fn the_hot_page_is_everywhere_in_a_small_cluster_and_spread_in_a_large_one() {
-        assert_eq!(hot_copies(3), [0, 1, 2]);
-        assert_eq!(hot_copies(HOT_COPIES_MAX).len(), HOT_COPIES_MAX);
-        let big = hot_copies(4096);
-        assert_eq!(big.len(), HOT_COPIES_MAX);
-        assert_eq!(big[1], 128);
-        assert!(
-            big.windows(2).all(|w| w[0] < w[1]),
-            "distinct hosts: {big:?}"
-        );
-    }
 }

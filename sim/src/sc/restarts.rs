@@ -2,7 +2,7 @@
 //! exits, stays away while its SIU answers for it, and a new one joins by state transfer
 //! (`docs/design.md`, "Joining late or after a restart").
 
-use super::{LEAVE_RETRY_US, ScHost, WAKE_LEAVE, WAKE_RETURN};
+use super::host::{LEAVE_RETRY_US, ScHost, WAKE_LEAVE, WAKE_RETURN};
 use crate::eras::NodeRecords;
 use crate::host::HostCtx;
 use crate::net::RangeUs;
