@@ -70,7 +70,6 @@ mod types;
 
 pub use batch::{BATCH_PACKET_MAX, BATCH_PACKETS_MAX, BATCH_VERSION};
 pub use peers::{Directory, PeerList};
-pub use spare::{SPARE_PACKET_BYTES_MAX, SPARE_PACKET_BYTES_MIN};
 pub use types::{LinkEvent, LinkStats, LossReason, Offered, PeerStatus};
 
 /// How long links hold an automatic acknowledgement for other traffic to its peer
@@ -438,16 +437,17 @@ impl Links {
     }
 
     /// Hands back a packet's buffer once the driver is done with it: the next batched
-    /// packets arrive in it instead of in a new allocation. Optional.
+    /// packets arrive in it instead of in a new allocation (or it is freed, when the spares
+    /// are full or it is out of bounds). Optional.
     pub fn recycle(&mut self, buf: Vec<u8>) {
-        self.st.spare.give(buf);
+        drop(self.st.spare.give(buf));
     }
 
     /// A spare buffer (empty; packets sent alone or taken from batches left it), for a caller
     /// that builds packets to build the next one in: buffers then circulate between what a
     /// node sends and what it receives instead of being allocated per packet.
     pub fn take_spare(&mut self) -> Option<Vec<u8>> {
-        self.st.spare.take()
+        self.st.spare.take_kept()
     }
 
     /// The next received packet from a peer `accept` admits, and that peer. Packets of other

@@ -8,17 +8,9 @@
 //! out with [`Pump::poll_transmit`], the next deadline from [`Pump::poll_timeout`].
 
 use isotach_am_proto::link::{LinkEvent, Links, LossReason, Offered};
-use isotach_am_proto::link::{SPARE_PACKET_BYTES_MAX, SPARE_PACKET_BYTES_MIN};
 use isotach_am_proto::{AmError, NodeAddr, Time};
 use isotach_proto::config::{QUEUE_PACKETS_MAX_MAX, QUEUE_PACKETS_MAX_MIN};
-use isotach_proto::packet::{BufPool, POOL_BUFFER_BYTES_MAX, POOL_BUFFER_BYTES_MIN};
-
-// Buffers circulate between a role's (or an SMM node's) pool and the links' spares only while
-// each keeps what the other hands it: the two crates' bounds must be the same.
-const _: () = assert!(
-    POOL_BUFFER_BYTES_MIN == SPARE_PACKET_BYTES_MIN
-        && POOL_BUFFER_BYTES_MAX == SPARE_PACKET_BYTES_MAX
-);
+use isotach_proto::packet::BufPool;
 use isotach_siu::SiuError;
 use isotach_tm::TmError;
 use std::collections::VecDeque;

@@ -272,7 +272,7 @@ mod tests {
         use isotach_am_proto::link::Links;
         use isotach_am_proto::{Tag, Time};
         use isotach_proto::config::{Limits, Timing};
-        use isotach_proto::packet::{POOL_BUFFER_BYTES_MIN, POOL_BUFFERS_MAX};
+        use isotach_proto::packet::{BUFFER_BYTES_MIN, POOL_BUFFERS_MAX};
         let role = TmRole::new(TokenManager::new(TmConfig {
             switch: 0,
             topology: Arc::new(isotach_proto::topology::Topology::line(2, 1).unwrap()),
@@ -290,7 +290,7 @@ mod tests {
         .unwrap();
         let spares = POOL_BUFFERS_MAX;
         for _ in 0..spares {
-            links.recycle(Vec::with_capacity(POOL_BUFFER_BYTES_MIN));
+            links.recycle(Vec::with_capacity(BUFFER_BYTES_MIN));
         }
         let mut pump = Pump::new(role, links, 64);
         assert_eq!(pump.role_mut().buffers().unwrap().room(), POOL_BUFFERS_MAX);

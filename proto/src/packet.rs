@@ -20,8 +20,8 @@
 //! | `plain_message.rs` | [`PlainMessage`] | host → host, FIFO, outside logical time |
 //!
 //! and the codec they share: `kind.rs` ([`Kind`]), `error.rs` ([`DecodeError`]), `codec.rs`
-//! (header, CRC, the field reader and writer, [`peek_kind`]) and `any.rs` ([`Packet`]); `pool.rs`
-//! ([`BufPool`]) keeps consumed packets' buffers for the next packets a node builds.
+//! (header, CRC, the field reader and writer, [`peek_kind`]) and `any.rs` ([`Packet`]). A node
+//! builds its packets in the buffers of the packets it consumed ([`BufPool`]).
 
 mod any;
 mod barrier_signal_marker;
@@ -33,7 +33,6 @@ mod isochron_marker;
 mod isotach_message;
 mod kind;
 mod plain_message;
-mod pool;
 mod start_of_isochron;
 mod token;
 
@@ -46,13 +45,19 @@ pub use end_of_isochron::{EOI_LEN, EndOfIsochron};
 pub use eop_marker::{EOP_LEN_MIN, EopMarker, SORT_VECTOR_MAX};
 pub use error::DecodeError;
 pub use isochron_marker::{CHR_LEN, IsochronMarker};
+pub use isotach_bufpool::{BUFFER_BYTES_MAX, BUFFER_BYTES_MIN};
 pub use isotach_message::{
     IsotachMessage, MEM_MESSAGE_LEN, MSG_MESSAGE_LEN_MIN, MSG_PAYLOAD_MAX, RMW_MESSAGE_LEN, RmwOp,
     RmwSref, Sref, SrefOp, Stamp, Width,
 };
 pub use kind::Kind;
 pub use plain_message::{PLAIN_LEN_MIN, PLAIN_PAYLOAD_MAX, PlainMessage, PlainView};
-pub use pool::{BufPool, POOL_BUFFER_BYTES_MAX, POOL_BUFFER_BYTES_MIN, POOL_BUFFERS_MAX};
+
+/// Most buffers a node keeps for the packets it builds.
+pub const POOL_BUFFERS_MAX: usize = 64;
+/// The buffers a node (an SMM, an SIU, a token manager) builds its packets in: its driver
+/// hands it the buffers of packets it is done with and tops it up from its links' spares.
+pub type BufPool = isotach_bufpool::BufPool<POOL_BUFFERS_MAX>;
 pub use start_of_isochron::{SOI_LEN, StartOfIsochron};
 pub use token::{TOKEN_LEN, Token};
 

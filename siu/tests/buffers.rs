@@ -3,14 +3,14 @@
 
 mod common;
 
-use isotach_proto::packet::{POOL_BUFFER_BYTES_MIN, POOL_BUFFERS_MAX, Packet};
+use isotach_proto::packet::{BUFFER_BYTES_MIN, POOL_BUFFERS_MAX, Packet};
 use isotach_siu::{Mode, Route};
 
 /// Hands `s` `n` buffers; their addresses.
 fn hand_in(s: &mut isotach_siu::Siu, n: usize) -> Vec<*const u8> {
     (0..n)
         .map(|_| {
-            let b = Vec::with_capacity(POOL_BUFFER_BYTES_MIN);
+            let b = Vec::with_capacity(BUFFER_BYTES_MIN);
             let at = b.as_ptr();
             assert!(s.buffers().give(b).is_none());
             at

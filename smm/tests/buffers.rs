@@ -2,7 +2,7 @@
 //! packet it handled and tops the node up from the link's spares after it sent, and the node
 //! builds its packets in them.
 
-use isotach_proto::packet::{POOL_BUFFER_BYTES_MIN, POOL_BUFFERS_MAX, Width};
+use isotach_proto::packet::{BUFFER_BYTES_MIN, POOL_BUFFERS_MAX, Width};
 use isotach_proto::topology::Topology;
 use isotach_smm::testkit::write_message;
 use isotach_smm::{Addr, LinkError, MemoryMap, SiuLink, Smm, SmmConfig, SmmLimits, SmmNode};
@@ -57,7 +57,7 @@ fn the_node_keeps_what_it_handled_up_to_its_limit_and_the_link_gets_the_rest() {
     let packets = POOL_BUFFERS_MAX + 36;
     for i in 0..packets {
         // Writes to page 0 from host 1, in pulse 1: bucketed, the buffer handled.
-        let mut b = Vec::with_capacity(POOL_BUFFER_BYTES_MIN);
+        let mut b = Vec::with_capacity(BUFFER_BYTES_MIN);
         write_message(1, 1, i as u64, i % 16).encode(&mut b);
         link.inbox.push_back(b);
     }
@@ -76,7 +76,7 @@ fn after_sending_the_node_is_stocked_from_the_link_and_builds_in_those_buffers()
     let mut link = SpareLink::default();
     let spares = 2 * POOL_BUFFERS_MAX;
     link.spares = (0..spares)
-        .map(|_| Vec::with_capacity(POOL_BUFFER_BYTES_MIN))
+        .map(|_| Vec::with_capacity(BUFFER_BYTES_MIN))
         .collect();
     let from_link: HashSet<*const u8> = link.spares.iter().map(|b| b.as_ptr()).collect();
     let mut smm = smm(link);

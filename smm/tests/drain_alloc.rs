@@ -110,11 +110,11 @@ fn node_for(srefs: usize) -> isotach_smm::SmmNode {
 /// (no answer); and the replies sent.
 fn allocations_answering(srefs: usize, stocked: usize) -> (usize, usize) {
     use isotach_proto::Pulse;
-    use isotach_proto::packet::{EopMarker, Kind, POOL_BUFFER_BYTES_MIN, Sref, SrefOp};
+    use isotach_proto::packet::{BUFFER_BYTES_MIN, EopMarker, Kind, Sref, SrefOp};
     let count = |op: SrefOp| {
         let mut node = node_for(srefs);
         for _ in 0..stocked {
-            let b = Vec::with_capacity(POOL_BUFFER_BYTES_MIN);
+            let b = Vec::with_capacity(BUFFER_BYTES_MIN);
             assert!(node.buffers().give(b).is_none());
         }
         for i in 0..srefs {

@@ -96,10 +96,10 @@ fn wave_waits_for_every_neighbour() {
 
 #[test]
 fn a_wave_is_built_in_the_buffers_the_driver_handed_in() {
-    use isotach_proto::packet::{POOL_BUFFER_BYTES_MIN, POOL_BUFFERS_MAX};
+    use isotach_proto::packet::{BUFFER_BYTES_MIN, POOL_BUFFERS_MAX};
     let mut t = started(3);
     let given: Vec<Vec<u8>> = (0..3)
-        .map(|_| Vec::with_capacity(POOL_BUFFER_BYTES_MIN))
+        .map(|_| Vec::with_capacity(BUFFER_BYTES_MIN))
         .collect();
     let at: Vec<*const u8> = given.iter().map(|b| b.as_ptr()).collect();
     for b in given {

@@ -4,6 +4,7 @@
 use super::*;
 use crate::core::SendReq;
 use crate::types::Status;
+use isotach_bufpool::{BUFFER_BYTES_MAX, BUFFER_BYTES_MIN};
 
 /// Links of in-memory node `me` to the nodes `peers`.
 fn links_of(me: u32, peers: &[u32]) -> Result<Links, AmError> {
@@ -610,7 +611,7 @@ fn recycled_buffers_carry_the_next_batched_packets() {
     for b in got {
         t.b.recycle(b);
     }
-    assert_eq!(t.b.st.spare.len(), 8);
+    assert_eq!(spares_kept(&t.b), 8);
     let second: Vec<Vec<u8>> = (100..108).map(|i| small(i, 20)).collect();
     for p in &second {
         t.a.send(0, p.clone()).unwrap();
@@ -618,7 +619,7 @@ fn recycled_buffers_carry_the_next_batched_packets() {
     t.settle();
     let got = t.drain_b();
     assert_eq!(got, second, "the new packets, whole and in order");
-    assert_eq!(t.b.st.spare.len(), 0, "every spare buffer used");
+    assert_eq!(spares_kept(&t.b), 0, "every spare buffer used");
     assert!(got.iter().all(|b| kept.contains(&b.as_ptr())));
 }
 
@@ -631,21 +632,26 @@ fn a_packet_in_one_fragment_arrives_in_a_recycled_buffer_too() {
     assert_eq!(got, vec![small(1, 20)]);
     let kept = got[0].as_ptr();
     t.b.recycle(got.into_iter().next().unwrap());
-    assert_eq!(t.b.st.spare.len(), 1);
+    assert_eq!(spares_kept(&t.b), 1);
     // A lone packet goes as one data fragment, not a batch.
     t.a.send(0, small(2, 20)).unwrap();
     t.settle();
     let got = t.drain_b();
     assert_eq!(got, vec![small(2, 20)]);
     assert_eq!(got[0].as_ptr(), kept, "the recycled buffer carries it");
-    assert_eq!(t.b.st.spare.len(), 0);
+    assert_eq!(spares_kept(&t.b), 0);
+}
+
+/// Spare buffers the links keep.
+fn spares_kept(l: &Links) -> usize {
+    spare::SPARE_PACKETS_MAX - l.st.spare.room()
 }
 
 #[test]
 fn a_sent_packets_buffer_is_a_spare_a_builder_can_take() {
     let mut t = Pair::new();
     // In a buffer the spares keep.
-    let mut p = Vec::with_capacity(SPARE_PACKET_BYTES_MIN);
+    let mut p = Vec::with_capacity(BUFFER_BYTES_MIN);
     p.extend_from_slice(&small(7, 20));
     let at = p.as_ptr();
     t.a.send(0, p).unwrap();
@@ -661,25 +667,21 @@ fn a_sent_packets_buffer_is_a_spare_a_builder_can_take() {
 #[test]
 fn the_spare_pool_is_bounded_and_frees_small_and_large_buffers() {
     let mut l = links(1);
-    l.recycle(Vec::with_capacity(SPARE_PACKET_BYTES_MAX + 1));
-    assert_eq!(l.st.spare.len(), 0, "a large buffer is freed");
-    l.recycle(Vec::with_capacity(SPARE_PACKET_BYTES_MIN - 1));
-    assert_eq!(
-        l.st.spare.len(),
-        0,
-        "a small buffer is freed: it would grow"
-    );
+    l.recycle(Vec::with_capacity(BUFFER_BYTES_MAX + 1));
+    assert_eq!(spares_kept(&l), 0, "a large buffer is freed");
+    l.recycle(Vec::with_capacity(BUFFER_BYTES_MIN - 1));
+    assert_eq!(spares_kept(&l), 0, "a small buffer is freed: it would grow");
     for _ in 0..spare::SPARE_PACKETS_MAX + 10 {
-        l.recycle(Vec::with_capacity(SPARE_PACKET_BYTES_MIN));
+        l.recycle(Vec::with_capacity(BUFFER_BYTES_MIN));
     }
-    assert_eq!(l.st.spare.len(), spare::SPARE_PACKETS_MAX);
+    assert_eq!(spares_kept(&l), spare::SPARE_PACKETS_MAX);
 }
 
 #[test]
 fn a_sent_packet_s_buffer_becomes_a_spare_for_the_packets_that_arrive_next() {
     let mut t = Pair::new();
     let in_spare_size = |p: Vec<u8>| {
-        let mut b = Vec::with_capacity(SPARE_PACKET_BYTES_MIN);
+        let mut b = Vec::with_capacity(BUFFER_BYTES_MIN);
         b.extend_from_slice(&p);
         b
     };
@@ -688,9 +690,9 @@ fn a_sent_packet_s_buffer_becomes_a_spare_for_the_packets_that_arrive_next() {
     }
     t.settle();
     assert_eq!(t.drain_b().len(), 4);
-    assert_eq!(t.a.st.spare.len(), 4, "sent in one batch");
+    assert_eq!(spares_kept(&t.a), 4, "sent in one batch");
     t.a.send(0, in_spare_size(small(9, 20))).unwrap();
     t.settle();
     assert_eq!(t.drain_b().len(), 1);
-    assert_eq!(t.a.st.spare.len(), 5, "sent alone in one fragment");
+    assert_eq!(spares_kept(&t.a), 5, "sent alone in one fragment");
 }

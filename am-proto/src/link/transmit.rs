@@ -217,7 +217,7 @@ fn send_batch(
     let args = [BATCH_VERSION, p.links_lost];
     core.send_request(now, SendReq::medium(LINK_EP, idx, H_BATCH, buf, &args))?;
     for packet in p.out.drain(..n) {
-        spare.give(packet);
+        drop(spare.give(packet)); // freed when the spares do not keep it
     }
     p.queued -= n;
     stats.batches_sent += 1;
@@ -242,7 +242,7 @@ fn send_fragment(
     if more {
         p.head_sent = end;
     } else if let Some(sent) = p.out.pop_front() {
-        spare.give(sent);
+        drop(spare.give(sent)); // freed when the spares do not keep it
         p.head_sent = 0;
     }
     p.queued -= 1;
