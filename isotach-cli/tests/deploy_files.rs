@@ -474,7 +474,7 @@ fn dockerfile_builds_then_runs_isotach() {
 
 #[test]
 fn netns_scripts_are_valid_shell_and_refuse_bad_usage() {
-    let bad_usage: [(&str, &[&[&str]]); 2] = [
+    let bad_usage: [(&str, &[&[&str]]); 3] = [
         ("cluster.sh", &[&[], &["1"], &["3", "zero"]]),
         (
             "bench.sh",
@@ -487,6 +487,20 @@ fn netns_scripts_are_valid_shell_and_refuse_bad_usage() {
                 &["--unshaped", "--delay-us", "20"],
                 &["--pings"],
                 &["--frobnicate"],
+            ],
+        ),
+        (
+            "vm.sh",
+            &[
+                &[],
+                &["--"],
+                &["true"],
+                &["--cpus", "0", "--", "true"],
+                &["--memory", "lots", "--", "true"],
+                &["--accel", "xen", "--", "true"],
+                &["--timeout", "5", "--", "true"],
+                &["--env", "not a name", "--", "true"],
+                &["--kernel"],
             ],
         ),
     ];
