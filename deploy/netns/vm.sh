@@ -8,7 +8,8 @@
 # sch_netem, veth and bridge modules, runs COMMAND in the caller's working directory with the
 # environment variables named below, and powers off. The command's stdout and stderr become
 # this script's, and so does its exit status. Nothing the guest does outlives it: its network
-# namespaces, processes and tmpfs go with the VM; the host's files cannot be written.
+# namespaces, processes and tmpfs go with the VM; the host's files cannot be written. So the
+# command, its scripts and its binaries must live outside /tmp and /run (the guest's are empty).
 #
 # usage: vm.sh [options] -- COMMAND [ARG...]
 #        vm.sh --probe        exit 0 if this machine can run it (and say with which kernel and
@@ -242,6 +243,8 @@ $B mount -t tmpfs tmpfs /dev/shm
 # `ip netns` bind-mounts namespaces under /run/netns: the root must propagate mounts.
 $B mount --make-rshared /
 $B hostname isotach-vm
+# Loopback up, as an init system would leave it (the guest has no other interface).
+$B ip link set lo up
 for m in sch_netem veth bridge; do modprobe "$m" || echo "vm: modprobe $m failed" >&2; done
 status=0
 cd "$CWD" && "$@" >"$O/stdout" 2>"$O/stderr" || status=$?

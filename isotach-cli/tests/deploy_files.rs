@@ -486,6 +486,8 @@ fn netns_scripts_are_valid_shell_and_refuse_bad_usage() {
                 &["--loss-pct", "100"],
                 &["--unshaped", "--delay-us", "20"],
                 &["--pings"],
+                &["--token-timeout-us", "5"],
+                &["--token-timeout-us"],
                 &["--frobnicate"],
             ],
         ),

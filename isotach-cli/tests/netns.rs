@@ -318,6 +318,8 @@ fn netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping() {
     assert_eq!(v["siu"], "daemon", "{v}");
     assert_eq!((v["hosts"].as_u64(), v["tms"].as_u64()), (Some(8), Some(3)));
     assert_eq!(v["shaped"], shaping[0] != "--unshaped", "{v}");
+    // 50 µs links (or none) leave the config's 10 ms lost-token timer as it is.
+    assert_eq!(v["token_timeout_us"], 10_000, "{v}");
     assert!(number(&v, "transfers") > 0.0, "{v}");
     // Every token manager of the tree sent waves.
     for s in ["s0", "s1", "s2"] {
@@ -431,6 +433,8 @@ fn netns_bench_shapes_links_with_netem_inside_a_vm() {
     assert_eq!(v["shaped"], true, "{v}");
     assert_eq!(v["total_conserved"], true, "{v}");
     assert!(number(&v, "transfers") > 0.0, "{v}");
+    // The lost-token timer outlasts a link's round trip: 8 × (2 ms + 0 jitter).
+    assert_eq!(v["token_timeout_us"], 16_000, "{v}");
     // h0 and h1 share the leaf: two links, 2 ms each way on each.
     assert_eq!(v["ping_links"], 2, "{v}");
     assert!(number(&v, "ping_rtt_p50_us") >= 8_000.0, "{v}");
