@@ -3,13 +3,14 @@
 # for machines whose own kernel cannot shape links (containers and VMs built without
 # CONFIG_NET_SCH_NETEM): `vm.sh -- deploy/netns/bench.sh --json` takes the shaped figures there.
 #
-# The guest sees this machine's root file system read-only over 9p (so the same binaries, the
-# same repository and the same tools), with fresh tmpfs on /tmp and /run, loads the kernel's
+# The guest sees this machine's root file system over 9p (so the same binaries, the same
+# repository and the same tools, /tmp included), under an overlay whose writes stay in the
+# guest's memory, with a fresh /run; it loads the kernel's
 # sch_netem, veth and bridge modules, runs COMMAND in the caller's working directory with the
 # environment variables named below, and powers off. The command's stdout and stderr become
 # this script's, and so does its exit status. Nothing the guest does outlives it: its network
-# namespaces, processes and tmpfs go with the VM; the host's files cannot be written. So the
-# command, its scripts and its binaries must live outside /tmp and /run (the guest's are empty).
+# namespaces, processes and writes go with the VM; the host's files cannot be written (the 9p
+# export is read-only). The command, its scripts and its binaries must live outside /run.
 #
 # usage: vm.sh [options] -- COMMAND [ARG...]
 #        vm.sh --probe        exit 0 if this machine can run it (and say with which kernel and
@@ -49,7 +50,7 @@ bad() {
 in_range() { [[ $1 =~ ^[0-9]{1,9}$ ]] && (($1 >= $2 && $1 <= $3)); }
 
 # The modules the guest needs: the 9p root before switching to it, then the shaping and links.
-BOOT_MODULES=(virtio_pci 9pnet_virtio 9p)
+BOOT_MODULES=(virtio_pci 9pnet_virtio 9p overlay)
 NET_MODULES=(sch_netem veth bridge)
 
 # module_file VER NAME: the module's path under /lib/modules/VER, or nothing.
@@ -203,12 +204,16 @@ $B mount -t proc proc /proc
 $B mount -t sysfs sys /sys
 $B mount -t devtmpfs dev /dev
 for m in $($B cat /modules/order); do $B insmod /modules/$m || echo "vm: insmod $m failed"; done
-if ! $B mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=262144 hostroot /newroot; then
+# The host's root, read-only, under an overlay whose upper layer is this VM's memory: the
+# command may write anywhere (its temporary files, /tmp included) and the host sees none of it.
+$B mkdir -p /lower /rw
+if ! $B mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=262144 hostroot /lower ||
+    ! $B mount -t tmpfs -o mode=0755 tmpfs /rw || ! $B mkdir -p /rw/upper /rw/work ||
+    ! $B mount -t overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work overlay /newroot; then
     echo "vm: cannot mount the host's root"
     $B poweroff -f
 fi
 $B mount -t tmpfs -o mode=0755 tmpfs /newroot/run
-$B mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
 $B mkdir -p /newroot/run/isotach-vm
 $B mount -t 9p -o trans=virtio,version=9p2000.L,rw out /newroot/run/isotach-vm
 $B mount --move /proc /newroot/proc
