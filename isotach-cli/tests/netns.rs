@@ -440,6 +440,59 @@ fn netns_bench_shapes_links_with_netem_inside_a_vm() {
     assert!(number(&v, "ping_rtt_p50_us") >= 8_000.0, "{v}");
 }
 
+/// `vm.sh` itself: the command's stdout, stderr and exit status come back as they were, the
+/// guest's writes stay in the guest, a command past `--timeout` is stopped with 124, and the
+/// run's work directory is gone afterwards.
+#[test]
+fn vm_passes_output_and_status_back_and_stops_at_its_timeout() {
+    let test = "vm_passes_output_and_status_back_and_stops_at_its_timeout";
+    if let Err(why) = probe("vm.sh") {
+        eprintln!("SKIPPED {test}: {why}");
+        return;
+    }
+    // The runs' work directories go in a directory of this test's own (other tests boot VMs
+    // at the same time), which must be empty at the end.
+    let work = std::env::temp_dir().join(format!("isotach-vm-work-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let marker = std::env::temp_dir().join(format!("isotach-vm-test-{}", std::process::id()));
+    let inner = format!(
+        "echo to-stdout; echo to-stderr >&2; echo written > {}; exit 7",
+        marker.display()
+    );
+    let out = Command::new("bash")
+        .arg(script("vm.sh"))
+        .args(["--timeout", "120", "--", "bash", "-c", &inner])
+        .env("TMPDIR", &work)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(7), "{stdout}\n{stderr}");
+    assert_eq!(stdout, "to-stdout\n", "{stderr}");
+    assert!(stderr.contains("to-stderr"), "{stderr}");
+    assert!(
+        !marker.exists(),
+        "the guest wrote to the host's file system"
+    );
+
+    let out = Command::new("bash")
+        .arg(script("vm.sh"))
+        .args(["--timeout", "10", "--", "sleep", "600"])
+        .env("TMPDIR", &work)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{stderr}");
+    assert!(stderr.contains("--timeout 10"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&work).unwrap().flatten().collect();
+    assert!(left.is_empty(), "work directories left behind: {left:?}");
+    let _ = std::fs::remove_dir(&work);
+}
+
 /// The same bench with every host's SIU inside its application (`--embedded-siu`: no `isotach
 /// siu` daemons), smaller: the bank still balances over the tree.
 #[test]
