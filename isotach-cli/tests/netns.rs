@@ -441,11 +441,11 @@ fn netns_bench_shapes_links_with_netem_inside_a_vm() {
 }
 
 /// `vm.sh` itself: the command's stdout, stderr and exit status come back as they were, the
-/// guest's writes stay in the guest, a command past `--timeout` is stopped with 124, and the
-/// run's work directory is gone afterwards.
+/// guest's writes stay in the guest, a command past `--timeout` is stopped with 124, SIGTERM
+/// stops the VM with 130, and no run leaves its work directory behind.
 #[test]
-fn vm_passes_output_and_status_back_and_stops_at_its_timeout() {
-    let test = "vm_passes_output_and_status_back_and_stops_at_its_timeout";
+fn vm_passes_output_and_status_back_and_stops_at_its_timeout_or_sigterm() {
+    let test = "vm_passes_output_and_status_back_and_stops_at_its_timeout_or_sigterm";
     if let Err(why) = probe("vm.sh") {
         eprintln!("SKIPPED {test}: {why}");
         return;
@@ -488,6 +488,35 @@ fn vm_passes_output_and_status_back_and_stops_at_its_timeout() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(124), "{stderr}");
     assert!(stderr.contains("--timeout 10"), "{stderr}");
+
+    // SIGTERM while the VM runs: exit 130, and QEMU (whose command line names the run's work
+    // directory) is gone with the directory.
+    let mut child = Command::new("bash")
+        .arg(script("vm.sh"))
+        .args(["--timeout", "120", "--", "sleep", "600"])
+        .env("TMPDIR", &work)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let booting = |work: &Path| {
+        Command::new("pgrep")
+            .args(["-f", &format!("{}/isotach-vm.", work.display())])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until && !booting(&work) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(booting(&work), "QEMU never started");
+    sigterm(&child);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!booting(&work), "QEMU outlived vm.sh");
+
     let left: Vec<_> = std::fs::read_dir(&work).unwrap().flatten().collect();
     assert!(left.is_empty(), "work directories left behind: {left:?}");
     let _ = std::fs::remove_dir(&work);
