@@ -74,7 +74,7 @@ kernel_ok() {
 # find_kernel: the newest /boot/vmlinuz-* that kernel_ok accepts.
 find_kernel() {
     local image
-    for image in $(ls -1 /boot/vmlinuz-* 2>/dev/null | sort -rV); do
+    for image in $(printf '%s\n' /boot/vmlinuz-* | sort -rV); do
         kernel_ok "$image" >/dev/null && { echo "$image" && return 0; }
     done
     return 1
@@ -260,7 +260,7 @@ EOF
 } >"$OUT/guest.sh"
 
 # --- run ------------------------------------------------------------------------------------------
-ACCEL_ARGS=(-accel tcg,thread=multi -cpu max)
+ACCEL_ARGS=(-accel "tcg,thread=multi" -cpu max)
 [[ $ACCEL == tcg ]] || ACCEL_ARGS=(-accel kvm -cpu host)
 echo "$WHAT: booting $KERNEL ($ACCEL, $CPUS CPUs, $MEMORY_MIB MiB)" >&2
 timeout --foreground -k 5 "$TIMEOUT_S" qemu-system-x86_64 "${ACCEL_ARGS[@]}" \
