@@ -360,6 +360,22 @@ fn netns_bench_runs_the_bank_over_a_tree_and_reports_ratios_to_ping() {
     }
 }
 
+/// Runs `bash vm.sh ARGS` with `env` added and no stdin: its status, stdout and stderr.
+fn vm_run(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) {
+    let out = Command::new("bash")
+        .arg(script("vm.sh"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// The bench on netem-shaped links inside a throwaway VM (`deploy/netns/vm.sh`: a stock kernel
 /// booted over this machine's root file system), for machines whose own kernel has no netem:
 /// there the tests above run unshaped, and this is where the shaping is exercised. Small (two
@@ -387,43 +403,20 @@ fn netns_bench_shapes_links_with_netem_inside_a_vm() {
     };
     eprintln!("{test}: {said}");
     let bench = script("bench.sh");
-    let out = Command::new("bash")
-        .arg(script("vm.sh"))
-        .args(["--timeout", "300", "--", "bash"])
-        .arg(&bench)
-        .args([
-            "--hosts",
-            "2",
-            "--leaves",
-            "1",
-            "--seconds",
-            "1",
-            "--clients",
-            "2",
-        ])
-        .args([
-            "--pings",
-            "20",
-            "--delay-us",
-            "2000",
-            "--jitter-us",
-            "0",
-            "--json",
-        ])
-        .env("ISOTACH", BIN)
-        .env("DEADLINE_S", "120")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
+    let bench = bench.to_str().expect("a UTF-8 path");
+    #[rustfmt::skip]
+    let args = [
+        "--timeout", "300", "--", "bash", bench, "--hosts", "2", "--leaves", "1",
+        "--seconds", "1", "--clients", "2", "--pings", "20", "--delay-us", "2000",
+        "--jitter-us", "0", "--json",
+    ];
+    let (status, stdout, stderr) = vm_run(
+        &args,
+        &[("ISOTACH", BIN), ("DEADLINE_S", "120"), ("NO_COLOR", "1")],
     );
     assert!(
-        out.status.success(),
-        "vm.sh exited with {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        out.status
+        status.success(),
+        "vm.sh exited with {status:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
     eprintln!("{}", stdout.trim_end());
     let line = stdout.lines().last().unwrap_or_default();
@@ -459,18 +452,12 @@ fn vm_passes_output_and_status_back_and_stops_at_its_timeout_or_sigterm() {
         "echo to-stdout; echo to-stderr >&2; echo written > {}; exit 7",
         marker.display()
     );
-    let out = Command::new("bash")
-        .arg(script("vm.sh"))
-        .args(["--timeout", "120", "--", "bash", "-c", &inner])
-        .env("TMPDIR", &work)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
+    let work_dir = work.to_str().expect("a UTF-8 path");
+    let (status, stdout, stderr) = vm_run(
+        &["--timeout", "120", "--", "bash", "-c", &inner],
+        &[("TMPDIR", work_dir)],
     );
-    assert_eq!(out.status.code(), Some(7), "{stdout}\n{stderr}");
+    assert_eq!(status.code(), Some(7), "{stdout}\n{stderr}");
     assert_eq!(stdout, "to-stdout\n", "{stderr}");
     assert!(stderr.contains("to-stderr"), "{stderr}");
     assert!(
@@ -478,15 +465,11 @@ fn vm_passes_output_and_status_back_and_stops_at_its_timeout_or_sigterm() {
         "the guest wrote to the host's file system"
     );
 
-    let out = Command::new("bash")
-        .arg(script("vm.sh"))
-        .args(["--timeout", "10", "--", "sleep", "600"])
-        .env("TMPDIR", &work)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(124), "{stderr}");
+    let (status, _, stderr) = vm_run(
+        &["--timeout", "10", "--", "sleep", "600"],
+        &[("TMPDIR", work_dir)],
+    );
+    assert_eq!(status.code(), Some(124), "{stderr}");
     assert!(stderr.contains("--timeout 10"), "{stderr}");
 
     // SIGTERM while the VM runs: exit 130, and QEMU (whose command line names the run's work
