@@ -90,6 +90,23 @@ pub fn pulse(srefs: usize, kind: SortKind) -> (SmmNode, Vec<u8>) {
     (node, out)
 }
 
+/// Host 0 of a 4-host single-switch cluster where page `p` lives only at host `p` (so every
+/// sref on pages 1-3 is remote), with `limits`.
+pub fn remote_pages_node(limits: SmmLimits) -> SmmNode {
+    let mut map = MemoryMap::default();
+    for page in 0..4 {
+        map.insert(page, page, vec![page as u16])
+            .expect("static map");
+    }
+    SmmNode::new(SmmConfig {
+        host: 0,
+        topology: Arc::new(Topology::line(4, 1).expect("static topology")),
+        map: Arc::new(map),
+        limits,
+        record: false,
+    })
+}
+
 /// A minimal executor: runs one future to completion on this thread (the async API of
 /// [`crate::SharedSmm`] needs no particular runtime).
 pub fn block_on<F: Future>(f: F) -> F::Output {

@@ -3,11 +3,9 @@
 //! builds its packets in them.
 
 use isotach_proto::packet::{BUFFER_BYTES_MIN, POOL_BUFFERS_MAX, Width};
-use isotach_proto::topology::Topology;
-use isotach_smm::testkit::write_message;
-use isotach_smm::{Addr, LinkError, MemoryMap, SiuLink, Smm, SmmConfig, SmmLimits, SmmNode};
+use isotach_smm::testkit::{remote_pages_node, write_message};
+use isotach_smm::{Addr, LinkError, SiuLink, Smm, SmmLimits};
 use std::collections::{HashSet, VecDeque};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// A link that hands out queued packets and spare buffers, and counts what comes back.
@@ -37,18 +35,7 @@ impl SiuLink for SpareLink {
 
 /// Host 0 of four holding page 0; pages 1-3 only at hosts 1-3.
 fn smm(link: SpareLink) -> Smm<SpareLink> {
-    let mut map = MemoryMap::default();
-    for page in 0..4 {
-        map.insert(page, page, vec![page as u16]).unwrap();
-    }
-    let node = SmmNode::new(SmmConfig {
-        host: 0,
-        topology: Arc::new(Topology::line(4, 1).unwrap()),
-        map: Arc::new(map),
-        limits: SmmLimits::default(),
-        record: false,
-    });
-    Smm::new(node, link)
+    Smm::new(remote_pages_node(SmmLimits::default()), link)
 }
 
 #[test]

@@ -176,20 +176,10 @@ fn a_reply_built_in_a_buffer_the_node_holds_costs_no_allocation() {
 /// (as the driver stocks the node from the link's spares).
 fn allocations_issuing(isochrons: usize, give_back: bool) -> usize {
     use isotach_proto::packet::Width;
-    use isotach_smm::{Addr, MemoryMap, SmmConfig, SmmLimits, SmmNode};
-    let mut map = MemoryMap::default();
-    for page in 0..4 {
-        map.insert(page, page, vec![page as u16]).unwrap();
-    }
-    let mut node = SmmNode::new(SmmConfig {
-        host: 0,
-        topology: std::sync::Arc::new(isotach_proto::topology::Topology::line(4, 1).unwrap()),
-        map: std::sync::Arc::new(map),
-        limits: SmmLimits {
-            hit_buffer_max: isochrons + 1,
-            ..SmmLimits::default()
-        },
-        record: false,
+    use isotach_smm::{Addr, SmmLimits, testkit::remote_pages_node};
+    let mut node = remote_pages_node(SmmLimits {
+        hit_buffer_max: isochrons + 1,
+        ..SmmLimits::default()
     });
     let mut sent: Vec<Vec<u8>> = Vec::with_capacity(8);
     let before = allocations();
