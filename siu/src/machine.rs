@@ -179,9 +179,9 @@ impl Siu {
             l[usize::from(set & 1)].saturating_sub(self.sendclock)
         })
     }
-    /// The buffers this SIU builds its tokens and markers in: its driver hands it buffers it is done with
-    /// (a received packet's, a spare of its links') so that those cost no allocation once
-    /// buffers circulate (`isotach_proto::packet::BufPool`).
+    /// The buffers this SIU builds its tokens and markers in: its driver hands it buffers it is
+    /// done with (a received packet's, a spare of its links') so that those cost no allocation
+    /// once buffers circulate (`isotach_proto::packet::BufPool`).
     pub fn buffers(&mut self) -> &mut BufPool {
         &mut self.pool
     }
