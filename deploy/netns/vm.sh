@@ -174,7 +174,11 @@ VER=${KERNEL##*/vmlinuz-}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/isotach-vm.XXXXXX")
 QEMU_PID=""
 cleanup() {
-    [[ -z $QEMU_PID ]] || kill "$QEMU_PID" 2>/dev/null || true
+    # Stop the VM and wait for it: nothing of the run outlives this script.
+    if [[ -n $QEMU_PID ]]; then
+        kill "$QEMU_PID" 2>/dev/null || true
+        wait "$QEMU_PID" 2>/dev/null || true
+    fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
