@@ -179,6 +179,23 @@ impl SiuLink for AmLink {
             Self::EmbeddedUdp(_) | Self::EmbeddedQuic(_) => None,
         }
     }
+
+    fn in_host_turn(&self) -> bool {
+        match self {
+            // A daemon sends its tokens without waiting for the application.
+            Self::Udp(_) | Self::Quic(_) => false,
+            Self::EmbeddedUdp(l) => SiuLink::in_host_turn(l.as_ref()),
+            Self::EmbeddedQuic(l) => SiuLink::in_host_turn(l.as_ref()),
+        }
+    }
+
+    fn end_host_turn(&mut self) -> Result<(), LinkError> {
+        match self {
+            Self::Udp(_) | Self::Quic(_) => Ok(()),
+            Self::EmbeddedUdp(l) => SiuLink::end_host_turn(l.as_mut()),
+            Self::EmbeddedQuic(l) => SiuLink::end_host_turn(l.as_mut()),
+        }
+    }
 }
 
 /// The node's configuration and the link's addresses and transport, from the config files.

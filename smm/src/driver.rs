@@ -45,6 +45,18 @@ pub trait SiuLink {
     fn broken(&mut self) -> Option<String> {
         None
     }
+    /// The SIU holds its token until the application has answered what it was just handed
+    /// (an SIU on the application's thread: an EOP or a reply started the application's
+    /// turn). [`Smm::poll`] returns then, so that what the application issues in answer
+    /// leaves with that token. `false` by default.
+    fn in_host_turn(&self) -> bool {
+        false
+    }
+    /// The application had its turn: send what it issued and the token held for it. Does
+    /// nothing by default (or outside a turn).
+    fn end_host_turn(&mut self) -> Result<(), LinkError> {
+        Ok(())
+    }
 }
 
 /// The link to the SIU failed.
@@ -182,17 +194,31 @@ impl<L: SiuLink> Smm<L> {
     /// Sends everything queued for the SIU and handles every packet already received; never
     /// waits. Returns the packets handled. Bad packets are counted in the node's stats; a
     /// restart of logical time is returned (and every later call returns it too).
+    ///
+    /// With an SIU on the application's thread (an embedded SIU) a poll is the application's
+    /// turn: it ends the turn the last poll left open — what the application issued since
+    /// leaves with the token its SIU held for it — and it stops receiving once the SIU holds
+    /// its next token for the application (an EOP or a reply was handed over). So an
+    /// application that answers an EOP between two polls has its answer stamped in that
+    /// turn, a pulse sooner than after the token (`docs/design.md`, "Host turns"); a poll
+    /// that ended the turn itself would leave every answer for the next pulse.
     pub fn poll(&mut self) -> Result<usize, WaitError> {
         self.check_fatal()?;
         self.flush()?;
+        self.link.end_host_turn()?;
         let mut handled = 0;
         if self.retry_held()? {
-            while let Some(p) = self.link.recv(Duration::ZERO)? {
+            while !self.link.in_host_turn() {
+                let Some(p) = self.link.recv(Duration::ZERO)? else {
+                    break;
+                };
                 handled += 1;
                 if !self.feed(p)? {
                     break;
                 }
             }
+            // The rest of what the turn's pass brought, without I/O.
+            handled += self.feed_held_by_link()?;
         }
         self.retry_held()?;
         self.flush()?;
@@ -247,15 +273,17 @@ impl<L: SiuLink> Smm<L> {
     }
 
     /// Feeds what the link already holds, up to [`FEED_BATCH_MAX`] packets, stopping when
-    /// the held input fills.
-    fn feed_held_by_link(&mut self) -> Result<(), SmmError> {
-        for _ in 0..FEED_BATCH_MAX {
+    /// the held input fills. Returns the packets fed.
+    fn feed_held_by_link(&mut self) -> Result<usize, SmmError> {
+        let mut fed = 0;
+        while fed < FEED_BATCH_MAX {
             let Some(p) = self.link.try_recv() else { break };
+            fed += 1;
             if !self.feed(p)? {
                 break;
             }
         }
-        Ok(())
+        Ok(fed)
     }
 
     /// Blocks until the read resolves; takes its value. A read its copy holder refused is

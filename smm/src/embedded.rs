@@ -59,6 +59,20 @@ impl<T: Transport> SiuLink for EmbeddedSiu<T> {
         self.take_for_host()
     }
 
+    fn in_host_turn(&self) -> bool {
+        self.pump().role().siu().host_turn_pending()
+    }
+
+    /// Ends the turn once the application has taken everything its SIU handed it (until then
+    /// the turn goes on, as in [`SiuLink::flush`]): the pass sends the application's answer
+    /// and the token together.
+    fn end_host_turn(&mut self) -> Result<(), LinkError> {
+        if self.in_host_turn() && self.waiting_for_host() == 0 {
+            self.pass().map_err(link_err)?;
+        }
+        Ok(())
+    }
+
     fn recycle(&mut self, buf: Vec<u8>) {
         Self::recycle(self, buf);
     }

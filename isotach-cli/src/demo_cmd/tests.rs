@@ -4,8 +4,10 @@ use super::{SiuPlacement, start_loopback_cluster_with};
 use isotach_am::backend::udp::UdpTransport;
 use isotach_daemon::embedded::EmbeddedSiu;
 use isotach_proto::config::Timing;
+use isotach_proto::packet::Width;
 use isotach_proto::packet::{EndOfIsochron, Packet, PlainMessage, StartOfIsochron};
 use isotach_smm::driver::SiuLink;
+use isotach_smm::{Addr, AmLink, ReadHandle, Smm, SmmConfig, SmmLimits, SmmNode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -288,4 +290,88 @@ fn what_an_application_issues_after_a_reply_waits_for_the_turn_the_reply_makes()
         "stamped in the turn the reply made, with its token still held"
     );
     assert!(after.tokens_held_for_reply > before.tokens_held_for_reply);
+}
+
+/// Host 0's isochron for the polling test: reads its own copy of page 0 and writes page 0
+/// (copies at both hosts), so it goes through the SIU and executes at its pulse's EOP.
+fn read_and_write(smm: &mut Smm<AmLink>, value: u64) -> ReadHandle {
+    let mut iso = smm.node().isochron();
+    let read = iso.read(Addr::new(0, 0), Width::W64).unwrap();
+    iso.write(Addr::new(0, 1), Width::W64, value).unwrap();
+    iso.end().unwrap();
+    read
+}
+
+/// The polling test's SIU.
+fn embedded(smm: &Smm<AmLink>) -> &EmbeddedSiu<UdpTransport> {
+    match smm.link() {
+        AmLink::EmbeddedUdp(me) => me,
+        _ => unreachable!("built embedded"),
+    }
+}
+
+/// Polls until `read` resolved, yielding between empty polls.
+fn poll_until_read(smm: &mut Smm<AmLink>, read: ReadHandle) {
+    let deadline = Instant::now() + WAIT_MAX;
+    while smm.node().read_value(read).is_none() {
+        assert!(Instant::now() < deadline, "the read did not resolve");
+        if smm.poll().unwrap() == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[test]
+fn an_application_that_polls_answers_each_eop_in_the_turn_it_makes() {
+    let Pair {
+        lc,
+        me,
+        stop,
+        other,
+        to_other,
+    } = Pair::start();
+    let node = SmmNode::new(SmmConfig {
+        host: 0,
+        topology: Arc::new(lc.cluster.topology.clone()),
+        map: Arc::new(crate::philo_app::forks_map(2)),
+        limits: SmmLimits::default(),
+        record: false,
+    });
+    // The link `Smm::connect` gives an application whose config embeds its SIU.
+    let mut smm = Smm::new(node, AmLink::EmbeddedUdp(Box::new(me)));
+    let stats = |smm: &Smm<AmLink>| embedded(smm).pump().role().siu().stats();
+    let answers = 8;
+    let mut read = read_and_write(&mut smm, 0);
+    let before = stats(&smm);
+    for value in 1..=answers {
+        // The poll that hands over the EOP leaves the turn open; the answer issued now is
+        // stamped in it when the next poll ends the turn.
+        poll_until_read(&mut smm, read);
+        assert!(turn_pending(embedded(&smm)));
+        read = read_and_write(&mut smm, value);
+    }
+    poll_until_read(&mut smm, read);
+    let after = stats(&smm);
+    let (_, AmLink::EmbeddedUdp(me)) = smm.into_parts() else {
+        unreachable!("built embedded")
+    };
+    let me = *me;
+    Pair {
+        lc,
+        me,
+        stop,
+        other,
+        to_other,
+    }
+    .stop();
+    assert_eq!(after.isochrons, before.isochrons + answers + 1, "{after:?}");
+    assert!(
+        after.isochrons_in_turn >= before.isochrons_in_turn + answers,
+        "every answer stamped in the turn its EOP made: {before:?} {after:?}"
+    );
+    // So each isochron took two pulses (TS = the last one's + 2), not four.
+    assert!(
+        after.tokens_sent - before.tokens_sent <= 2 * (answers + 1) + 1,
+        "{before:?} {after:?}"
+    );
 }
