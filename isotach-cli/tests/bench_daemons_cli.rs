@@ -74,8 +74,13 @@ fn bench_tokens_reports_pulse_rate_and_baseline() {
 #[test]
 fn bench_isochrons_reports_latency_rate_and_baseline() {
     // Both placements of the SIU: embedded in each application (the default) and daemons,
-    // the second with waits that never spin (then the baseline does not either).
-    for (siu, spin_us) in [("embedded", "50"), ("daemon", "0")] {
+    // the second with waits that never spin (then the baseline does not either); and
+    // applications that poll instead of waiting.
+    for (siu, spin_us, driver) in [
+        ("embedded", "50", "wait"),
+        ("daemon", "0", "wait"),
+        ("embedded", "50", "poll"),
+    ] {
         let v = json_ok(&isotach(&[
             "bench",
             "isochrons",
@@ -85,6 +90,8 @@ fn bench_isochrons_reports_latency_rate_and_baseline() {
             siu,
             "--spin-us",
             spin_us,
+            "--driver",
+            driver,
             "--seconds",
             "0.2",
             "--rtt-iters",
@@ -93,6 +100,7 @@ fn bench_isochrons_reports_latency_rate_and_baseline() {
         ]));
         assert_eq!(v["hosts"], 3);
         assert_eq!(v["siu"], siu);
+        assert_eq!(v["driver"], driver);
         threads(&v, 3, if siu == "daemon" { 2 } else { 1 });
         assert_eq!(v["ok"], true);
         positive(
@@ -196,6 +204,7 @@ fn bench_daemons_bad_flags_exit_2() {
         &["bench", "isochrons", "--outstanding", "0"],
         &["bench", "isochrons", "--ops", "0"],
         &["bench", "isochrons", "--hosts", "65"],
+        &["bench", "isochrons", "--driver", "spin"],
         &["bench", "isochrons", "--bogus"],
         &["bench", "isochrons", "--spin-us", "1001"],
         &["bench", "transfers", "--spin-us", "-1"],

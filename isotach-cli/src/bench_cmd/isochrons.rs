@@ -18,7 +18,7 @@ use crate::philo_app::forks_map;
 use clap::Args;
 use hdrhistogram::Histogram;
 use isotach_proto::packet::Width;
-use isotach_smm::{Addr, AmLink, ReadHandle, Smm, SmmLimits};
+use isotach_smm::{Addr, AmLink, ReadHandle, Smm, SmmLimits, SmmNode, WaitError};
 use serde::Serialize;
 use std::collections::VecDeque;
 use std::process::ExitCode;
@@ -36,6 +36,44 @@ pub(crate) struct IsochronsArgs {
     /// replicated pages.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     ops: u32,
+    /// How each application waits for its oldest isochron: a blocking wait (`Smm::wait_until`)
+    /// or an event loop that polls (`Smm::poll`, yielding when a poll found nothing).
+    #[arg(long, value_enum, default_value_t = Driver::Wait)]
+    driver: Driver,
+}
+
+/// How a bench application waits for its reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Driver {
+    /// `Smm::wait_until`: blocks in the link.
+    Wait,
+    /// `Smm::poll` in a loop: never blocks.
+    Poll,
+}
+
+/// Drives `smm` until `done` holds, as `driver` says; an error when `deadline` passes.
+fn drive(
+    smm: &mut Smm<AmLink>,
+    driver: Driver,
+    deadline: Instant,
+    done: impl Fn(&SmmNode) -> bool,
+) -> Result<(), WaitError> {
+    if driver == Driver::Wait {
+        return smm.wait_until(left(deadline), done);
+    }
+    loop {
+        if done(smm.node()) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(WaitError::TimedOut(Duration::ZERO));
+        }
+        // A poll that found nothing leaves the cores to the nodes it waits for.
+        if smm.poll()? == 0 {
+            std::thread::yield_now();
+        }
+    }
 }
 
 /// `isotach bench isochrons --json` (keys documented in `docs/bench.md`).
@@ -48,6 +86,8 @@ struct IsochronsReport {
     siu: &'static str,
     /// `--spin-us`.
     spin_us: u64,
+    /// `--driver`: how the applications waited (`wait` or `poll`).
+    driver: Driver,
     outstanding: u32,
     ops_per_isochron: u32,
     isochrons: u64,
@@ -76,17 +116,30 @@ struct HostLoad {
     window_s: f64,
 }
 
-/// One host's load: isochrons with at most `w` outstanding for `warm + seconds`, then a
-/// drain and an end barrier (nobody leaves while others still write to its copies).
-fn host_load(
-    smm: &mut Smm<AmLink>,
-    h: usize,
-    n: usize,
-    w: usize,
+/// Every host's load, as the flags give it.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    /// Hosts in the cluster.
+    hosts: usize,
+    /// Isochrons in flight per host at most.
+    outstanding: usize,
     ops: u32,
     seconds: f64,
     deadline: Instant,
-) -> Result<HostLoad, String> {
+    driver: Driver,
+}
+
+/// One host's load: isochrons with at most `outstanding` in flight for `warm + seconds`, then
+/// a drain and an end barrier (nobody leaves while others still write to its copies).
+fn host_load(smm: &mut Smm<AmLink>, h: usize, load: Load) -> Result<HostLoad, String> {
+    let Load {
+        hosts: n,
+        outstanding: w,
+        ops,
+        seconds,
+        deadline,
+        driver,
+    } = load;
     let err = |what: &str, e: &dyn std::fmt::Display| format!("host {h}: {what}: {e}");
     let own = h as u32;
     let left_page = ((h + n - 1) % n) as u32;
@@ -119,8 +172,10 @@ fn host_load(
             q.push_back((rh, t0));
         }
         let (front, _) = q[0];
-        smm.wait_until(left(deadline), |node| node.read_value(front).is_some())
-            .map_err(|e| err("isochron", &e))?;
+        drive(smm, driver, deadline, |node| {
+            node.read_value(front).is_some()
+        })
+        .map_err(|e| err("isochron", &e))?;
         let now = Instant::now();
         while let Some(&(rh, t0)) = q.front() {
             if smm.node().read_value(rh).is_none() {
@@ -171,13 +226,20 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
     let (base, mut lc) = start(c)?;
     let mut problems = Vec::new();
     let deadline = Instant::now() + STARTUP_MAX + Duration::from_secs_f64(c.seconds * 3.0 + 10.0);
-    let (ops, seconds) = (a.ops, c.seconds);
+    let load = Load {
+        hosts: n,
+        outstanding: w,
+        ops: a.ops,
+        seconds: c.seconds,
+        deadline,
+        driver: a.driver,
+    };
     let apps = spawn_apps(
         &mut lc,
         forks_map(n),
         SmmLimits::default(),
         deadline,
-        move |h, mut smm| host_load(&mut smm, h, n, w, ops, seconds, deadline),
+        move |h, mut smm| host_load(&mut smm, h, load),
     )?;
     let (loads, startup_s, pulses_per_s) = run_apps(&lc, apps, &mut problems);
     let raw = finish(c, base, lc.daemons, &mut problems)?;
@@ -209,6 +271,7 @@ pub(crate) fn isochrons(a: &IsochronsArgs) -> anyhow::Result<ExitCode> {
         mode: raw.mode,
         siu: c.siu.name(),
         spin_us: c.spin_us,
+        driver: a.driver,
         outstanding: a.outstanding,
         ops_per_isochron: a.ops,
         isochrons: isos,
