@@ -7,6 +7,7 @@
 
 use crate::{ReadHandle, SmmError, SmmNode};
 use isotach_proto::packet::{self, EopMarker, IsochronMarker, IsotachMessage, Kind};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -208,17 +209,18 @@ impl<L: SiuLink> Smm<L> {
         self.link.end_host_turn()?;
         let mut handled = 0;
         if self.retry_held()? {
-            while !self.link.in_host_turn() {
+            let mut room = true;
+            while room && !self.link.in_host_turn() {
                 let Some(p) = self.link.recv(Duration::ZERO)? else {
                     break;
                 };
                 handled += 1;
-                if !self.feed(p)? {
-                    break;
-                }
+                room = self.feed(p)?;
             }
-            // The rest of what the turn's pass brought, without I/O.
-            handled += self.feed_held_by_link()?;
+            if room {
+                // The rest of what the turn's pass brought, without I/O.
+                handled += self.feed_held_by_link()?;
+            }
         }
         self.retry_held()?;
         self.flush()?;
@@ -347,6 +349,10 @@ const HELD_MAX: usize = 4096;
 #[derive(Debug, Default)]
 pub(crate) struct HeldInput {
     queue: VecDeque<Vec<u8>>,
+    /// The lowest pulse held, kept as packets come in so that deciding whether the next one
+    /// must wait decodes one packet, not the whole queue (a full queue would otherwise cost
+    /// `HELD_MAX`² decodes to fill). `None` after a pop: found again when next asked.
+    low: Cell<Option<Option<u64>>>,
 }
 
 impl HeldInput {
@@ -362,7 +368,23 @@ impl HeldInput {
 
     /// The lowest pulse held.
     fn low(&self) -> Option<u64> {
-        self.queue.iter().filter_map(|p| Self::pulse(p)).min()
+        if let Some(known) = self.low.get() {
+            return known;
+        }
+        let low = self.queue.iter().filter_map(|p| Self::pulse(p)).min();
+        self.low.set(Some(low));
+        low
+    }
+
+    /// `p` joins the queue: the lowest pulse, if known, stays known.
+    fn joins(&self, p: &[u8]) {
+        if let Some(known) = self.low.get() {
+            let low = match (known, Self::pulse(p)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            self.low.set(Some(low));
+        }
     }
 
     /// `p` must wait behind what is held (same or later pulse than something held).
@@ -378,15 +400,22 @@ impl HeldInput {
     }
 
     pub(crate) fn push_back(&mut self, p: Vec<u8>) {
+        self.joins(&p);
         self.queue.push_back(p);
     }
 
     pub(crate) fn push_front(&mut self, p: Vec<u8>) {
+        self.joins(&p);
         self.queue.push_front(p);
     }
 
     pub(crate) fn pop_front(&mut self) -> Option<Vec<u8>> {
-        self.queue.pop_front()
+        let p = self.queue.pop_front();
+        if p.is_some() {
+            // It may have been the lowest.
+            self.low.set(None);
+        }
+        p
     }
 
     pub(crate) fn full(&self) -> bool {

@@ -59,15 +59,16 @@ fn drive(
     deadline: Instant,
     done: impl Fn(&SmmNode) -> bool,
 ) -> Result<(), WaitError> {
+    let timeout = left(deadline);
     if driver == Driver::Wait {
-        return smm.wait_until(left(deadline), done);
+        return smm.wait_until(timeout, done);
     }
     loop {
         if done(smm.node()) {
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(WaitError::TimedOut(Duration::ZERO));
+            return Err(WaitError::TimedOut(timeout));
         }
         // A poll that found nothing leaves the cores to the nodes it waits for.
         if smm.poll()? == 0 {

@@ -1,7 +1,7 @@
 use super::*;
 use crate::{Addr, MemoryMap, SmmConfig, SmmLimits};
 use isotach_proto::config::{Limits, Timing};
-use isotach_proto::packet::Width;
+use isotach_proto::packet::{Packet, PlainMessage, Width};
 use isotach_proto::topology::{Hop, Topology};
 use isotach_proto::{Generation, Pulse};
 use isotach_siu::{Siu, SiuConfig};
@@ -317,4 +317,48 @@ fn async_read_resolves_while_a_pump_moves_packets() {
     done.store(true, Ordering::Relaxed);
     pump.join().unwrap();
     assert_eq!(block_on(smm.read(r)), Err(SmmError::UnknownRead));
+}
+
+#[test]
+fn a_poll_stops_reading_when_the_held_input_is_full() {
+    let topo = Arc::new(Topology::line(1, 1).unwrap());
+    let mut cfg = node(&topo).config().clone();
+    cfg.limits.bucket_packets_max = 1;
+    // Pulse 5's second write is refused (its bucket is full and no EOP comes), so every
+    // later packet for pulse 5 must wait behind it, until the held input is full.
+    let extra = 50;
+    let script: VecDeque<Vec<u8>> = (0..HELD_MAX + 2 + extra)
+        .map(|i| write_at(5, 1 + (i % 8) as u32))
+        .collect();
+    let mut smm = Smm::new(SmmNode::new(cfg), BatchScript(script));
+    let handled = smm.poll().unwrap();
+    assert_eq!(handled, 1 + HELD_MAX, "one accepted, the rest held");
+    assert_eq!(smm.held.queue.len(), HELD_MAX, "bounded");
+    assert_eq!(smm.link.0.len(), extra + 1, "the rest stays in the link");
+}
+
+#[test]
+fn the_held_input_knows_its_lowest_pulse_through_pushes_and_pops() {
+    let mut held = HeldInput::default();
+    let brute = |h: &HeldInput| h.queue.iter().filter_map(|p| HeldInput::pulse(p)).min();
+    let mut rng = isotach_rng::Rng::stream(0x4e1d, 0);
+    for step in 0..2_000 {
+        match rng.below(4) {
+            0 => held.push_front(write_at(1 + rng.below(20), 1)),
+            1 => {
+                let _ = held.pop_front();
+            }
+            // A packet with no pulse (a plain message) must not disturb the minimum.
+            2 if rng.below(4) == 0 => held.push_back(
+                Packet::Plain(PlainMessage {
+                    source: 0,
+                    dest: 0,
+                    payload: vec![1],
+                })
+                .to_vec(),
+            ),
+            _ => held.push_back(write_at(1 + rng.below(20), 1)),
+        }
+        assert_eq!(held.low(), brute(&held), "step {step}");
+    }
 }
