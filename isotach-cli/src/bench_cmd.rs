@@ -10,7 +10,7 @@ pub(crate) mod am;
 mod cpu;
 mod daemons;
 mod idle;
-mod isochrons;
+pub(crate) mod isochrons;
 mod pulses;
 mod redis;
 pub(crate) mod transfers;

@@ -53,7 +53,7 @@ pub(crate) enum Driver {
 }
 
 /// Drives `smm` until `done` holds, as `driver` says; an error when `deadline` passes.
-fn drive(
+pub(crate) fn drive(
     smm: &mut Smm<AmLink>,
     driver: Driver,
     deadline: Instant,

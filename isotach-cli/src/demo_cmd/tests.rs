@@ -1,6 +1,7 @@
 //! The embedded cluster on loopback: what only a real embedded SIU shows.
 
 use super::{SiuPlacement, start_loopback_cluster_with};
+use crate::bench_cmd::isochrons::{Driver, drive};
 use isotach_am::backend::udp::UdpTransport;
 use isotach_daemon::embedded::EmbeddedSiu;
 use isotach_proto::config::Timing;
@@ -310,15 +311,13 @@ fn embedded(smm: &Smm<AmLink>) -> &EmbeddedSiu<UdpTransport> {
     }
 }
 
-/// Polls until `read` resolved, yielding between empty polls.
+/// Polls until `read` resolved, as `bench isochrons --driver poll` does.
 fn poll_until_read(smm: &mut Smm<AmLink>, read: ReadHandle) {
     let deadline = Instant::now() + WAIT_MAX;
-    while smm.node().read_value(read).is_none() {
-        assert!(Instant::now() < deadline, "the read did not resolve");
-        if smm.poll().unwrap() == 0 {
-            std::thread::yield_now();
-        }
-    }
+    drive(smm, Driver::Poll, deadline, |n| {
+        n.read_value(read).is_some()
+    })
+    .unwrap();
 }
 
 #[test]
