@@ -7,7 +7,6 @@
 
 use crate::{ReadHandle, SmmError, SmmNode};
 use isotach_proto::packet::{self, EopMarker, IsochronMarker, IsotachMessage, Kind};
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use thiserror::Error;
@@ -352,7 +351,7 @@ pub(crate) struct HeldInput {
     /// The lowest pulse held, kept as packets come in so that deciding whether the next one
     /// must wait decodes one packet, not the whole queue (a full queue would otherwise cost
     /// `HELD_MAX`² decodes to fill). `None` after a pop: found again when next asked.
-    low: Cell<Option<Option<u64>>>,
+    low: Option<Option<u64>>,
 }
 
 impl HeldInput {
@@ -367,28 +366,24 @@ impl HeldInput {
     }
 
     /// The lowest pulse held.
-    fn low(&self) -> Option<u64> {
-        if let Some(known) = self.low.get() {
-            return known;
-        }
-        let low = self.queue.iter().filter_map(|p| Self::pulse(p)).min();
-        self.low.set(Some(low));
-        low
+    fn low(&mut self) -> Option<u64> {
+        *self
+            .low
+            .get_or_insert_with(|| self.queue.iter().filter_map(|p| Self::pulse(p)).min())
     }
 
     /// `p` joins the queue: the lowest pulse, if known, stays known.
-    fn joins(&self, p: &[u8]) {
-        if let Some(known) = self.low.get() {
-            let low = match (known, Self::pulse(p)) {
+    fn joins(&mut self, p: &[u8]) {
+        if let Some(known) = &mut self.low {
+            *known = match (*known, Self::pulse(p)) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            self.low.set(Some(low));
         }
     }
 
     /// `p` must wait behind what is held (same or later pulse than something held).
-    pub(crate) fn must_wait(&self, p: &[u8]) -> bool {
+    pub(crate) fn must_wait(&mut self, p: &[u8]) -> bool {
         // Nothing held (the common case): no packet is decoded here.
         if self.queue.is_empty() {
             return false;
@@ -413,7 +408,7 @@ impl HeldInput {
         let p = self.queue.pop_front();
         if p.is_some() {
             // It may have been the lowest.
-            self.low.set(None);
+            self.low = None;
         }
         p
     }
