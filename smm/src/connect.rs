@@ -424,9 +424,10 @@ fn pump(shared: &SharedSmm, mut link: AmLink, stop: &AtomicBool) {
             continue;
         }
         match link.recv(PUMP_SLICE) {
-            Ok(Some(p)) if held.must_wait(&p) => held.push_back(p),
             Ok(Some(p)) => {
-                if refused(&p) {
+                if let Some(p) = held.hold_if_behind(p)
+                    && refused(&p)
+                {
                     held.push_front(p);
                 }
             }

@@ -133,10 +133,9 @@ impl<L: SiuLink> Smm<L> {
     /// Hands one packet to the node, or holds it behind a refused one. `Ok(false)`: the
     /// held input is full, stop reading. A fatal error is kept and returned.
     fn feed(&mut self, p: Vec<u8>) -> Result<bool, SmmError> {
-        if self.held.must_wait(&p) {
-            self.held.push_back(p);
+        let Some(p) = self.held.hold_if_behind(p) else {
             return Ok(!self.held.full());
-        }
+        };
         if let Some(refused) = self.offer(p)? {
             self.held.push_front(refused);
         }
@@ -382,21 +381,21 @@ impl HeldInput {
         }
     }
 
-    /// `p` must wait behind what is held (same or later pulse than something held).
-    pub(crate) fn must_wait(&mut self, p: &[u8]) -> bool {
+    /// Holds `p` when it must wait behind what is held (the same or a later pulse than
+    /// something held); hands it back when it may go to the node.
+    pub(crate) fn hold_if_behind(&mut self, p: Vec<u8>) -> Option<Vec<u8>> {
         // Nothing held (the common case): no packet is decoded here.
         if self.queue.is_empty() {
-            return false;
+            return Some(p);
         }
-        match (self.low(), Self::pulse(p)) {
-            (Some(low), Some(t)) => t >= low,
-            _ => false,
+        match (self.low(), Self::pulse(&p)) {
+            // Not below the lowest pulse held, so the lowest stays what it is.
+            (Some(low), Some(t)) if t >= low => {
+                self.queue.push_back(p);
+                None
+            }
+            _ => Some(p),
         }
-    }
-
-    pub(crate) fn push_back(&mut self, p: Vec<u8>) {
-        self.joins(&p);
-        self.queue.push_back(p);
     }
 
     pub(crate) fn push_front(&mut self, p: Vec<u8>) {

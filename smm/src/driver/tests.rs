@@ -349,7 +349,7 @@ fn the_held_input_knows_its_lowest_pulse_through_pushes_and_pops() {
                 let _ = held.pop_front();
             }
             // A packet with no pulse (a plain message) must not disturb the minimum.
-            2 if rng.below(4) == 0 => held.push_back(
+            2 if rng.below(4) == 0 => held.push_front(
                 Packet::Plain(PlainMessage {
                     source: 0,
                     dest: 0,
@@ -357,7 +357,10 @@ fn the_held_input_knows_its_lowest_pulse_through_pushes_and_pops() {
                 })
                 .to_vec(),
             ),
-            _ => held.push_back(write_at(1 + rng.below(20), 1)),
+            // Held when not below the lowest pulse, handed back otherwise.
+            _ => {
+                let _ = held.hold_if_behind(write_at(1 + rng.below(20), 1));
+            }
         }
         assert_eq!(held.low(), brute(&held), "step {step}");
     }
